@@ -1,0 +1,3 @@
+from vrh.cli import main
+
+raise SystemExit(main())
