@@ -96,6 +96,11 @@ class Adapter:
         raise NotImplementedError
 
     # --- answers -------------------------------------------------------------------------------
+    def decode(self, processor: Any, token_ids: torch.Tensor) -> list[str]:
+        """Generated ids ``[B, T]`` (new tokens only) -> answer strings. Families whose box format uses
+        special tokens (Qwen2-VL's ``<|box_start|>``) override this to keep them."""
+        return processor.batch_decode(token_ids, skip_special_tokens=True)
+
     def parse_box(self, text: str, meta: dict[str, Any], image_size: tuple[int, int]) -> Box | None:
         """The first valid box in the model's text, converted to original-image pixels, or None."""
         raise NotImplementedError
