@@ -1,0 +1,112 @@
+"""The ``vrh`` command line: ``main(argv)`` with one subcommand per experiment.
+
+Heads are written ``LAYER:HEAD`` (0-based), e.g. ``--mask-heads 3:1,10:4``. ``--model`` takes a local
+checkpoint folder, a hub id, or ``organism`` (the shipped model organism).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Sequence
+
+def _model_args(p: argparse.ArgumentParser, default_model: str | None = "organism") -> None:
+    p.add_argument("--model", default=default_model, required=default_model is None,
+                   help="checkpoint folder, hub id, or 'organism' (default: %(default)s)")
+    p.add_argument("--device", default="cpu", help="torch device, e.g. cuda:0 (default: %(default)s)")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--max-new-tokens", type=int, default=64)
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split(",") if x.strip())
+
+
+# --- detect -------------------------------------------------------------------------------------------
+def _detect_args(p):
+    _model_args(p)
+    p.add_argument("--data", required=True, help="dataset JSONL (vrh format)")
+    p.add_argument("--n", type=int, default=200, help="number of detection samples (default: %(default)s)")
+    p.add_argument("--n-eval", type=int, default=None, help="size of the held-out evaluation split")
+    p.add_argument("--scorers", default="out/sum/mean",
+                   help="comma-separated scorer names; the first ranks the heads (default: %(default)s)")
+    p.add_argument("--answer", choices=["model", "gt"], default="model",
+                   help="score the model's own greedy answer or the ground-truth box string")
+    p.add_argument("--min-overlap", type=float, default=0.0,
+                   help="key set: minimum fraction of a visual cell inside the GT box (0 = any overlap)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", required=True, help="run folder to write")
+
+
+def _detect(a):
+    from vrh.experiments.detect import DetectConfig, detect
+
+    detect(DetectConfig(model=a.model, data=a.data, out=a.out, n=a.n, n_eval=a.n_eval,
+                        scorers=tuple(s.strip() for s in a.scorers.split(",") if s.strip()), answer=a.answer,
+                        min_overlap=a.min_overlap, batch_size=a.batch_size, max_new_tokens=a.max_new_tokens,
+                        seed=a.seed, device=a.device, dtype=a.dtype))
+    return 0
+
+
+# --- evaluate -----------------------------------------------------------------------------------------
+def _evaluate_args(p):
+    _model_args(p)
+    p.add_argument("--data", required=True)
+    p.add_argument("--mask-heads", default=None,
+                   help="detection run folder (its top-k heads) or a list LAYER:HEAD,...; omit for no masking")
+    p.add_argument("--k", type=int, default=20, help="how many top heads of the run to mask")
+    p.add_argument("--random", action="store_true", help="mask k random heads drawn outside the detected set")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random heads")
+    p.add_argument("--exclude-layers", type=_ints, default=(), help="layers random heads avoid, e.g. 0")
+    p.add_argument("--scorer", default=None, help="scorer of the detection run that ranks heads")
+    p.add_argument("--task", choices=["grounding", "vqa"], default="grounding")
+    p.add_argument("--n", type=int, default=None)
+    p.add_argument("--no-disjoint", action="store_true",
+                   help="also evaluate on the detection samples (default: held-out ids only)")
+    p.add_argument("--out", required=True)
+
+
+def _evaluate(a):
+    from vrh.experiments.evaluate import EvaluateConfig, evaluate
+
+    evaluate(EvaluateConfig(model=a.model, data=a.data, out=a.out, mask_heads=a.mask_heads, k=a.k,
+                            random=a.random, seed=a.seed, exclude_layers=a.exclude_layers, scorer=a.scorer,
+                            n=a.n, task=a.task, disjoint=not a.no_disjoint, batch_size=a.batch_size,
+                            max_new_tokens=a.max_new_tokens, device=a.device, dtype=a.dtype))
+    return 0
+
+
+# name -> (help, add_arguments, run); the order is the order of --help
+COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {
+    "detect": ("score every LM head on grounding samples and rank them", _detect_args, _detect),
+    "evaluate": ("answer with heads masked and measure accuracy (IoU >= 0.5)", _evaluate_args, _evaluate),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="vrh", description="Find, prove and characterize Visual Retrieval Heads in VLMs. "
+        "Heads are LAYER:HEAD, 0-based.")
+    from vrh import __version__
+
+    parser.add_argument("--version", action="version", version=f"vrh {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (help, add_args, _) in COMMANDS.items():
+        add_args(sub.add_parser(name, help=help, description=help))
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not args.command:
+        parser.print_help()
+        return 2
+    try:
+        return COMMANDS[args.command][2](args)
+    except (ValueError, FileNotFoundError, FileExistsError) as e:
+        print(f"vrh {args.command}: error: {e}", file=sys.stderr)
+        return 2

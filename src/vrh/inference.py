@@ -1,0 +1,143 @@
+"""Loading a model through its adapter, greedy answers, and the teacher-forced capture pass.
+
+These are the only places vrh runs a model; every experiment goes through them, so masking
+(:func:`vrh.masking.mask_heads`) and capture (:func:`vrh.capture.capture_attention_rows`) compose the same
+way everywhere.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from vrh.adapters import Adapter, VisionBatch, get_adapter
+
+ORGANISM_ALIAS = "organism"
+
+
+def organism_path(name: str = "") -> Path:
+    """Folder of the shipped model organism checkpoint (``vrh/organism/checkpoints/<name>``)."""
+    root = Path(__file__).resolve().parent / "organism" / "checkpoints"
+    if name:
+        return root / name
+    found = sorted(p for p in root.iterdir() if (p / "config.json").exists()) if root.exists() else []
+    if not found:
+        raise FileNotFoundError(f"no organism checkpoint shipped under {root}")
+    return found[0]
+
+
+def resolve_model_path(model: str) -> str:
+    """``organism`` / ``organism:NAME`` -> the shipped checkpoint; anything else is a path or hub id."""
+    if model == ORGANISM_ALIAS or model.startswith(ORGANISM_ALIAS + ":"):
+        return str(organism_path(model.partition(":")[2]))
+    return model
+
+
+@dataclass
+class LoadedModel:
+    model: nn.Module
+    processor: Any
+    adapter: Adapter
+    path: str  # resolved local path or hub id
+    revision: str | None = None
+
+    @property
+    def num_layers(self) -> int:
+        return self.adapter.num_layers(self.model)
+
+    @property
+    def num_heads(self) -> int:
+        return self.adapter.num_heads(self.model)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def describe(self) -> dict[str, Any]:
+        return {"path": self.path, "revision": self.revision, "adapter": self.adapter.name,
+                "model_type": self.model.config.model_type, "num_layers": self.num_layers,
+                "num_heads": self.num_heads, "dtype": str(next(self.model.parameters()).dtype)}
+
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def load_model(model: str, *, device: str = "cpu", dtype: str = "float32", revision: str | None = None
+               ) -> LoadedModel:
+    """Load a checkpoint (local folder, hub id, or the ``organism`` alias) through its adapter."""
+    from transformers import AutoConfig
+
+    path = resolve_model_path(model)
+    if os.path.sep in path and not Path(path).exists():
+        raise FileNotFoundError(f"model folder {path} does not exist")
+    kwargs = {"revision": revision} if revision else {}
+    config = AutoConfig.from_pretrained(path, **kwargs)
+    adapter = get_adapter(config.model_type)
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; choose from {sorted(DTYPES)}")
+    m, processor = adapter.load(path, dtype=DTYPES[dtype], device=device)
+    m.eval()
+    return LoadedModel(m, processor, adapter, path, revision)
+
+
+def _to_device(batch: VisionBatch, device: torch.device) -> dict[str, torch.Tensor]:
+    return {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in batch.inputs.items()}
+
+
+@torch.no_grad()
+def generate_answers(lm: LoadedModel, images: list, prompts: list[str], max_new_tokens: int = 64
+                     ) -> tuple[list[str], list[dict[str, Any]]]:
+    """Greedy answers (new tokens only, decoded by the adapter) for a batch of (image, prompt), with the
+    adapter's per-sample metadata that box parsing needs (e.g. the resized image size)."""
+    batch = lm.adapter.build_batch(lm.processor, images, prompts)
+    tok = getattr(lm.processor, "tokenizer", lm.processor)
+    out = lm.model.generate(**_to_device(batch, lm.device), max_new_tokens=max_new_tokens, do_sample=False,
+                            pad_token_id=tok.pad_token_id)
+    new = out[:, batch.seq_len:]  # (B, T) generated ids after the left-padded prompt
+    texts = [s.strip() for s in lm.adapter.decode(lm.processor, new)]
+    return texts, batch.meta or [{} for _ in texts]
+
+
+@dataclass
+class QuerySets:
+    """Query positions of one sample, as indices into the captured row list ``positions``.
+
+    ``out``: positions whose next-token prediction is an answer token (the query row that *produces*
+    answer token i is the position of token i-1; the first is the last prompt token). ``coord``: the subset
+    of ``out`` predicting tokens that contain a digit. ``inp``: the referring-expression tokens.
+    ``last_prompt``: the last prompt token (a one-element index list).
+    """
+
+    positions: torch.Tensor  # LongTensor [Q] sequence positions captured, ascending
+    out: torch.Tensor
+    coord: torch.Tensor
+    inp: torch.Tensor
+    last_prompt: torch.Tensor
+
+
+def query_sets(batch: VisionBatch, b: int, processor: Any) -> QuerySets:
+    if batch.answer_positions is None:
+        raise ValueError("query sets need a teacher-forced batch (build_batch with answers)")
+    ans = batch.answer_positions[b]  # (A,)
+    if len(ans) == 0:
+        raise ValueError("empty answer: nothing to score")
+    producers = ans - 1  # (A,) row producing answer token i sits at position i-1
+    expr = batch.expression_positions[b]
+    positions = torch.unique(torch.cat([producers, expr]))  # sorted
+    index = {int(p): i for i, p in enumerate(positions.tolist())}
+    ids = batch.inputs["input_ids"][b]
+    tok = getattr(processor, "tokenizer", processor)
+    is_coord = [any(ch.isdigit() for ch in tok.decode([int(ids[p])])) for p in ans.tolist()]
+    idx = lambda ps: torch.tensor([index[int(p)] for p in ps], dtype=torch.long)
+    return QuerySets(
+        positions=positions,
+        out=idx(producers.tolist()),
+        coord=idx([p for p, c in zip(producers.tolist(), is_coord) if c]),
+        inp=idx(expr.tolist()),
+        last_prompt=idx([int(producers[0])]),
+    )
