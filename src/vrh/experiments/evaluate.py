@@ -45,7 +45,8 @@ def judge_vqa(pred: str, answer: str) -> str:
 
 def judge_sample(lm: LoadedModel, sample: Sample, text: str, meta: dict | None = None, tau: float = 0.5
                  ) -> dict[str, Any]:
-    rec: dict[str, Any] = {"id": sample.id, "task": sample.task, "pred_text": text}
+    rec: dict[str, Any] = {"id": sample.id, "task": sample.task, "image": str(sample.image_path),
+                           "pred_text": text}
     if sample.task == "grounding":
         box = lm.adapter.parse_box(text, meta or {}, sample.image_size)
         outcome, iou = grounding.judge(box, sample.box, tau)
