@@ -1,0 +1,229 @@
+"""Grounding answers: find the box in a model's text, score it against the ground truth.
+
+Three steps, kept separate because the middle one is family-specific:
+
+1. :func:`parse_box` finds the first valid box in the text, in the text's *own* coordinate frame
+   (e.g. Qwen2-VL's 0-1000 grid, Qwen2.5-VL's absolute pixels of the resized image).
+2. The adapter converts it to original-image pixels with :func:`from_normalized` or :func:`from_resized`.
+3. :func:`judge` compares it with the ground truth: IoU >= ``tau`` (0.5) is correct.
+
+>>> fmt, raw = parse_box('```json\\n[{"bbox_2d": [100, 50, 300, 250], "label": "cat"}]\\n```')
+>>> fmt, raw
+('json', (100.0, 50.0, 300.0, 250.0))
+>>> box = from_resized(raw, resized_size=(400, 300), image_size=(800, 600))
+>>> box
+(200.0, 100.0, 600.0, 500.0)
+>>> judge(box, (200, 100, 600, 520))
+('correct', 0.9523809523809523)
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Sequence
+
+Box = tuple[float, float, float, float]  # (x1, y1, x2, y2)
+
+# --- parsing ---------------------------------------------------------------------------------------
+
+# A number as models write it, plus nan/inf so such boxes are *seen* and rejected rather than skipped
+# over into a later partial match.
+_NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf(?:inity)?)"
+_N = rf"\s*({_NUM})\s*"  # one captured number with surrounding blanks
+_QN = rf"\s*\"?({_NUM})\"?\s*"  # same, optionally quoted ("bbox_2d": ["12", ...] happens)
+_SEP = r"(?:,|\s)"  # list items split by commas or just blanks: [8, 12, 40, 44] / [ 8 12 40 44 ]
+
+# JSON: the "bbox_2d" key and its 4-list, matched directly so fenced, listed, truncated or otherwise
+# ill-formed JSON (single quotes, unquoted key) parses the same as a clean object.
+_JSON_RE = re.compile(rf"[\"']?bbox_2d[\"']?\s*:\s*\[{_QN},{_QN},{_QN},{_QN}\]", re.IGNORECASE)
+# Qwen2-VL: <|box_start|>(x1,y1),(x2,y2)<|box_end|>; the tokens are optional because decoding with
+# skip_special_tokens=True strips them and leaves the bare point pair.
+_BOX_TOKENS_RE = re.compile(
+    rf"(?:<\|box_start\|>\s*)?\({_N},{_N}\)\s*,\s*\({_N},{_N}\)(?:\s*<\|box_end\|>)?", re.IGNORECASE)
+# A bare 4-list in brackets or parentheses. The closing bracket must follow the 4th number, so
+# "[1, 2, 3, 4, 5]" is not a box; a 4-list nested in a longer list still matches on its own brackets.
+_LIST_RE = re.compile(rf"[\[(]{_N}{_SEP}{_N}{_SEP}{_N}{_SEP}{_N}[\])]", re.IGNORECASE)
+
+# At equal start positions the more specific format wins.
+_PATTERNS = (("json", _JSON_RE), ("box_tokens", _BOX_TOKENS_RE), ("list", _LIST_RE))
+
+
+def valid_box(box: Sequence[float]) -> bool:
+    """Four finite numbers with ``x2 > x1`` and ``y2 > y1``.
+
+    Swapped corners (``x2 < x1``) are *rejected*, not reordered: a model that writes them has not
+    produced the box format it was asked for, and silently fixing it would inflate accuracy.
+
+    >>> valid_box((0, 0, 10, 5)), valid_box((10, 0, 0, 5)), valid_box((0, 0, 0, 5))
+    (True, False, False)
+    """
+    if len(box) != 4 or not all(math.isfinite(v) for v in box):
+        return False
+    x1, y1, x2, y2 = box
+    return x2 > x1 and y2 > y1
+
+
+def parse_box(text: str) -> tuple[str, Box] | None:
+    """The first valid box in ``text`` as ``(format, (x1, y1, x2, y2))``, or ``None``.
+
+    Coordinates are returned as written (floats), in the text's own frame. ``format`` is ``"json"``
+    (a ``"bbox_2d"`` key), ``"box_tokens"`` (Qwen2-VL ``(x1,y1),(x2,y2)``, with or without
+    ``<|box_start|>``/``<|box_end|>``) or ``"list"`` (``[x1, y1, x2, y2]`` / ``(x1,y1,x2,y2)``).
+    Candidates are tried in order of position; invalid ones (see :func:`valid_box`) are skipped.
+
+    >>> parse_box("The dog is at [ 8 , 12 , 40 , 44 ].")
+    ('list', (8.0, 12.0, 40.0, 44.0))
+    >>> parse_box("<|box_start|>(10,20),(30,40)<|box_end|>")
+    ('box_tokens', (10.0, 20.0, 30.0, 40.0))
+    >>> parse_box("[40, 12, 8, 44] or rather [8, 12, 40, 44]")
+    ('list', (8.0, 12.0, 40.0, 44.0))
+    >>> parse_box("no box here") is None
+    True
+    """
+    if not isinstance(text, str) or not text:
+        return None
+    candidates = []
+    for rank, (fmt, pattern) in enumerate(_PATTERNS):
+        for m in pattern.finditer(text):
+            candidates.append((m.start(), rank, fmt, m.groups()))
+    for _, _, fmt, groups in sorted(candidates, key=lambda c: (c[0], c[1])):
+        box = tuple(float(g) for g in groups)
+        if valid_box(box):
+            return fmt, box  # type: ignore[return-value]
+    return None
+
+
+# --- geometry --------------------------------------------------------------------------------------
+
+
+def area(box: Sequence[float]) -> float:
+    """Area of an xyxy box; 0 for degenerate, inverted or non-finite boxes."""
+    x1, y1, x2, y2 = (float(v) for v in box)
+    w, h = x2 - x1, y2 - y1
+    if not (math.isfinite(w) and math.isfinite(h)) or w <= 0 or h <= 0:
+        return 0.0
+    return w * h
+
+
+def iou(a: Sequence[float], b: Sequence[float]) -> float:
+    """Intersection over union of two xyxy boxes, in ``[0, 1]``, never NaN.
+
+    Boxes that only touch, are disjoint, or have zero area (or non-finite coordinates) give 0.
+
+    >>> iou((0, 0, 10, 10), (5, 0, 15, 10))
+    0.3333333333333333
+    >>> iou((0, 0, 10, 10), (10, 0, 20, 10)), iou((0, 0, 10, 10), (0, 0, 10, 10))
+    (0.0, 1.0)
+    """
+    area_a, area_b = area(a), area(b)
+    if area_a == 0.0 or area_b == 0.0:
+        return 0.0
+    ax1, ay1, ax2, ay2 = (float(v) for v in a)
+    bx1, by1, bx2, by2 = (float(v) for v in b)
+    iw = min(ax2, bx2) - max(ax1, bx1)
+    ih = min(ay2, by2) - max(ay1, by1)
+    if iw <= 0 or ih <= 0:
+        return 0.0
+    inter = iw * ih
+    # clamp guards the last ulp of rounding
+    return min(1.0, max(0.0, inter / (area_a + area_b - inter)))
+
+
+def clip_box(box: Sequence[float], image_size: tuple[int, int]) -> Box:
+    """Clip an xyxy box to ``[0, W] x [0, H]`` (the result may be degenerate; IoU then gives 0)."""
+    W, H = image_size
+    x1, y1, x2, y2 = (float(v) for v in box)
+    return (min(max(x1, 0.0), W), min(max(y1, 0.0), H), min(max(x2, 0.0), W), min(max(y2, 0.0), H))
+
+
+def xywh_to_xyxy(box: Sequence[float]) -> Box:
+    """``(x, y, w, h)`` -> ``(x1, y1, x2, y2)``.
+
+    >>> xywh_to_xyxy((10, 20, 5, 5))
+    (10.0, 20.0, 15.0, 25.0)
+    """
+    x, y, w, h = (float(v) for v in box)
+    return (x, y, x + w, y + h)
+
+
+def _scale(box: Sequence[float], sx: float, sy: float) -> Box:
+    x1, y1, x2, y2 = (float(v) for v in box)
+    return (x1 * sx, y1 * sy, x2 * sx, y2 * sy)
+
+
+def from_normalized(box: Sequence[float], scale: float, image_size: tuple[int, int]) -> Box:
+    """A box on a ``[0, scale]`` grid (Qwen2-VL: 1000) -> original pixels, clipped to the image.
+
+    >>> from_normalized((250, 500, 750, 1000), 1000, (640, 480))
+    (160.0, 240.0, 480.0, 480.0)
+    """
+    W, H = image_size
+    return clip_box(_scale(box, W / scale, H / scale), image_size)
+
+
+def to_normalized(box: Sequence[float], scale: float, image_size: tuple[int, int]) -> Box:
+    """Original pixels -> ``[0, scale]`` grid (inverse of :func:`from_normalized`, no clipping)."""
+    W, H = image_size
+    return _scale(box, scale / W, scale / H)
+
+
+def from_resized(box: Sequence[float], resized_size: tuple[int, int], image_size: tuple[int, int]) -> Box:
+    """Pixels of the resized image the model saw (``(W', H')``) -> original pixels, clipped.
+
+    >>> from_resized((28, 28, 56, 56), resized_size=(112, 56), image_size=(200, 100))
+    (50.0, 50.0, 100.0, 100.0)
+    """
+    (rW, rH), (W, H) = resized_size, image_size
+    return clip_box(_scale(box, W / rW, H / rH), image_size)
+
+
+def to_resized(box: Sequence[float], resized_size: tuple[int, int], image_size: tuple[int, int]) -> Box:
+    """Original pixels -> pixels of the resized image (inverse of :func:`from_resized`, no clipping)."""
+    (rW, rH), (W, H) = resized_size, image_size
+    return _scale(box, rW / W, rH / H)
+
+
+# --- judging ---------------------------------------------------------------------------------------
+
+
+class Outcome:
+    """How one grounding answer went. Plain strings so they serialize to JSON as they are."""
+
+    CORRECT = "correct"  # parsed, IoU >= tau
+    MISLOCATED = "mislocated"  # parsed, IoU < tau
+    PARSE_FAILURE = "parse_failure"  # no valid box in the text
+    ALL = (CORRECT, MISLOCATED, PARSE_FAILURE)
+
+
+def judge(pred_box: Sequence[float] | None, gt_box: Sequence[float], tau: float = 0.5) -> tuple[str, float]:
+    """``(outcome, iou)`` for a predicted box (original pixels, or ``None`` if none was parsed).
+
+    >>> judge(None, (0, 0, 1, 1))
+    ('parse_failure', 0.0)
+    >>> judge((0, 0, 10, 10), (0, 0, 10, 20))
+    ('correct', 0.5)
+    """
+    if pred_box is None:
+        return Outcome.PARSE_FAILURE, 0.0
+    v = iou(pred_box, gt_box)
+    return (Outcome.CORRECT if v >= tau else Outcome.MISLOCATED), v
+
+
+def summarize(outcomes: Iterable[str]) -> dict:
+    """Accuracy, the fraction of each outcome, and counts.
+
+    An empty list gives ``n = 0`` and zero fractions (not NaN, so the result stays valid JSON).
+
+    >>> summarize(["correct", "mislocated", "correct", "parse_failure"])["accuracy"]
+    0.5
+    """
+    outcomes = list(outcomes)
+    counts = {o: 0 for o in Outcome.ALL}
+    for o in outcomes:
+        if o not in counts:
+            raise ValueError(f"unknown outcome {o!r}; expected one of {Outcome.ALL}")
+        counts[o] += 1
+    n = len(outcomes)
+    frac = {o: (c / n if n else 0.0) for o, c in counts.items()}
+    return {"n": n, "accuracy": frac[Outcome.CORRECT], **frac, "counts": counts}

@@ -1,0 +1,223 @@
+import copy
+
+import pytest
+import torch
+from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+from vrh.masking import mask_heads, validate_heads
+
+NUM_LAYERS, NUM_HEADS, NUM_KV, HIDDEN = 3, 4, 2, 32
+HEAD_DIM = HIDDEN // NUM_HEADS
+PAD = 0
+
+
+class StandInAdapter:
+    """The slice of the Adapter interface mask_heads uses (real Qwen adapter is written elsewhere)."""
+
+    def __init__(self, head_dim: int = HEAD_DIM):
+        self._head_dim = head_dim
+
+    def num_layers(self, model):
+        return model.config.text_config.num_hidden_layers
+
+    def num_heads(self, model):
+        return model.config.text_config.num_attention_heads
+
+    def head_dim(self, model):
+        return self._head_dim
+
+    def o_proj(self, model, layer):
+        return model.model.language_model.layers[layer].self_attn.o_proj
+
+
+ADAPTER = StandInAdapter()
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(1234)
+    cfg = Qwen2_5_VLConfig(
+        text_config=dict(
+            vocab_size=128, hidden_size=HIDDEN, intermediate_size=64, num_hidden_layers=NUM_LAYERS,
+            num_attention_heads=NUM_HEADS, num_key_value_heads=NUM_KV, max_position_embeddings=256,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [1, 1, 2]},
+            pad_token_id=PAD, bos_token_id=1, eos_token_id=2,
+            # large init so every head visibly moves the logits
+            initializer_range=0.3,
+        ),
+        vision_config=dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=HIDDEN,
+                           patch_size=14, spatial_merge_size=2, temporal_patch_size=2, fullatt_block_indexes=[0]),
+        image_token_id=120, video_token_id=121, vision_start_token_id=122, vision_end_token_id=123,
+        pad_token_id=PAD, bos_token_id=1, eos_token_id=2,
+    )
+    return Qwen2_5_VLForConditionalGeneration(cfg).eval()
+
+
+def weight_zeroed(model, heads):
+    """Independent reference: a copy whose o_proj input columns for ``heads`` are zero."""
+    ref = copy.deepcopy(model)
+    with torch.no_grad():
+        for layer, head in heads:
+            w = ref.model.language_model.layers[layer].self_attn.o_proj.weight  # [hidden, H*d_head]
+            w[:, head * HEAD_DIM:(head + 1) * HEAD_DIM] = 0
+    return ref
+
+
+def logits(model, ids, mask=None):
+    with torch.no_grad():
+        return model(input_ids=ids, attention_mask=mask).logits
+
+
+def snapshot(model):
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def assert_clean(model, before):
+    after = model.state_dict()
+    assert before.keys() == after.keys()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert all(len(m._forward_pre_hooks) == 0 for m in model.modules())
+    assert all(len(m._forward_hooks) == 0 for m in model.modules())
+
+
+def ids(n=9, batch=1):
+    return torch.randint(3, 120, (batch, n))
+
+
+# --- validation ---------------------------------------------------------------------------------
+
+
+def test_validate_groups_and_allows_duplicates():
+    assert validate_heads([(2, 1), (0, 3), (2, 1), (2, 0)], 3, 4) == {0: [3], 2: [0, 1]}
+
+
+@pytest.mark.parametrize("bad, msg", [
+    ((3, 0), "layer 3 out of range"),
+    ((-1, 0), "layer -1 out of range"),
+    ((0, 4), "head 4 out of range"),
+    ((0, -1), "head -1 out of range"),
+    ((0.0, 1), "pair of integers"),
+    ((True, 1), "pair of integers"),
+    ((1, 2, 3), "pair of integers"),
+    ("ab", "pair of integers"),
+])
+def test_validate_rejects(bad, msg):
+    with pytest.raises(ValueError, match=msg):
+        validate_heads([(0, 0), bad], 3, 4)
+
+
+def test_bad_heads_install_nothing(model):
+    before = snapshot(model)
+    with pytest.raises(ValueError, match="out of range"):
+        with mask_heads(model, ADAPTER, [(0, 0), (0, NUM_HEADS)]):
+            pytest.fail("body must not run")
+    assert_clean(model, before)
+
+
+def test_geometry_mismatch_is_reported(model):
+    before = snapshot(model)
+    with pytest.raises(ValueError, match="head geometry"):
+        with mask_heads(model, StandInAdapter(head_dim=HEAD_DIM * 2), [(0, 0), (1, 0)]):
+            pass
+    assert_clean(model, before)
+
+
+# --- equivalence with weight zeroing --------------------------------------------------------------
+
+
+def test_empty_is_noop(model):
+    x = ids()
+    base = logits(model, x)
+    with mask_heads(model, ADAPTER, []):
+        assert len(model.model.language_model.layers[0].self_attn.o_proj._forward_pre_hooks) == 0
+        assert torch.equal(logits(model, x), base)
+
+
+@pytest.mark.parametrize("heads", [
+    [(0, 0)],
+    [(1, 3)],
+    [(0, 1), (2, 2), (2, 0)],
+    [(1, h) for h in range(NUM_HEADS)],  # a whole layer
+    [(2, 1), (2, 1)],  # duplicates
+])
+def test_matches_weight_zeroed_copy(model, heads):
+    x = ids()
+    before = snapshot(model)
+    ref = logits(weight_zeroed(model, heads), x)
+    with mask_heads(model, ADAPTER, heads):
+        got = logits(model, x)
+    assert torch.allclose(got, ref, rtol=0, atol=1e-6)
+    # and the mask actually did something
+    assert (got - logits(model, x)).abs().max() > 1e-3
+    assert_clean(model, before)
+
+
+def test_nested_contexts_add_up(model):
+    x = ids()
+    ref = logits(weight_zeroed(model, [(0, 1), (2, 3)]), x)
+    with mask_heads(model, ADAPTER, [(0, 1)]):
+        with mask_heads(model, ADAPTER, [(2, 3)]):
+            got = logits(model, x)
+    assert torch.allclose(got, ref, rtol=0, atol=1e-6)
+
+
+def test_clean_after_exception(model):
+    before = snapshot(model)
+    with pytest.raises(RuntimeError, match="boom"):
+        with mask_heads(model, ADAPTER, [(0, 0), (1, 2)]):
+            assert len(model.model.language_model.layers[1].self_attn.o_proj._forward_pre_hooks) == 1
+            logits(model, ids())
+            raise RuntimeError("boom")
+    assert_clean(model, before)
+
+
+# --- generation with a KV cache ---------------------------------------------------------------------
+
+
+def test_generate_with_kv_cache(model):
+    heads = [(0, 2), (1, 0), (2, 3)]
+    x = ids(6)
+    kw = dict(max_new_tokens=5, do_sample=False, use_cache=True, return_dict_in_generate=True,
+              output_logits=True, attention_mask=torch.ones_like(x))
+    seen_lengths = []
+    spy = ADAPTER.o_proj(model, 0).register_forward_pre_hook(lambda m, a: seen_lengths.append(a[0].shape[1]))
+    try:
+        with torch.no_grad(), mask_heads(model, ADAPTER, heads):
+            got = model.generate(input_ids=x, **kw)
+    finally:
+        spy.remove()
+    with torch.no_grad():
+        ref = weight_zeroed(model, heads).generate(input_ids=x, **kw)
+        plain = model.generate(input_ids=x, **kw)
+    assert seen_lengths[0] == 6 and set(seen_lengths[1:]) == {1}  # decode steps see S=1
+    assert got.sequences.shape == (1, 11)
+    assert torch.equal(got.sequences, ref.sequences)
+    for step_got, step_ref in zip(got.logits, ref.logits):
+        assert torch.allclose(step_got, step_ref, rtol=0, atol=1e-6)
+    assert any((a - b).abs().max() > 1e-3 for a, b in zip(got.logits, plain.logits))
+    assert all(len(m._forward_pre_hooks) == 0 for m in model.modules())
+
+
+# --- batching with left padding ---------------------------------------------------------------------
+
+
+def test_left_padded_batch_matches_single_runs(model):
+    heads = [(0, 1), (1, 3)]
+    rows = [ids(7)[0], ids(4)[0], ids(5)[0]]
+    S = max(len(r) for r in rows)
+    batch = torch.full((len(rows), S), PAD)
+    attn = torch.zeros((len(rows), S), dtype=torch.long)
+    for b, r in enumerate(rows):
+        batch[b, S - len(r):] = r  # left padding
+        attn[b, S - len(r):] = 1
+    with mask_heads(model, ADAPTER, heads):
+        batched = logits(model, batch, attn)
+        singles = [logits(model, r[None]) for r in rows]
+        gen_batched = model.generate(input_ids=batch, attention_mask=attn, max_new_tokens=4, do_sample=False)
+        gen_single = [model.generate(input_ids=r[None], attention_mask=torch.ones_like(r[None]),
+                                     max_new_tokens=4, do_sample=False) for r in rows]
+    unmasked = logits(model, batch, attn)
+    for b, r in enumerate(rows):
+        assert torch.allclose(batched[b, S - len(r):], singles[b][0], rtol=0, atol=1e-4)
+        assert torch.equal(gen_batched[b, S:], gen_single[b][0, len(r):])
+    assert (batched - unmasked)[attn.bool()].abs().max() > 1e-3
