@@ -110,6 +110,88 @@ class Adapter:
         raise NotImplementedError
 
 
+
+class ChatTemplateAdapter(Adapter):
+    """Shared ``build_batch`` for families whose processor renders a chat template with one image and
+    expands the image placeholder into one token per visual token (Qwen-VL, LLaVA).
+
+    Subclasses provide :meth:`visual_map` (token -> original-image rectangle, from the processor outputs)
+    and may set ``answer_sep`` (text between the generation prompt and a teacher-forced answer).
+    Token positions of the prompt's expression and of the answer come from the tokenizer's character
+    offsets on the *expanded* text (image placeholder repeated as the processor does), so they are exact
+    whatever the tokenizer merges; a token that straddles a span edge counts as inside.
+    """
+
+    answer_sep: str = ""
+
+    def chat_text(self, processor: Any, prompt: str) -> str:
+        """The rendered chat (user turn with the image then ``prompt``, plus the generation prompt)."""
+        messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": prompt}]}]
+        return processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+    def visual_map(self, processor: Any, enc: Any, b: int, image: Any) -> tuple[torch.Tensor, dict[str, Any]]:
+        """FloatTensor [V_b, 4] original-pixel rectangles of sample ``b``'s visual tokens, in sequence
+        order, and that sample's meta dict."""
+        raise NotImplementedError
+
+    def build_batch(self, processor: Any, images: list, prompts: list[str],
+                    answers: list[str] | None = None, expressions: list[str] | None = None) -> VisionBatch:
+        images = [im.convert("RGB") if hasattr(im, "convert") else im for im in images]
+        tok = processor.tokenizer
+        image_token = processor.image_token
+        texts, spans = [], []  # spans: per sample {"expression": (c0, c1), "answer": (c0, c1)} in `texts`
+        for i, prompt in enumerate(prompts):
+            chat = self.chat_text(processor, prompt)
+            if chat.count(image_token) != 1:
+                raise ValueError(f"expected one {image_token!r} in the rendered chat, got {chat.count(image_token)}")
+            p0 = chat.rfind(prompt)
+            if p0 < 0:
+                raise ValueError("the chat template altered the prompt text; cannot locate the expression")
+            sp: dict[str, tuple[int, int]] = {}
+            if expressions is not None:
+                e0 = prompt.find(expressions[i])
+                if e0 < 0:
+                    raise ValueError(f"expression {expressions[i]!r} is not a substring of prompt {prompt!r}")
+                sp["expression"] = (p0 + e0, p0 + e0 + len(expressions[i]))
+            if answers is not None:
+                chat = chat + self.answer_sep
+                sp["answer"] = (len(chat), len(chat) + len(answers[i]))
+                chat = chat + answers[i]
+            texts.append(chat)
+            spans.append(sp)
+        enc = processor(images=images, text=texts, padding=True, return_tensors="pt", return_offsets_mapping=True)
+        offsets = enc.pop("offset_mapping")  # [B, S, 2] char offsets into the expanded texts
+        ids, mask = enc["input_ids"], enc["attention_mask"].bool()  # [B, S]
+        image_token_id = tok.convert_tokens_to_ids(image_token)
+        if tok.padding_side != "left" and not bool(mask[:, -1].all()):
+            raise ValueError("vrh needs left padding; set tokenizer.padding_side = 'left'")
+        vis, rects, expr, ans, metas = [], [], [], [], []
+        for b, text in enumerate(texts):
+            is_img = (ids[b] == image_token_id) & mask[b]
+            n_img = int(is_img.sum())
+            # the processor replaced the one placeholder by n_img copies: shift spans that follow it
+            at, grow = text.find(image_token), (n_img - 1) * len(image_token)
+
+            def token_positions(span: tuple[int, int]) -> torch.Tensor:
+                c0, c1 = (c + grow if c > at else c for c in span)
+                hit = (offsets[b, :, 0] < c1) & (offsets[b, :, 1] > c0) & mask[b] & ~is_img
+                return hit.nonzero().flatten()
+
+            vis.append(is_img.nonzero().flatten())
+            r, meta = self.visual_map(processor, enc, b, images[b])
+            if r.shape[0] != n_img:
+                raise ValueError(f"{n_img} image tokens but the processor outputs map {r.shape[0]}")
+            rects.append(r)
+            metas.append(meta)
+            expr.append(token_positions(spans[b]["expression"]) if expressions is not None
+                        else torch.zeros(0, dtype=torch.long))
+            if answers is not None:
+                ans.append(token_positions(spans[b]["answer"]))
+        return VisionBatch(inputs=dict(enc), visual_positions=vis, visual_rects=rects, expression_positions=expr,
+                           answer_positions=ans if answers is not None else None,
+                           image_sizes=[tuple(im.size) for im in images], meta=metas)
+
+
 _REGISTRY: dict[str, type[Adapter]] = {}
 
 
