@@ -169,6 +169,9 @@ def test_judge():
 
 
 def test_outcomes_are_plain_strings():
+    import vrh.grounding as g
+
+    assert (g.CORRECT, g.MISLOCATED, g.PARSE_FAILURE) == Outcome.ALL
     assert (Outcome.CORRECT, Outcome.MISLOCATED, Outcome.PARSE_FAILURE) == (
         "correct", "mislocated", "parse_failure")
 

@@ -196,6 +196,10 @@ class Outcome:
     ALL = (CORRECT, MISLOCATED, PARSE_FAILURE)
 
 
+# module-level aliases: ``grounding.CORRECT`` reads as well as ``grounding.Outcome.CORRECT``
+CORRECT, MISLOCATED, PARSE_FAILURE = Outcome.CORRECT, Outcome.MISLOCATED, Outcome.PARSE_FAILURE
+
+
 def judge(pred_box: Sequence[float] | None, gt_box: Sequence[float], tau: float = 0.5) -> tuple[str, float]:
     """``(outcome, iou)`` for a predicted box (original pixels, or ``None`` if none was parsed).
 

@@ -1,0 +1,304 @@
+"""The project's dataset format: JSON Lines, one sample per line, validated on load.
+
+A grounding line::
+
+    {"id": "rc-17", "image": "images/17.png", "task": "grounding",
+     "expression": "the red mug left of the laptop", "box": [40, 52, 118, 130], "box_format": "xyxy"}
+
+A VQA line::
+
+    {"id": "vqa-3", "image": "/data/img/3.jpg", "task": "vqa", "question": "What color is the mug?",
+     "answer": "red"}
+
+``image`` is relative to the JSONL file's folder, or absolute. ``box_format`` (``"xyxy"`` or ``"xywh"``,
+original-image pixels) is required wherever ``box`` is given: guessing it from the numbers is how
+datasets silently get corrupted. Any other field is kept in :attr:`Sample.meta`.
+
+Every error names the file and the 1-based line, e.g. ``data.jsonl:7: grounding sample needs 'box'``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import random
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vrh.grounding import Box, xywh_to_xyxy
+
+TASKS = ("grounding", "vqa")
+BOX_FORMATS = ("xyxy", "xywh")
+BOUNDS_TOLERANCE = 1.0  # pixels a GT box may stick out of the image (rounding in annotation tools)
+_KNOWN = ("id", "image", "task", "expression", "box", "box_format", "question", "answer")
+
+
+class DatasetError(ValueError):
+    """A dataset line failed validation; the message starts with ``file:line:``."""
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One validated sample. ``box`` is always xyxy floats in original-image pixels.
+
+    ``image_size`` is ``(width, height)`` read from the image header at load time
+    (``check_images=True``), else ``None``; :meth:`read_image_size` works either way.
+    """
+
+    id: str
+    image_path: Path  # absolute
+    task: str  # "grounding" | "vqa"
+    expression: str | None = None
+    box: Box | None = None
+    question: str | None = None
+    answer: str | None = None
+    image_size: tuple[int, int] | None = None
+    meta: dict[str, Any] = field(default_factory=dict, hash=False)  # hash=False keeps Sample hashable
+
+    def read_image_size(self) -> tuple[int, int]:
+        """``image_size`` if known, else read from the file header (no pixel decoding)."""
+        return self.image_size or _image_size(self.image_path)
+
+    def load_image(self):
+        """The image as an RGB ``PIL.Image``."""
+        from PIL import Image
+
+        with Image.open(self.image_path) as im:
+            return im.convert("RGB")
+
+
+@dataclass
+class LoadReport:
+    """What :func:`load_dataset` did: how many samples it kept and which lines it skipped, and why."""
+
+    path: Path
+    n_loaded: int = 0
+    skipped: list[tuple[int, str]] = field(default_factory=list)  # (1-based line, reason)
+
+    @property
+    def n_skipped(self) -> int:
+        return len(self.skipped)
+
+
+class Samples(list):
+    """A ``list[Sample]`` that also carries the :class:`LoadReport` of the load that made it."""
+
+    def __init__(self, items: Iterable[Sample] = (), report: LoadReport | None = None):
+        super().__init__(items)
+        self.report = report
+
+
+def _image_size(path: Path) -> tuple[int, int]:
+    from PIL import Image
+
+    with Image.open(path) as im:  # lazy: reads the header only
+        return int(im.width), int(im.height)
+
+
+def _text(rec: dict, key: str, required: bool) -> str | None:
+    value = rec.get(key)
+    if value is None:
+        if required:
+            raise ValueError(f"{rec.get('task')} sample needs {key!r}")
+        return None
+    if not isinstance(value, str) or (required and not value.strip()):
+        raise ValueError(f"{key!r} must be a non-empty string, got {value!r}")
+    return value
+
+
+def _box(rec: dict) -> Box:
+    raw, fmt = rec["box"], rec.get("box_format")
+    if fmt is None:
+        raise ValueError("'box' needs an explicit 'box_format' (\"xyxy\" or \"xywh\")")
+    if fmt not in BOX_FORMATS:
+        raise ValueError(f"unknown box_format {fmt!r}; expected one of {BOX_FORMATS}")
+    if (not isinstance(raw, (list, tuple)) or len(raw) != 4
+            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in raw)):
+        raise ValueError(f"'box' must be a list of 4 numbers, got {raw!r}")
+    if not all(math.isfinite(v) for v in raw):
+        raise ValueError(f"'box' has a non-finite value: {raw!r}")
+    box = xywh_to_xyxy(raw) if fmt == "xywh" else tuple(float(v) for v in raw)
+    x1, y1, x2, y2 = box
+    if x2 <= x1 or y2 <= y1:
+        raise ValueError(f"box {list(raw)} ({fmt}) has non-positive area (as xyxy: {list(box)})")
+    return box  # type: ignore[return-value]
+
+
+def _check_bounds(box: Box, size: tuple[int, int]) -> Box:
+    """Reject boxes more than BOUNDS_TOLERANCE outside the image; clip the rest onto it."""
+    W, H = size
+    x1, y1, x2, y2 = box
+    tol = BOUNDS_TOLERANCE
+    if x1 < -tol or y1 < -tol or x2 > W + tol or y2 > H + tol:
+        raise ValueError(f"box {list(box)} lies outside the {W}x{H} image (tolerance {tol:g}px)")
+    return (max(x1, 0.0), max(y1, 0.0), min(x2, float(W)), min(y2, float(H)))
+
+
+def _parse_line(rec: Any, folder: Path, check_images: bool) -> Sample:
+    """Validate one decoded line; raises ValueError with a reason (the caller adds file:line)."""
+    if not isinstance(rec, dict):
+        raise ValueError(f"expected a JSON object, got {type(rec).__name__}")
+    missing = [k for k in ("id", "image", "task") if k not in rec]
+    if missing:
+        raise ValueError(f"missing field(s) {missing}")
+    if not isinstance(rec["id"], str) or not rec["id"]:
+        raise ValueError(f"'id' must be a non-empty string, got {rec['id']!r}")
+    task = rec["task"]
+    if task not in TASKS:
+        raise ValueError(f"unknown task {task!r}; expected one of {TASKS}")
+    if not isinstance(rec["image"], str) or not rec["image"]:
+        raise ValueError(f"'image' must be a non-empty path string, got {rec['image']!r}")
+    image_path = Path(rec["image"]).expanduser()
+    image_path = (image_path if image_path.is_absolute() else folder / image_path).resolve()
+
+    grounding = task == "grounding"
+    expression = _text(rec, "expression", required=grounding)
+    question = _text(rec, "question", required=not grounding)
+    answer = _text(rec, "answer", required=not grounding)
+    if rec.get("box_format") is not None and rec["box_format"] not in BOX_FORMATS:
+        raise ValueError(f"unknown box_format {rec['box_format']!r}; expected one of {BOX_FORMATS}")
+    if grounding and "box" not in rec:
+        raise ValueError("grounding sample needs 'box'")
+    box = _box(rec) if rec.get("box") is not None else None
+
+    size = None
+    if check_images:
+        if not image_path.is_file():
+            raise ValueError(f"image file not found: {image_path}")
+        try:
+            size = _image_size(image_path)
+        except Exception as e:  # noqa: BLE001 - PIL raises many types for unreadable files
+            raise ValueError(f"cannot read image {image_path}: {e}") from None
+        if box is not None:
+            box = _check_bounds(box, size)
+    meta = {k: v for k, v in rec.items() if k not in _KNOWN}
+    return Sample(id=rec["id"], image_path=image_path, task=task, expression=expression, box=box,
+                  question=question, answer=answer, image_size=size, meta=meta)
+
+
+def load_dataset(path: str | os.PathLike, *, limit: int | None = None, check_images: bool = True,
+                 on_error: str = "raise") -> Samples:
+    """Read and validate a JSONL dataset.
+
+    ``on_error="raise"`` stops at the first bad line with a :class:`DatasetError` naming file and line;
+    ``"skip"`` drops bad lines (including later duplicates of an id) and lists them in the result's
+    ``.report`` (:class:`LoadReport`). ``limit`` stops after that many valid samples. Blank lines are
+    ignored. With ``check_images`` every image must exist; its size is read from the header and GT
+    boxes must lie within it (up to 1px, then clipped onto it).
+    """
+    if on_error not in ("raise", "skip"):
+        raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+    if limit is not None and limit < 0:
+        raise ValueError(f"limit must be >= 0, got {limit}")
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"dataset file not found: {path}")
+    report = LoadReport(path=path)
+    samples = Samples(report=report)
+    first_line: dict[str, int] = {}  # id -> line it was first seen on
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            if limit is not None and len(samples) >= limit:
+                break
+            if not line.strip():
+                continue
+            try:
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"invalid JSON ({e.msg} at column {e.colno})") from None
+                sample = _parse_line(rec, path.parent, check_images)
+                if sample.id in first_line:
+                    raise ValueError(f"duplicate id {sample.id!r} (first on line {first_line[sample.id]})")
+            except ValueError as e:
+                if on_error == "raise":
+                    raise DatasetError(f"{path}:{lineno}: {e}") from None
+                report.skipped.append((lineno, str(e)))
+                continue
+            first_line[sample.id] = lineno
+            samples.append(sample)
+    report.n_loaded = len(samples)
+    return samples
+
+
+def _record(sample: Sample, folder: Path) -> dict[str, Any]:
+    clash = sorted(set(sample.meta) & set(_KNOWN))
+    if clash:
+        raise ValueError(f"sample {sample.id!r}: meta keys {clash} would shadow dataset fields")
+    image = Path(sample.image_path)
+    try:  # relative when the image lives under the dataset's folder, so the pair can be moved together
+        image_str = image.resolve().relative_to(folder.resolve()).as_posix()
+    except ValueError:
+        image_str = str(image.resolve())
+    rec: dict[str, Any] = {"id": sample.id, "image": image_str, "task": sample.task}
+    if sample.expression is not None:
+        rec["expression"] = sample.expression
+    if sample.box is not None:
+        rec["box"] = [float(v) for v in sample.box]
+        rec["box_format"] = "xyxy"
+    if sample.question is not None:
+        rec["question"] = sample.question
+    if sample.answer is not None:
+        rec["answer"] = sample.answer
+    rec.update(sample.meta)
+    return rec
+
+
+def write_dataset(samples: Iterable[Sample], path: str | os.PathLike) -> Path:
+    """Write samples as JSONL (boxes as xyxy; images relative to ``path``'s folder when beneath it).
+
+    Written to a temporary file and renamed, so a crash never leaves a half-written dataset (whose
+    hash would then silently differ).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps(_record(s, path.parent), ensure_ascii=False) + "\n" for s in samples]
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8", newline="\n") as f:
+        f.writelines(lines)
+    os.replace(tmp, path)
+    return path
+
+
+def dataset_hash(path: str | os.PathLike) -> str:
+    """sha256 (hex) of the JSONL file's bytes: identifies exactly which dataset a run used."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def split_detect_eval(samples: Sequence[Sample], n_detect: int, n_eval: int | None, seed: int
+                      ) -> tuple[list[Sample], list[Sample]]:
+    """Disjoint detection and evaluation sets (paper App. H), deterministic in ``seed``.
+
+    Ids are sorted and shuffled with ``random.Random(seed)``; the first ``n_detect`` form the detection
+    set and the next ``n_eval`` (``None``: all the rest) the evaluation set. So the result does not
+    depend on the input order, and changing ``n_eval`` never changes the detection set. Each set keeps
+    the input order.
+
+    >>> s = [Sample(id=str(i), image_path=Path("x.png"), task="vqa") for i in range(6)]
+    >>> det, ev = split_detect_eval(s, 2, 3, seed=0)
+    >>> len(det), len(ev), {x.id for x in det} & {x.id for x in ev}
+    (2, 3, set())
+    """
+    if n_detect < 0 or (n_eval is not None and n_eval < 0):
+        raise ValueError(f"split sizes must be >= 0, got n_detect={n_detect}, n_eval={n_eval}")
+    ids = [s.id for s in samples]
+    if len(set(ids)) != len(ids):
+        dup = sorted(i for i, c in Counter(ids).items() if c > 1)[:5]
+        raise ValueError(f"sample ids must be unique to split by id; duplicates: {dup}")
+    need = n_detect + (n_eval or 0)
+    if need > len(ids):
+        raise ValueError(f"cannot take n_detect={n_detect} + n_eval={n_eval} from {len(ids)} samples")
+    order = sorted(ids)
+    random.Random(seed).shuffle(order)
+    det_ids = set(order[:n_detect])
+    eval_ids = set(order[n_detect:] if n_eval is None else order[n_detect:n_detect + n_eval])
+    return [s for s in samples if s.id in det_ids], [s for s in samples if s.id in eval_ids]

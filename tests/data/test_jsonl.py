@@ -1,0 +1,259 @@
+import json
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from vrh.data import (
+    DatasetError,
+    LoadReport,
+    Sample,
+    dataset_hash,
+    load_dataset,
+    split_detect_eval,
+    write_dataset,
+)
+
+W, H = 64, 48
+
+
+@pytest.fixture
+def folder(tmp_path):
+    (tmp_path / "images").mkdir()
+    Image.new("RGB", (W, H), "red").save(tmp_path / "images" / "a.png")
+    Image.new("RGB", (32, 32), "blue").save(tmp_path / "images" / "b.png")
+    return tmp_path
+
+
+def grounding(id="g1", **kw):
+    rec = {"id": id, "image": "images/a.png", "task": "grounding", "expression": "the red square",
+           "box": [4, 6, 40, 30], "box_format": "xyxy"}
+    rec.update(kw)
+    return rec
+
+
+def vqa(id="q1", **kw):
+    rec = {"id": id, "image": "images/b.png", "task": "vqa", "question": "What color?", "answer": "blue"}
+    rec.update(kw)
+    return rec
+
+
+def write_lines(folder: Path, lines, name="data.jsonl") -> Path:
+    path = folder / name
+    path.write_text("".join((l if isinstance(l, str) else json.dumps(l)) + "\n" for l in lines))
+    return path
+
+
+# --- loading --------------------------------------------------------------------------------------
+
+
+def test_load_grounding_and_vqa(folder):
+    path = write_lines(folder, [grounding(source="refcoco", split="val"), "", vqa()])
+    samples = load_dataset(path)
+    assert [s.id for s in samples] == ["g1", "q1"]
+    g, q = samples
+    assert g == Sample(id="g1", image_path=(folder / "images" / "a.png").resolve(), task="grounding",
+                       expression="the red square", box=(4.0, 6.0, 40.0, 30.0), image_size=(W, H),
+                       meta={"source": "refcoco", "split": "val"})
+    assert all(isinstance(v, float) for v in g.box)
+    assert q.task == "vqa" and q.question == "What color?" and q.answer == "blue" and q.box is None
+    assert q.image_size == (32, 32) and q.meta == {}
+    assert samples.report.n_loaded == 2 and samples.report.skipped == []
+    assert g.load_image().size == (W, H)
+    hash(g)  # usable in sets / as dict keys despite the meta dict
+
+
+def test_xywh_is_converted(folder):
+    (s,) = load_dataset(write_lines(folder, [grounding(box=[4, 6, 10, 20], box_format="xywh")]))
+    assert s.box == (4.0, 6.0, 14.0, 26.0)
+
+
+def test_absolute_image_path(folder, tmp_path_factory):
+    elsewhere = tmp_path_factory.mktemp("other") / "data.jsonl"
+    elsewhere.write_text(json.dumps(grounding(image=str(folder / "images" / "a.png"))) + "\n")
+    (s,) = load_dataset(elsewhere)
+    assert s.image_path == (folder / "images" / "a.png").resolve()
+
+
+def test_box_within_tolerance_is_clipped(folder):
+    (s,) = load_dataset(write_lines(folder, [grounding(box=[-0.5, 0, W + 1, H])]))
+    assert s.box == (0.0, 0.0, float(W), float(H))
+
+
+def test_limit(folder):
+    path = write_lines(folder, [grounding(id=f"g{i}") for i in range(5)])
+    assert [s.id for s in load_dataset(path, limit=2)] == ["g0", "g1"]
+    assert load_dataset(path, limit=0) == []
+
+
+def test_check_images_off(folder):
+    (s,) = load_dataset(write_lines(folder, [grounding(image="images/missing.png", box=[0, 0, 500, 500])]),
+                        check_images=False)
+    assert s.image_size is None  # nothing read, no bounds check possible
+    with pytest.raises(FileNotFoundError):
+        s.read_image_size()
+    (s,) = load_dataset(write_lines(folder, [grounding()]), check_images=False)
+    assert s.read_image_size() == (W, H)
+
+
+# --- validation errors ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("line, reason", [
+    ("{not json", "invalid JSON"),
+    ("[1, 2]", "expected a JSON object"),
+    ({k: v for k, v in grounding().items() if k != "id"}, r"missing field\(s\) \['id'\]"),
+    ({k: v for k, v in grounding().items() if k != "image"}, "missing field"),
+    (grounding(id=7), "'id' must be a non-empty string"),
+    (grounding(task="caption"), "unknown task 'caption'"),
+    ({k: v for k, v in grounding().items() if k != "expression"}, "needs 'expression'"),
+    (grounding(expression="  "), "'expression' must be a non-empty string"),
+    ({k: v for k, v in grounding().items() if k != "box"}, "needs 'box'"),
+    ({k: v for k, v in grounding().items() if k != "box_format"}, "explicit 'box_format'"),
+    (grounding(box_format="cxcywh"), "unknown box_format 'cxcywh'"),
+    (grounding(box=[1, 2, 3]), "list of 4 numbers"),
+    (grounding(box=[1, 2, "3", 4]), "list of 4 numbers"),
+    (grounding(box=[40, 6, 4, 30]), "non-positive area"),
+    (grounding(box=[4, 6, 4, 30]), "non-positive area"),
+    (grounding(box=[4, 6, 0, 10], box_format="xywh"), "non-positive area"),
+    (grounding(box=[4, 6, W + 2, 30]), "outside the 64x48 image"),
+    (grounding(box=[-2, 6, 40, 30]), "outside the 64x48 image"),
+    (grounding(image="images/missing.png"), "image file not found"),
+    ({k: v for k, v in vqa().items() if k != "answer"}, "needs 'answer'"),
+])
+def test_errors_name_file_and_line(folder, line, reason):
+    path = write_lines(folder, [vqa("ok"), line])
+    with pytest.raises(DatasetError, match=reason) as e:
+        load_dataset(path)
+    assert str(e.value).startswith(f"{path}:2: ")
+
+
+def test_nan_box_rejected(folder):
+    path = write_lines(folder, ['{"id": "g", "image": "images/a.png", "task": "grounding", "expression": "x",'
+                                ' "box": [NaN, 1, 2, 3], "box_format": "xyxy"}'])
+    with pytest.raises(DatasetError, match="non-finite"):
+        load_dataset(path)
+
+
+def test_unreadable_image(folder):
+    (folder / "images" / "bad.png").write_bytes(b"not an image")
+    with pytest.raises(DatasetError, match="cannot read image"):
+        load_dataset(write_lines(folder, [grounding(image="images/bad.png")]))
+
+
+def test_duplicate_ids(folder):
+    path = write_lines(folder, [grounding("x"), vqa("y"), vqa("x")])
+    with pytest.raises(DatasetError, match=r":3: duplicate id 'x' \(first on line 1\)"):
+        load_dataset(path)
+
+
+def test_missing_dataset_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="dataset file not found"):
+        load_dataset(tmp_path / "nope.jsonl")
+
+
+def test_bad_on_error(folder):
+    with pytest.raises(ValueError, match="on_error"):
+        load_dataset(write_lines(folder, [vqa()]), on_error="ignore")
+
+
+def test_skip_mode_reports_lines(folder):
+    path = write_lines(folder, [
+        grounding("a"),
+        "{broken",
+        grounding("b", box_format="polar"),
+        "",
+        vqa("a"),  # duplicate of line 1
+        grounding("c", image="images/missing.png"),
+        vqa("d"),
+    ])
+    samples = load_dataset(path, on_error="skip")
+    assert [s.id for s in samples] == ["a", "d"]
+    report = samples.report
+    assert isinstance(report, LoadReport) and report.path == path
+    assert report.n_loaded == 2 and report.n_skipped == 4
+    assert [line for line, _ in report.skipped] == [2, 3, 5, 6]
+    assert "invalid JSON" in report.skipped[0][1]
+    assert "polar" in report.skipped[1][1]
+    assert "duplicate id 'a'" in report.skipped[2][1]
+    assert "not found" in report.skipped[3][1]
+
+
+# --- writing and hashing -----------------------------------------------------------------------------
+
+
+def test_write_round_trip(folder):
+    src = write_lines(folder, [grounding(box=[4, 6, 10, 20], box_format="xywh", source="x"), vqa(),
+                               vqa("q2", difficulty=3, tags=["color"])])
+    samples = load_dataset(src)
+    out = write_dataset(samples, folder / "copy.jsonl")
+    first = json.loads(out.read_text().splitlines()[0])
+    assert first["image"] == "images/a.png"  # relative to the dataset folder
+    assert first["box"] == [4.0, 6.0, 14.0, 26.0] and first["box_format"] == "xyxy"
+    assert first["source"] == "x"
+    assert load_dataset(out) == samples
+    assert not (folder / "copy.jsonl.tmp").exists()
+
+
+def test_write_outside_folder_uses_absolute_paths(folder, tmp_path_factory):
+    samples = load_dataset(write_lines(folder, [vqa()]))
+    out = write_dataset(samples, tmp_path_factory.mktemp("elsewhere") / "sub" / "d.jsonl")
+    assert Path(json.loads(out.read_text())["image"]).is_absolute()
+    assert load_dataset(out) == samples
+
+
+def test_write_rejects_meta_shadowing_fields(folder, tmp_path):
+    s = Sample(id="a", image_path=folder / "images" / "a.png", task="vqa", question="q", answer="a",
+               meta={"box": [0, 0, 1, 1]})
+    with pytest.raises(ValueError, match="shadow"):
+        write_dataset([s], tmp_path / "x.jsonl")
+
+
+def test_dataset_hash(folder):
+    a = write_lines(folder, [vqa()], "a.jsonl")
+    b = write_lines(folder, [vqa()], "b.jsonl")
+    c = write_lines(folder, [vqa("other")], "c.jsonl")
+    import hashlib
+
+    assert dataset_hash(a) == hashlib.sha256(a.read_bytes()).hexdigest()
+    assert dataset_hash(a) == dataset_hash(b) != dataset_hash(c)
+    assert len(dataset_hash(a)) == 64
+
+
+# --- detection / evaluation split ---------------------------------------------------------------------
+
+
+def make_samples(n):
+    return [Sample(id=f"s{i:03d}", image_path=Path(f"{i}.png"), task="vqa", question="q", answer="a")
+            for i in range(n)]
+
+
+def test_split_disjoint_and_deterministic():
+    samples = make_samples(50)
+    det, ev = split_detect_eval(samples, 20, 15, seed=3)
+    assert len(det) == 20 and len(ev) == 15
+    assert not {s.id for s in det} & {s.id for s in ev}
+    assert split_detect_eval(samples, 20, 15, seed=3) == (det, ev)
+    assert split_detect_eval(samples, 20, 15, seed=4) != (det, ev)
+    # input order does not matter; each set keeps the input order
+    det_r, ev_r = split_detect_eval(samples[::-1], 20, 15, seed=3)
+    assert {s.id for s in det_r} == {s.id for s in det} and {s.id for s in ev_r} == {s.id for s in ev}
+    assert [s.id for s in det] == sorted(s.id for s in det)
+
+
+def test_split_eval_rest_and_stable_detection_set():
+    samples = make_samples(30)
+    det, ev = split_detect_eval(samples, 10, None, seed=0)
+    assert len(det) == 10 and len(ev) == 20
+    assert split_detect_eval(samples, 10, 5, seed=0)[0] == det  # n_eval never moves the detection set
+    assert {s.id for s in split_detect_eval(samples, 10, 5, seed=0)[1]} <= {s.id for s in ev}
+
+
+def test_split_errors():
+    samples = make_samples(10)
+    with pytest.raises(ValueError, match="cannot take"):
+        split_detect_eval(samples, 8, 3, seed=0)
+    with pytest.raises(ValueError, match=">= 0"):
+        split_detect_eval(samples, -1, 3, seed=0)
+    with pytest.raises(ValueError, match="unique"):
+        split_detect_eval(samples + samples[:1], 2, 2, seed=0)
