@@ -221,3 +221,15 @@ def test_left_padded_batch_matches_single_runs(model):
         assert torch.allclose(batched[b, S - len(r):], singles[b][0], rtol=0, atol=1e-4)
         assert torch.equal(gen_batched[b, S:], gen_single[b][0, len(r):])
     assert (batched - unmasked)[attn.bool()].abs().max() > 1e-3
+
+
+def test_real_qwen_adapter_agrees_with_stand_in(model):
+    from vrh.adapters import get_adapter
+
+    adapter = get_adapter("qwen2_5_vl")
+    assert (adapter.num_layers(model), adapter.num_heads(model), adapter.head_dim(model)) == (
+        NUM_LAYERS, NUM_HEADS, HEAD_DIM)
+    x = ids()
+    with mask_heads(model, adapter, [(1, 2), (2, 0)]):
+        got = logits(model, x)
+    assert torch.allclose(got, logits(weight_zeroed(model, [(1, 2), (2, 0)]), x), rtol=0, atol=1e-6)
