@@ -43,7 +43,7 @@ def load_qwen_processor(path: str, processor_class: str) -> Any:
 
     try:
         return AutoProcessor.from_pretrained(path)
-    except (ImportError, ValueError, TypeError, AttributeError):
+    except (ImportError, OSError, ValueError, TypeError, AttributeError):  # e.g. no torchvision for videos
         cls = getattr(importlib.import_module("transformers"), processor_class)
         return image_only(cls).from_pretrained(path)
 

@@ -110,7 +110,7 @@ _TEXT = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_att
              num_key_value_heads=2, max_position_embeddings=2048)
 
 
-def _finish(model: torch.nn.Module, tokenizer, seed: int) -> torch.nn.Module:
+def _finish(model: torch.nn.Module, tokenizer) -> torch.nn.Module:
     """Common tail: eval, float32, generation ids consistent with the tokenizer."""
     model = model.float().eval()
     gc = model.generation_config
@@ -178,7 +178,7 @@ def _tiny_qwen(family: str, seed: int, overrides_json: str):
     model = cls._from_config(config, attn_implementation="sdpa", dtype=torch.float32)
     processor = _qwen_processor(pcls, tok, patch_size=patch, min_pixels=min_pixels or 4 * factor * factor,
                                 max_pixels=max_pixels)
-    return _finish(model, tok, seed), processor
+    return _finish(model, tok), processor
 
 
 def tiny_qwen2_vl(seed: int = 0, **overrides):
@@ -219,7 +219,7 @@ def _tiny_llava(seed: int, overrides_json: str):
     processor = LlavaProcessor(image_processor=ip, tokenizer=tok, patch_size=vision["patch_size"],
                                vision_feature_select_strategy="default", num_additional_image_tokens=1,
                                chat_template=tok.chat_template)
-    return _finish(model, tok, seed), processor
+    return _finish(model, tok), processor
 
 
 def tiny_llava(seed: int = 0, **overrides):
