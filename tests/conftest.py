@@ -16,3 +16,37 @@ def seed():
     np.random.seed(0)
     torch.manual_seed(0)
     return 0
+
+
+# --- a tiny saved checkpoint and a small grounding + VQA dataset in the vrh JSONL format --------------
+import json  # noqa: E402
+
+from PIL import Image, ImageDraw  # noqa: E402
+import pytest
+from PIL import Image, ImageDraw
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory):
+    from vrh.testing.tiny_models import save_tiny, tiny_qwen2_5_vl
+
+    model, processor = tiny_qwen2_5_vl(seed=0)
+    return str(save_tiny(model, processor, tmp_path_factory.mktemp("tiny_qwen2_5_vl")))
+
+
+@pytest.fixture(scope="session")
+def tiny_dataset(tmp_path_factory):
+    root = tmp_path_factory.mktemp("data")
+    rows = []
+    for i in range(12):
+        im = Image.new("RGB", (84, 56), (240, 240, 240))
+        x, y = 4 + 5 * i, 8 + i
+        ImageDraw.Draw(im).rectangle([x, y, x + 20, y + 16], fill=(200, 30, 30))
+        im.save(root / f"im{i}.png")
+        rows.append({"id": f"g{i}", "image": f"im{i}.png", "task": "grounding", "expression": "the red box",
+                     "box": [x, y, x + 20, y + 16], "box_format": "xyxy"})
+        rows.append({"id": f"q{i}", "image": f"im{i}.png", "task": "vqa", "question": "what colour is the box?",
+                     "answer": "red"})
+    path = root / "data.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)

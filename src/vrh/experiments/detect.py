@@ -84,7 +84,7 @@ def detect(cfg: DetectConfig, lm: LoadedModel | None = None) -> dict[str, Any]:
     scorers = {name: make_scorer(name, seed=cfg.seed) for name in cfg.scorers}
     overlays: dict[str, np.ndarray] = {}
     skipped: list[dict[str, str]] = []
-    n_forwards = 0
+    n_forwards = n_scored = 0
     with run, progress(len(det), "detect") as advance:
         for start in range(0, len(det), cfg.batch_size):
             chunk = det[start:start + cfg.batch_size]
@@ -102,7 +102,8 @@ def detect(cfg: DetectConfig, lm: LoadedModel | None = None) -> dict[str, Any]:
             if keep:
                 n_forwards += _score_chunk(lm, cfg, [chunk[i] for i in keep], [images[i] for i in keep],
                                            [prompts[i] for i in keep], [answers[i] for i in keep],
-                                           [records[i] for i in keep], scorers, overlays)
+                                           [records[i] for i in keep], scorers, overlays, n_scored)
+                n_scored += len(keep)
             for r in records:
                 run.append_sample(r)
             advance(len(chunk))
@@ -111,7 +112,7 @@ def detect(cfg: DetectConfig, lm: LoadedModel | None = None) -> dict[str, Any]:
     return result
 
 
-def _score_chunk(lm, cfg, chunk, images, prompts, answers, records, scorers, overlays) -> int:
+def _score_chunk(lm, cfg, chunk, images, prompts, answers, records, scorers, overlays, first_index) -> int:
     batch = lm.adapter.build_batch(lm.processor, images, prompts, answers=answers,
                                    expressions=[s.expression for s in chunk])
     qs = [query_sets(batch, b, lm.processor) for b in range(len(chunk))]
@@ -126,7 +127,7 @@ def _score_chunk(lm, cfg, chunk, images, prompts, answers, records, scorers, ove
         info = SampleInfo(
             key_positions=vis[in_box], visual_positions=vis, grid=grid_shape(rects),
             queries={"out": qs[b].out, "in": qs[b].inp, "coord": qs[b].coord, "last_prompt": qs[b].last_prompt},
-            correct=rec.get("outcome") == "correct", iou=rec.get("iou"), index=int(s.id.__hash__() & 0) + len(overlays),
+            correct=rec.get("outcome") == "correct", iou=rec.get("iou"), index=first_index + b,
         )
         for scorer in scorers.values():
             scorer.update(rows, info)

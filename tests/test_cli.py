@@ -1,0 +1,56 @@
+"""The CLI in-process on a tiny random-init Qwen2.5-VL checkpoint saved to disk."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from vrh import runs
+from vrh.cli import main
+
+
+
+def test_help_lists_commands(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    for cmd in ("detect", "evaluate"):
+        assert cmd in out
+
+
+def test_detect_then_evaluate_write_complete_run_folders(tmp_path, tiny_checkpoint, tiny_dataset):
+    det = tmp_path / "det"
+    assert main(["detect", "--model", tiny_checkpoint, "--data", tiny_dataset, "--n", "6", "--out", str(det),
+                 "--max-new-tokens", "8", "--batch-size", "4",
+                 "--scorers", "out/sum/mean,in/argmax/freq,retrieval_heads"]) == 0
+    cfg = runs.read_json(det / runs.CONFIG)
+    assert cfg["command"] == "detect" and cfg["data"]["n_detect"] == 6 and len(cfg["eval_ids"]) == 6
+    assert cfg["environment"]["transformers"] and cfg["data"]["sha256"]
+    hs = runs.read_json(det / runs.HEAD_SCORES)
+    L, H = hs["num_layers"], hs["num_heads"]
+    assert len(hs["scores"]) == L and len(hs["scores"][0]) == H and len(hs["ranking"]) == L * H
+    assert set(hs["variants"]) == {"out/sum/mean", "in/argmax/freq", "retrieval_heads"}
+    assert hs["capture_forwards"] == 2  # one capture pass per batch serves every scorer
+    samples = runs.read_jsonl(det / runs.SAMPLES)
+    assert len(samples) == 6 and all("outcome" in s for s in samples)
+    assert not set(s["id"] for s in samples) & set(cfg["eval_ids"])
+
+    ev = tmp_path / "ev"
+    assert main(["evaluate", "--model", tiny_checkpoint, "--data", tiny_dataset, "--mask-heads", str(det),
+                 "--k", "2", "--out", str(ev), "--max-new-tokens", "8"]) == 0
+    res = runs.read_json(ev / runs.RESULTS)
+    assert res["n"] == 6 and 0.0 <= res["accuracy"] <= 1.0
+    assert res["masked_heads"] == hs["ranking"][:2]
+    assert {r["id"] for r in runs.read_jsonl(ev / runs.SAMPLES)} == set(cfg["eval_ids"])
+
+    rnd = tmp_path / "rnd"
+    assert main(["evaluate", "--model", tiny_checkpoint, "--data", tiny_dataset, "--mask-heads", str(det),
+                 "--k", "2", "--random", "--seed", "3", "--out", str(rnd), "--max-new-tokens", "8"]) == 0
+    masked = runs.read_json(rnd / runs.RESULTS)["masked_heads"]
+    assert len(masked) == 2 and not {tuple(h) for h in masked} & {tuple(h) for h in hs["ranking"][:2]}
+
+
+def test_bad_input_is_a_clear_error(tmp_path, tiny_checkpoint, tiny_dataset, capsys):
+    assert main(["evaluate", "--model", tiny_checkpoint, "--data", tiny_dataset, "--mask-heads", "99:0",
+                 "--out", str(tmp_path / "x")]) == 2
+    assert "outside" in capsys.readouterr().err
