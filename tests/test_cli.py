@@ -49,6 +49,16 @@ def test_detect_then_evaluate_write_complete_run_folders(tmp_path, tiny_checkpoi
     masked = runs.read_json(rnd / runs.RESULTS)["masked_heads"]
     assert len(masked) == 2 and not {tuple(h) for h in masked} & {tuple(h) for h in hs["ranking"][:2]}
 
+    sw = tmp_path / "sw"
+    assert main(["sweep", "--model", tiny_checkpoint, "--data", tiny_dataset, "--heads", str(det), "--ks", "0,1,2",
+                 "--seeds", "0,1", "--out", str(sw), "--max-new-tokens", "8", "--n", "4"]) == 0
+    res = runs.read_json(sw / runs.RESULTS)
+    assert res["k"] == [0, 1, 2] and len(res["vrh"]["accuracy"]) == 3
+    assert res["random"]["seeds"] == [0, 1] and all(len(a) == 2 for a in res["random"]["accuracy"])
+    assert res["vrh"]["accuracy"][0] == res["baseline_accuracy"]
+    lines = runs.read_jsonl(sw / runs.SAMPLES)
+    assert len(lines) == 4 * (1 + 2 * (1 + 2)) and {l["kind"] for l in lines} == {"none", "vrh", "random"}
+
 
 def test_bad_input_is_a_clear_error(tmp_path, tiny_checkpoint, tiny_dataset, capsys):
     assert main(["evaluate", "--model", tiny_checkpoint, "--data", tiny_dataset, "--mask-heads", "99:0",

@@ -78,10 +78,35 @@ def _evaluate(a):
     return 0
 
 
+# --- sweep --------------------------------------------------------------------------------------------
+def _sweep_args(p):
+    _model_args(p)
+    p.add_argument("--data", required=True, help="dataset JSONL (grounding or VQA samples)")
+    p.add_argument("--heads", required=True, help="detection run folder whose ranking is swept")
+    p.add_argument("--ks", type=_ints, default=(0, 1, 3, 5, 10, 20, 50), help="k values (default: 0,1,3,5,10,20,50)")
+    p.add_argument("--seeds", type=_ints, default=(0, 1, 2), help="random-head seeds (default: 0,1,2)")
+    p.add_argument("--task", choices=["grounding", "vqa"], default="grounding")
+    p.add_argument("--n", type=int, default=None, help="evaluation samples (default: all held-out)")
+    p.add_argument("--scorer", default=None, help="scorer of the detection run that ranks heads")
+    p.add_argument("--exclude-layers", type=_ints, default=(), help="layers random heads avoid, e.g. 0")
+    p.add_argument("--no-disjoint", action="store_true", help="also evaluate on the detection samples")
+    p.add_argument("--out", required=True)
+
+
+def _sweep(a):
+    from vrh.experiments.sweep import SweepConfig, sweep
+
+    sweep(SweepConfig(model=a.model, data=a.data, heads=a.heads, out=a.out, ks=a.ks, seeds=a.seeds, task=a.task,
+                      n=a.n, scorer=a.scorer, exclude_layers=a.exclude_layers, disjoint=not a.no_disjoint,
+                      batch_size=a.batch_size, max_new_tokens=a.max_new_tokens, device=a.device, dtype=a.dtype))
+    return 0
+
+
 # name -> (help, add_arguments, run); the order is the order of --help
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {
     "detect": ("score every LM head on grounding samples and rank them", _detect_args, _detect),
     "evaluate": ("answer with heads masked and measure accuracy (IoU >= 0.5)", _evaluate_args, _evaluate),
+    "sweep": ("accuracy vs k: top-k detected heads vs k random heads over seeds", _sweep_args, _sweep),
 }
 
 
