@@ -102,10 +102,49 @@ def _sweep(a):
     return 0
 
 
+# --- demo ---------------------------------------------------------------------------------------------
+def _demo_args(p):
+    p.add_argument("--out", default="runs/demo", help="run folder to write (default: %(default)s)")
+    p.add_argument("--model", default="organism", help="organism checkpoint (default: %(default)s)")
+    p.add_argument("--n-detect", type=int, default=200)
+    p.add_argument("--n-eval", type=int, default=200)
+    p.add_argument("--n-vqa", type=int, default=200)
+    p.add_argument("--k", type=int, default=None, help="headline k (default: 10%% of all heads)")
+    p.add_argument("--seeds", type=_ints, default=(0, 1, 2), help="random-head seeds (default: 0,1,2)")
+    p.add_argument("--device", default="cpu")
+
+
+def _demo(a):
+    from vrh.experiments.demo import DemoConfig, demo
+
+    demo(DemoConfig(out=a.out, model=a.model, n_detect=a.n_detect, n_eval=a.n_eval, n_vqa=a.n_vqa, k=a.k,
+                    seeds=a.seeds, device=a.device))
+    return 0
+
+
+# --- organism -----------------------------------------------------------------------------------------
+def _organism_args(p):
+    p.add_argument("organism_args", nargs=argparse.REMAINDER,
+                   help="'train --out DIR [--config PRESET_OR_JSON] [--steps N]' (see 'vrh organism train -h')")
+
+
+def _organism(a):
+    from vrh.organism.train import main as organism_main
+
+    args = list(a.organism_args)
+    if not args or args[0] != "train":
+        print("usage: vrh organism train --out DIR [--config PRESET_OR_JSON] [--steps N]", file=sys.stderr)
+        return 2
+    return organism_main(args[1:])
+
+
 # name -> (help, add_arguments, run); the order is the order of --help
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {
+    "demo": ("the whole method on the shipped model organism, offline (the README's main command)",
+             _demo_args, _demo),
     "detect": ("score every LM head on grounding samples and rank them", _detect_args, _detect),
     "evaluate": ("answer with heads masked and measure accuracy (IoU >= 0.5)", _evaluate_args, _evaluate),
+    "organism": ("train the model organism (vrh organism train --out DIR)", _organism_args, _organism),
     "sweep": ("accuracy vs k: top-k detected heads vs k random heads over seeds", _sweep_args, _sweep),
 }
 
