@@ -1,0 +1,126 @@
+"""``vrh report``: turn run folders into one readable report, without touching a model.
+
+:func:`build_report` reads only what runs wrote (``config.json``, ``results.json``, ``head_scores.json``,
+``samples.jsonl``, ``overlays.npz``) and writes into ``out_dir``:
+
+* ``report.html``: a single self-contained page (inline CSS, every figure a base64 ``data:`` URI, no
+  scripts, fonts or external URLs) that can be mailed or archived and still shows everything;
+* ``report.md`` with its figures as PNGs in ``out_dir/figures/``, for reading in a repository.
+
+Runs are dispatched on ``config.json["command"]``. Sections (each left out when no run feeds it):
+Summary (+ provenance), Head scores and sparsity (``detect``), k-curves and Tab. A1-style tables
+(``sweep``), Outcome breakdown (``sweep``, ``evaluate``), Attention overlays (``detect`` with
+``overlays.npz``), Transfer, Stability, Method comparison, Other runs (any other command: its results.json
+keys and scalar values).
+
+Expected ``results.json`` of commands still being written -- match these, every key is optional
+(accuracies are fractions in [0, 1]):
+
+``transfer`` (heads detected in ``model_a``, masked at the same indices in ``model_b``)::
+
+    {"model_a": "qwen2.5-vl-7b", "model_b": "internvl3-8b", "k": 20,
+     "baseline_accuracy": 0.93,            # model_b unmasked
+     "own_heads_accuracy": 0.09,           # model_b, its own top-k masked
+     "transferred_heads_accuracy": 0.15,   # model_b, model_a's top-k masked
+     "random_accuracy_mean": 0.92,         # model_b, k random heads (mean over seeds)
+     "spearman": 0.61, "kendall": 0.45, "topk_overlap": 0.55}   # score-map agreement
+
+  A per-k variant is also drawn: ``"k": [1, 5, 20]`` with the four ``*_accuracy*`` keys as lists.
+
+``stability``::
+
+    {"n_values": [5, 10, 50, 200], "topk_overlap_mean": [...], "topk_overlap_std": [...], "k": 20,
+     "accuracy_mean": [...],               # optional: accuracy after masking the top-k found with n
+     "token_choice": {"rand1_accuracy": x, "out_accuracy": x, "random_accuracy": x,
+                      "baseline_accuracy": x}}   # baseline optional
+
+``compare``::
+
+    {"k": [5, 10, 20, 50], "baseline_accuracy": x,   # baseline optional
+     "methods": {"VRH (ours)": {"accuracy": [...]}, "retrieval heads": {"accuracy": [...]}},
+     "random": {"mean": [...], "std": [...]}}         # std optional
+
+Method names containing "vrh", "ours" or "own" are drawn red, "random" grey. A ``demo`` run (or any
+other command) lands in "Other runs" until a renderer is added here.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+
+from vrh.report import characterize, sections
+from vrh.report.document import Section, Text, figures, render_html, render_markdown
+from vrh.report.load import load_runs
+
+HTML_NAME = "report.html"
+MD_NAME = "report.md"
+FIG_DIR = "figures"
+
+
+def build_sections(runs, k: int | None) -> list[Section]:
+    """Every section with something to show, in reading order."""
+    parts = [sections.summary_section(runs), sections.scores_section(runs, k), sections.kcurve_section(runs),
+             sections.outcome_section(runs), sections.overlay_section(runs, k),
+             characterize.transfer_section(runs), characterize.stability_section(runs),
+             characterize.compare_section(runs), characterize.other_section(runs)]
+    return [p for p in parts if p is not None]
+
+
+def build_report(run_dirs: Sequence[str | Path], out_dir: str | Path, *, k: int | None = None,
+                 title: str = "Visual Retrieval Heads report") -> dict[str, Path]:
+    """Write ``report.html`` and ``report.md`` (+ ``figures/``) for ``run_dirs`` into ``out_dir``.
+
+    ``k`` is the number of top heads marked on heat maps and averaged in overlays (default: 20, capped at
+    an eighth of a small model's heads). Returns ``{"html": ..., "md": ..., "figures": ...}`` paths.
+    A path without ``config.json`` raises FileNotFoundError; anything odd inside a run is reported, not raised.
+    """
+    if not run_dirs:
+        raise ValueError("vrh report needs at least one run folder")
+    if k is not None and k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    runs = load_runs(list(run_dirs))
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    secs = build_sections(runs, k)
+    intro = [Text(f"{len(runs)} run folder(s): " + ", ".join(f"{r.name} ({r.command})" for r in runs) + ". "
+                  "Heads are (layer, head), 0-based. Accuracies in %."),]
+    html_path, md_path, fig_dir = out_dir / HTML_NAME, out_dir / MD_NAME, out_dir / FIG_DIR
+    md = render_markdown(title, intro, secs, fig_dir, FIG_DIR)
+    _write_text(md_path, md)
+    _write_text(html_path, render_html(title, intro, secs))
+    return {"html": html_path, "md": md_path, "figures": fig_dir}
+
+
+def _write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Arguments of ``vrh report RUN... --out DIR [--k K]`` (for the main CLI's subparser)."""
+    p.add_argument("runs", nargs="+", help="run folders written by vrh commands")
+    p.add_argument("--out", required=True, help="folder to write report.html, report.md and figures/ into")
+    p.add_argument("--k", type=int, default=None,
+                   help="top heads to mark and to average in attention overlays (default: 20, fewer on tiny models)")
+    p.add_argument("--title", default="Visual Retrieval Heads report")
+
+
+def report_main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
+    """CLI entry: ``args`` is the parsed namespace (``runs``, ``out``, optional ``k`` / ``title``) or an
+    argv list. Prints where the report went; returns 0."""
+    if args is None or not isinstance(args, argparse.Namespace):
+        p = argparse.ArgumentParser(prog="vrh report", description="Build an HTML + Markdown report from run folders")
+        add_arguments(p)
+        args = p.parse_args(None if args is None else list(args))
+    paths = build_report(args.runs, args.out, k=getattr(args, "k", None),
+                         title=getattr(args, "title", None) or "Visual Retrieval Heads report")
+    from vrh.console import console
+
+    console.print(f"report: {paths['html']} (self-contained), {paths['md']} + {paths['figures']}/")
+    return 0
+
+
+__all__ = ["build_report", "report_main", "add_arguments", "build_sections", "figures"]

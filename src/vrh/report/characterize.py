@@ -1,0 +1,149 @@
+"""Report sections for the characterisation runs (transfer, stability, compare) and for commands the
+report does not know.
+
+The expected ``results.json`` formats are documented in :mod:`vrh.report.build`. Every key is optional:
+a missing number shows as an en dash, a missing series simply drops its figure, so a run written by a
+slightly different version of a command still renders instead of breaking the whole report.
+"""
+
+from __future__ import annotations
+
+from vrh.report import plots
+from vrh.report.document import Fig, Section, Table, Text, slug
+from vrh.report.load import Run, at, describe_model, is_num, num, pct, pm, short
+from vrh.report.style import RANDOM_COLOR, VRH_COLOR, VRH_LIGHT
+
+KNOWN = {"detect", "evaluate", "sweep", "transfer", "stability", "compare"}
+
+
+def _pair(r: dict) -> str:
+    """``A → B`` with checkpoint paths shortened to their folder names."""
+    return f"{describe_model(r.get('model_a', '?'))} → {describe_model(r.get('model_b', '?'))}"
+
+
+def transfer_section(runs: list[Run]) -> Section | None:
+    trs = [r for r in runs if r.command == "transfer" and r.results]
+    if not trs:
+        return None
+    s = Section("Transfer")
+    s.add(Text("Cross-model masking (Fig. 7): the top-k VRHs detected in model A are masked at the same "
+               "(layer, head) indices in model B and compared with masking B's own top-k VRHs and k random "
+               "heads. Rank agreement of the two score maps: Spearman, Kendall and top-k overlap."))
+    scalar = [r for r in trs if not isinstance(r.res.get("own_heads_accuracy"), list)]
+    if scalar:
+        groups = [f"{_pair(r.res)}\n(k={r.res.get('k', '?')})" for r in scalar]
+        s.add(Fig("transfer-bars", plots.transfer_bars(groups, [r.res for r in scalar], title="Cross-model masking"),
+                  "Accuracy of model B: unmasked, k random heads, its own top-k VRHs, and A's top-k VRHs."))
+    for run in (r for r in trs if isinstance(r.res.get("own_heads_accuracy"), list)):
+        r = run.res  # per-k variant: lists aligned with r["k"]
+        ks = r.get("k") if isinstance(r.get("k"), list) else list(range(len(r["own_heads_accuracy"])))
+        curves = {"own VRHs": r["own_heads_accuracy"], "transferred VRHs": r.get("transferred_heads_accuracy") or [],
+                  "random heads": r.get("random_accuracy_mean") or []}
+        s.add(Fig(f"{slug(run.name)}-transfer", plots.curve_family(
+            ks, {n: c for n, c in curves.items() if c}, baseline=r.get("baseline_accuracy"),
+            title=f"{run.name}: {_pair(r)}"), "Accuracy of model B vs k."))
+    rows = []
+    for run in trs:
+        r = run.res
+        one = (lambda key: r.get(key)[-1] if isinstance(r.get(key), list) and r.get(key) else r.get(key))
+        rows.append([run.name, _pair(r), str(one("k")), pct(r.get("baseline_accuracy")),
+                     pm(one("random_accuracy_mean"), one("random_accuracy_std")), pct(one("own_heads_accuracy")),
+                     pct(one("transferred_heads_accuracy")), num(r.get("spearman"), ".3f"),
+                     num(r.get("kendall"), ".3f"), pct(r.get("topk_overlap"))])
+    s.add(Table(["run", "heads of A → masked in B", "k", "unmasked (%)", "random (%) mean ± std", "own VRHs (%)",
+                 "transferred VRHs (%)", "Spearman", "Kendall", "top-k overlap (%)"], rows,
+                "Per-k runs show their largest k."))
+    return s
+
+
+def stability_section(runs: list[Run]) -> Section | None:
+    sts = [r for r in runs if r.command == "stability" and r.results]
+    if not sts:
+        return None
+    s = Section("Stability")
+    s.add(Text("How many scoring samples detection needs (Fig. 8c): overlap of the top-k heads found with n "
+               "samples with the reference top-k, mean ± std over resamplings; and which output tokens to "
+               "score (Fig. 8b)."))
+    for run in sts:
+        r = run.res
+        sub = Section(run.name, level=3)
+        n_values, mean = r.get("n_values") or [], r.get("topk_overlap_mean") or []
+        if n_values and mean:
+            sub.add(Fig(f"{slug(run.name)}-stability", plots.stability_curve(
+                n_values, mean, r.get("topk_overlap_std"), k=r.get("k"), title=run.title()),
+                "Top-k overlap vs number of scoring samples."))
+            std = r.get("topk_overlap_std") or []
+            acc = r.get("accuracy_mean") or []
+            sub.add(Table(["n", f"top-{r.get('k', 'k')} overlap (%) mean ± std"] + (["accuracy (%)"] if acc else []),
+                          [[str(n), pm(at(mean, i), at(std, i))] + ([pct(at(acc, i))] if acc else [])
+                           for i, n in enumerate(n_values)]))
+        tc = r.get("token_choice") or {}
+        if isinstance(tc, dict) and tc:
+            labels = ["VRHs from one\nrandom output token", "VRHs from all\noutput tokens", "random heads"]
+            vals = [tc.get("rand1_accuracy"), tc.get("out_accuracy"), tc.get("random_accuracy")]
+            sub.add(Fig(f"{slug(run.name)}-token-choice", plots.labelled_bars(
+                labels, vals, [VRH_LIGHT, VRH_COLOR, RANDOM_COLOR], baseline=tc.get("baseline_accuracy"),
+                title=f"{run.name}: accuracy after masking k={r.get('k', '?')} heads"),
+                "Which output tokens to score (Fig. 8b)."))
+        if r.get("token_choice_skipped"):
+            sub.add(Text(f"Token-choice comparison skipped: {r['token_choice_skipped']}", muted=True))
+        if len(sub.blocks) == 0:
+            sub.add(Text(f"No stability series in results.json (keys: {', '.join(sorted(r))}).", muted=True))
+        s.add(sub)
+    return s
+
+
+def compare_section(runs: list[Run]) -> Section | None:
+    cms = [r for r in runs if r.command == "compare" and r.results]
+    if not cms:
+        return None
+    s = Section("Method comparison")
+    s.add(Text("Accuracy after masking the top-k heads of each head-finding method (Fig. 3 / Fig. 2); lower "
+               "means the method found heads that matter more."))
+    for run in cms:
+        r = run.res
+        ks = r.get("k") if isinstance(r.get("k"), list) else [r.get("k")]
+        methods = {name: (m.get("accuracy") if isinstance(m, dict) else m) for name, m in
+                   (r.get("methods") or {}).items()}
+        methods = {n: (a if isinstance(a, list) else [a]) for n, a in methods.items() if a is not None}
+        rnd = (r.get("random") or {}).get("mean")
+        curves = dict(methods)
+        if rnd is not None:
+            curves["random"] = rnd if isinstance(rnd, list) else [rnd]
+        sub = Section(run.name, level=3)
+        if curves and len(ks) > 1:
+            sub.add(Fig(f"{slug(run.name)}-compare", plots.curve_family(
+                ks, curves, baseline=r.get("baseline_accuracy"), title=run.title()),
+                "Accuracy vs k per method."))
+        rstd = (r.get("random") or {}).get("std") or []
+        rows = [[n] + [pct(at(a, i)) for i in range(len(ks))] for n, a in methods.items()]
+        if rnd is not None:
+            rl = rnd if isinstance(rnd, list) else [rnd]
+            rows.append(["random"] + [pm(at(rl, i), at(rstd, i)) for i in range(len(ks))])
+        sub.add(Table(["method"] + [f"k={k}" for k in ks], rows, "Accuracy (%) after masking the top-k heads"))
+        s.add(sub)
+    return s
+
+
+def other_section(runs: list[Run]) -> Section | None:
+    """Runs of commands this report cannot draw: say so and list what they hold, so nothing is silently
+    dropped and the owner of the command knows what to add here."""
+    others = [r for r in runs if r.command not in KNOWN]
+    if not others:
+        return None
+    s = Section("Other runs")
+    for run in others:
+        sub = Section(f"{run.name} ({run.command})", level=3)
+        if run.results is None:
+            sub.add(Text("No results.json.", muted=True))
+        elif not isinstance(run.results, dict):
+            sub.add(Text(f"results.json holds a {type(run.results).__name__}, not an object.", muted=True))
+        else:
+            sub.add(Text(f"vrh report has no renderer for '{run.command}' runs yet. results.json keys: "
+                         + ", ".join(sorted(map(str, run.results))) + "."))
+            flat = [[str(k), num(v, ".4g") if is_num(v) else short(v)] for k, v in run.results.items()
+                    if is_num(v) or isinstance(v, str)]
+            if flat:
+                sub.add(Table(["key", "value"], flat[:20]))
+        s.add(sub)
+    return s

@@ -1,0 +1,173 @@
+"""A tiny document model (sections of paragraphs, tables and figures) rendered twice: as one
+self-contained HTML page and as Markdown with PNGs beside it.
+
+Section renderers build these blocks once; the two writers below are the only places that know HTML or
+Markdown. The HTML writer escapes every piece of text and embeds every figure as a base64 ``data:`` URI
+with inline CSS and no scripts, fonts or links to anywhere, so the page can be mailed, archived or opened
+offline and still show everything.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class Text:
+    text: str
+    muted: bool = False
+
+
+@dataclass
+class Table:
+    columns: list[str]
+    rows: list[list[str]]
+    caption: str = ""
+
+
+@dataclass
+class Fig:
+    name: str  # file stem, unique within the report
+    png: bytes
+    caption: str = ""
+
+
+@dataclass
+class Section:
+    title: str
+    blocks: list = field(default_factory=list)
+    level: int = 2
+
+    def add(self, *blocks) -> "Section":
+        self.blocks.extend(b for b in blocks if b is not None)
+        return self
+
+    @property
+    def anchor(self) -> str:
+        return re.sub(r"[^a-z0-9]+", "-", self.title.lower()).strip("-") or "section"
+
+
+_NUMERIC = re.compile(r"^[-+]?\d[\d.,eE+-]*( ± [\d.]+)?( ?%)?$")
+
+
+def numeric_columns(t: Table) -> list[bool]:
+    """Columns whose every filled cell is a number (dash = missing): right-aligned, text left-aligned."""
+    out = []
+    for j in range(len(t.columns)):
+        cells = [str(r[j]) for r in t.rows if j < len(r) and str(r[j]) not in ("", "–")]
+        out.append(bool(cells) and all(_NUMERIC.match(c) for c in cells))
+    return out
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_") or "x"
+
+
+CSS = """
+body{font-family:-apple-system,'Segoe UI',Helvetica,Arial,sans-serif;margin:0 auto;max-width:1200px;
+padding:1em 2em;color:#222;line-height:1.45}
+h1{border-bottom:3px solid #d62728;padding-bottom:.2em}
+h2{border-bottom:1px solid #ccc;padding-bottom:.15em;margin-top:2em}
+h3{margin-bottom:.3em}
+table{border-collapse:collapse;margin:.6em 0 1.2em;font-size:.9em}
+th,td{border:1px solid #ccc;padding:.25em .6em;text-align:left;vertical-align:top}
+th{background:#f3f3f3}
+.n{text-align:right;font-variant-numeric:tabular-nums}
+caption{caption-side:top;text-align:left;font-weight:600;padding:.3em 0}
+figure{margin:.8em 0 1.6em}
+figure img{max-width:100%;border:1px solid #eee}
+figcaption{font-size:.85em;color:#555;margin-top:.3em}
+.muted{color:#777;font-size:.9em}
+nav ul{columns:2;font-size:.9em}
+code{background:#f5f5f5;padding:0 .2em}
+"""
+
+
+def _html_block(b) -> str:
+    if isinstance(b, Text):
+        cls = ' class="muted"' if b.muted else ""
+        return f"<p{cls}>{html.escape(b.text)}</p>"
+    if isinstance(b, Table):
+        cap = f"<caption>{html.escape(b.caption)}</caption>" if b.caption else ""
+        num = numeric_columns(b)
+        cls = [' class="n"' if x else "" for x in num] + [""] * 64
+        head = "".join(f"<th{cls[j]}>{html.escape(str(c))}</th>" for j, c in enumerate(b.columns))
+        body = "".join("<tr>" + "".join(f"<td{cls[j]}>{html.escape(str(c))}</td>" for j, c in enumerate(r))
+                       + "</tr>" for r in b.rows)
+        return f"<table>{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    if isinstance(b, Fig):
+        data = base64.b64encode(b.png).decode("ascii")
+        alt = html.escape(b.caption or b.name, quote=True)
+        cap = f"<figcaption>{html.escape(b.caption)}</figcaption>" if b.caption else ""
+        return f'<figure><img alt="{alt}" src="data:image/png;base64,{data}">{cap}</figure>'
+    if isinstance(b, Section):
+        return _html_section(b)
+    raise TypeError(f"unknown block {type(b).__name__}")
+
+
+def _html_section(s: Section) -> str:
+    lv = min(max(s.level, 2), 4)
+    inner = "\n".join(_html_block(b) for b in s.blocks)
+    return f'<section id="{s.anchor}"><h{lv}>{html.escape(s.title)}</h{lv}>\n{inner}</section>'
+
+
+def render_html(title: str, intro: list, sections: list[Section]) -> str:
+    toc = "".join(f'<li><a href="#{s.anchor}">{html.escape(s.title)}</a></li>' for s in sections)
+    body = "\n".join(_html_block(b) for b in intro) + f"<nav><ul>{toc}</ul></nav>\n"
+    body += "\n".join(_html_section(s) for s in sections)
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+            f"<title>{html.escape(title)}</title><style>{CSS}</style></head>\n"
+            f"<body><h1>{html.escape(title)}</h1>\n{body}\n</body></html>\n")
+
+
+def _md_cell(text) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _md_block(b, fig_dir: Path, rel: str, out: list[str]) -> None:
+    if isinstance(b, Text):
+        out.append(f"*{b.text}*" if b.muted else b.text)
+    elif isinstance(b, Table):
+        if b.caption:
+            out.append(f"**{_md_cell(b.caption)}**\n")
+        lines = ["| " + " | ".join(_md_cell(c) for c in b.columns) + " |",
+                 "|" + "|".join("---:" if x else "---" for x in numeric_columns(b)) + "|"]
+        lines += ["| " + " | ".join(_md_cell(c) for c in r) + " |" for r in b.rows]
+        out.append("\n".join(lines))
+    elif isinstance(b, Fig):
+        (fig_dir / f"{b.name}.png").write_bytes(b.png)
+        out.append(f"![{_md_cell(b.caption or b.name)}]({rel}/{b.name}.png)")
+        if b.caption:
+            out.append(f"*{b.caption}*")
+    elif isinstance(b, Section):
+        out.append("#" * min(max(b.level, 2), 4) + " " + b.title)
+        for c in b.blocks:
+            _md_block(c, fig_dir, rel, out)
+    else:
+        raise TypeError(f"unknown block {type(b).__name__}")
+
+
+def render_markdown(title: str, intro: list, sections: list[Section], fig_dir: Path, rel: str = "figures") -> str:
+    """Markdown text; writes each figure to ``fig_dir/<name>.png`` and links it as ``rel/<name>.png``."""
+    fig_dir.mkdir(parents=True, exist_ok=True)
+    out = [f"# {title}"]
+    for b in intro:
+        _md_block(b, fig_dir, rel, out)
+    for s in sections:
+        _md_block(s, fig_dir, rel, out)
+    return "\n\n".join(out) + "\n"
+
+
+def figures(sections: list) -> list[Fig]:
+    """Every figure in document order (sections nest)."""
+    found: list[Fig] = []
+    for b in sections:
+        if isinstance(b, Fig):
+            found.append(b)
+        elif isinstance(b, Section):
+            found.extend(figures(b.blocks))
+    return found

@@ -1,0 +1,246 @@
+"""Report sections for the core pipeline: summary, head scores + sparsity, k-curves, outcomes, overlays.
+
+Each ``*_section(runs, k)`` takes every loaded run, picks the ones it understands by ``command`` and
+returns a :class:`~vrh.report.document.Section`, or ``None`` when it has nothing to show (the report then
+leaves the heading out rather than printing an empty one). Characterisation sections (transfer, stability,
+compare, unknown commands) are in :mod:`vrh.report.characterize`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from vrh.report import plots
+from vrh.report.document import Fig, Section, Table, Text, slug
+from vrh.report.load import Run, at, is_num, num, pct, pm
+from vrh.sparsity import DEFAULT_THRESHOLDS, sparsity_summary
+
+MAX_OVERLAYS = 4  # samples drawn per detection run; more adds bytes, not insight
+
+
+def default_k(n_heads: int, k: int | None) -> int:
+    """The k used for "top-k" marks and overlays: the caller's, else the paper's 20, but never so many
+    that "all but the top-k" is empty on a small model (at most an eighth of the heads)."""
+    if k is not None:
+        return max(1, min(k, n_heads - 1)) if n_heads > 1 else 1
+    return max(1, min(20, n_heads // 8))
+
+
+def _outcome_accuracy(records: list[dict]) -> float | None:
+    judged = [r for r in records if "outcome" in r]
+    return sum(r["outcome"] == "correct" for r in judged) / len(judged) if judged else None
+
+
+def _mask_label(run: Run) -> str:
+    """What an evaluate run masked, in words: 'no masking', 'top-20 VRHs', 'random k=20 (seed 1)'."""
+    info = run.config.get("heads") or run.res.get("heads") or {}
+    k = run.res.get("k", len(run.config.get("masked_heads") or []))
+    if info.get("source") == "none" or k == 0:
+        return "no masking"
+    if info.get("random") or info.get("source") == "random":
+        return f"random k={k} (seed {info.get('seed', '?')})"
+    if info.get("source") == "list":
+        return f"{k} listed heads"
+    return f"top-{k} VRHs"
+
+
+# --- summary ------------------------------------------------------------------------------------------
+def summary_row(run: Run) -> list[str]:
+    r, cmd = run.res, run.command
+    data = run.config.get("data") if isinstance(run.config.get("data"), dict) else {}
+    n = r.get("n") if is_num(r.get("n")) else data.get("n")
+    acc = r.get("accuracy", r.get("baseline_accuracy"))
+    note = ""
+    if cmd == "detect":
+        hs = run.head_scores or {}
+        n = hs.get("n_scored", len(run.samples))
+        acc = _outcome_accuracy(run.samples)
+        note = f"scorer {hs.get('scorer', '?')}; accuracy of unmasked answers on the detection split"
+    elif cmd == "evaluate":
+        note = _mask_label(run)
+    elif cmd == "sweep":
+        note = f"unmasked; k = {r.get('k', '?')}, seeds {r.get('random', {}).get('seeds', '?')}"
+    elif cmd == "transfer":
+        note = f"heads of {r.get('model_a', '?')} masked in {r.get('model_b', '?')}, unmasked accuracy"
+    elif cmd == "stability":
+        n = max(r["n_values"]) if r.get("n_values") else n
+        note = "n = largest scoring-set size"
+    if run.problems:
+        note = (note + "; " if note else "") + "; ".join(run.problems)
+    return [run.name, cmd, run.model, run.data, num(n, "d") if is_num(n) else "–", pct(acc), note]
+
+
+def summary_section(runs: list[Run]) -> Section:
+    s = Section("Summary")
+    s.add(Table(["run", "command", "model", "data", "n", "accuracy (%)", "notes"],
+                [summary_row(r) for r in runs],
+                "Accuracy = IoU >= 0.5 for grounding, exact match for VQA; unmasked unless the notes say so."))
+    prov = []
+    for r in runs:
+        env = r.config.get("environment") or {}
+        prov.append([r.name, str(r.path), env.get("vrh", "–"), (env.get("git_hash") or "–")[:12],
+                     env.get("torch", "–"), env.get("transformers", "–"), env.get("time", "–")])
+    s.add(Section("Provenance", [Table(["run", "folder", "vrh", "git", "torch", "transformers", "time"], prov)],
+                  level=3))
+    return s
+
+
+# --- head scores and sparsity -------------------------------------------------------------------------
+def _overlap(a: list, b: list, k: int) -> float | None:
+    if not a or not b:
+        return None
+    return len({tuple(h) for h in a[:k]} & {tuple(h) for h in b[:k]}) / k
+
+
+def scores_section(runs: list[Run], k: int | None) -> Section | None:
+    dets = [r for r in runs if r.command == "detect" and r.head_scores and r.head_scores.get("scores")]
+    if not dets:
+        return None
+    s = Section("Head scores and sparsity")
+    s.add(Text("Score of every (layer, head), 0-based, from the primary scorer of each detection run; the "
+               "ringed cells are the top-k heads that masking removes. Sparsity follows Fig. 5: the share of "
+               "heads above 1e-3 (non-negligible) and 5e-3 (high)."))
+    for run in dets:
+        hs = run.head_scores
+        scores = np.asarray(hs["scores"], dtype=float)
+        kk = default_k(scores.size, k)
+        ranking = hs.get("ranking") or []
+        title = run.title(", ".join(x for x in (hs.get("scorer"), is_num(hs.get("n_scored")) and
+                                                 f"n={hs['n_scored']}") if x))
+        sub = Section(run.name, level=3)
+        sub.add(Fig(f"{slug(run.name)}-heatmap", plots.score_heatmap(scores, title=title, top=ranking[:kk]),
+                    f"Layer x head VRH scores; top-{kk} heads ringed."))
+        sub.add(Fig(f"{slug(run.name)}-histogram", plots.score_histogram(scores, title=title),
+                    "Distribution of head scores (log count); dashed lines: sparsity thresholds."))
+        sp = sparsity_summary(scores, DEFAULT_THRESHOLDS)
+        rows = [[f"heads above {t:g}", f"{pct(sp['fraction_above'][t])} %", str(sp["count_above"][t])]
+                for t in DEFAULT_THRESHOLDS]
+        rows += [["max score", num(sp["max"]), ""], ["median score", num(sp["median"]), ""],
+                 [f"share of total score in top 1% ({sp['top1pct_heads']} heads)", f"{pct(sp['top1pct_share'])} %", ""]]
+        sub.add(Table(["sparsity", "value", "count"], rows, f"{sp['num_layers']} layers x {sp['num_heads']} heads"))
+        if ranking:
+            sub.add(Text(f"Top-{kk} heads (layer, head): " + " ".join(f"({l},{h})" for l, h in ranking[:kk])))
+        variants = hs.get("variants") or {}
+        if len(variants) > 1:
+            vrows = []
+            for name, v in variants.items():
+                vsp = sparsity_summary(v.get("scores") or [[np.nan]])
+                vrows.append([name, pct(vsp["fraction_above"][1e-3]), pct(vsp["fraction_above"][5e-3]),
+                              num(vsp["max"]), pct(vsp["top1pct_share"]), pct(_overlap(v.get("ranking"), ranking, kk))])
+            sub.add(Table(["scorer", "> 1e-3 (%)", "> 5e-3 (%)", "max", "top-1% share (%)",
+                           f"top-{kk} overlap with primary (%)"], vrows, "Scorer variants of this run"))
+        if hs.get("skipped"):
+            sub.add(Text(f"{len(hs['skipped'])} samples skipped (e.g. {hs['skipped'][0]}).", muted=True))
+        s.add(sub)
+    return s
+
+
+# --- k-curves -----------------------------------------------------------------------------------------
+def kcurve_section(runs: list[Run]) -> Section | None:
+    sweeps = [r for r in runs if r.command == "sweep" and r.res.get("k")]
+    if not sweeps:
+        return None
+    s = Section("k-curves")
+    s.add(Text("Accuracy after masking the top-k VRHs (red) vs k random heads drawn outside the top-k (grey: "
+               "mean, band = min-max over seeds), as in Fig. 4; the dashed line is the unmasked model. "
+               "Tables follow Tab. A1."))
+    for run in sweeps:
+        r = run.res
+        ks, v, rnd = r["k"], r.get("vrh") or {}, r.get("random") or {}
+        per_seed = [x if isinstance(x, list) else [] for x in (rnd.get("accuracy") or [[]] * len(ks))]
+        title = run.title(r.get("task", "grounding"))
+        sub = Section(run.name, level=3)
+        sub.add(Fig(f"{slug(run.name)}-kcurve",
+                    plots.k_curve(ks, [at(v.get("accuracy"), i) for i in range(len(ks))], per_seed,
+                                  baseline=r.get("baseline_accuracy"), title=title),
+                    "Accuracy vs number of masked heads k."))
+        base = r.get("baseline_accuracy")
+        rows = []
+        for i, kv in enumerate(ks):
+            va = at(v.get("accuracy"), i)
+            rows.append([str(kv), pct(va), (f"{100 * (va - base):+.1f}" if is_num(va) and is_num(base) else "–"),
+                         pm(at(rnd.get("mean"), i), at(rnd.get("std"), i)),
+                         pct(at(v.get("parse_failure_rate"), i)), pct(at(rnd.get("parse_failure_rate_mean"), i))])
+        n = (run.config.get("data") or {}).get("n", "?") if isinstance(run.config.get("data"), dict) else "?"
+        sub.add(Table(["k", "VRH acc (%)", "Δ vs unmasked", "random acc (%) mean ± std", "VRH parse fail (%)",
+                       "random parse fail (%)"], rows,
+                      f"{run.name}: n = {n} samples, {len(rnd.get('seeds') or [])} random seeds"))
+        s.add(sub)
+    return s
+
+
+# --- outcomes -----------------------------------------------------------------------------------------
+def _fractions(summary: dict) -> dict | None:
+    f = summary.get("fractions")
+    if isinstance(f, dict):
+        return f
+    keys = ("correct", "mislocated", "parse_failure")
+    return {o: summary[o] for o in keys if is_num(summary.get(o))} or None
+
+
+def outcome_section(runs: list[Run]) -> Section | None:
+    s = Section("Outcome breakdown")
+    s.add(Text("Why accuracy drops (Fig. 8a): a mislocated box means the model still answers in form but "
+               "looks in the wrong place; a parse failure means it no longer produces a box at all."))
+    for run in (r for r in runs if r.command == "sweep" and r.res.get("k")):
+        r = run.res
+        v, rnd = r.get("vrh") or {}, r.get("random") or {}
+        labels, fracs = [], []
+        for i, kv in enumerate(r["k"]):
+            if kv == 0:
+                labels.append("unmasked")
+                fracs.append(at(v.get("fractions"), i))
+                continue
+            labels += [f"VRH k={kv}", f"random k={kv}"]
+            fracs += [at(v.get("fractions"), i), at(rnd.get("fractions_mean"), i)]
+        if any(fracs):
+            s.add(Fig(f"{slug(run.name)}-outcomes",
+                      plots.outcome_bars(labels, fracs, title=f"{run.name}: outcomes per masking condition"),
+                      "Random bars average the seeds."))
+    evals = [r for r in runs if r.command == "evaluate" and r.results]
+    if evals:
+        labels = [f"{r.name}\n{_mask_label(r)}" for r in evals]
+        fracs = [_fractions(r.res) for r in evals]
+        s.add(Fig("evaluate-outcomes", plots.outcome_bars(labels, fracs, title="Masked evaluations"),
+                  "One bar per evaluate run."))
+        s.add(Table(["run", "masked", "n", "accuracy (%)", "mislocated / wrong (%)", "parse failure (%)", "mean IoU"],
+                    [[r.name, _mask_label(r), num(r.res.get("n"), "d"), pct(r.res.get("accuracy")),
+                      pct((_fractions(r.res) or {}).get("mislocated", (_fractions(r.res) or {}).get("wrong"))),
+                      pct(r.res.get("parse_failure_rate")), num(r.res.get("mean_iou"), ".3f")] for r in evals]))
+    return s if len(s.blocks) > 1 else None
+
+
+# --- attention overlays -------------------------------------------------------------------------------
+def overlay_section(runs: list[Run], k: int | None) -> Section | None:
+    s = Section("Attention overlays")
+    s.add(Text("Mean attention from the output tokens onto the image (Fig. A1): all heads, the top-k VRHs, "
+               "and all other heads. Green: ground-truth box; cyan dashed: the model's predicted box."))
+    for run in (r for r in runs if r.command == "detect" and (r.path / "overlays.npz").is_file()):
+        try:
+            with np.load(run.path / "overlays.npz") as z:
+                arrays = {key: z[key] for key in z.files}
+        except (OSError, ValueError) as e:
+            s.add(Text(f"{run.name}: overlays.npz unreadable ({e}).", muted=True))
+            continue
+        records = {str(rec.get("id")): rec for rec in run.samples}
+        ranking = (run.head_scores or {}).get("ranking") or []
+        ids = [key for key in arrays if not key.endswith("/rects")][:MAX_OVERLAYS]
+        for sid in ids:
+            att, rects = arrays[sid], arrays.get(sid + "/rects")
+            rec = records.get(sid, {})
+            if rects is None or att.ndim != 3:
+                s.add(Text(f"{run.name}/{sid}: no visual-token cells stored; skipped.", muted=True))
+                continue
+            kk = default_k(att.shape[0] * att.shape[1], k)
+            what = rec.get("expression") or rec.get("question") or ""
+            title = f"{run.name} / {sid}" + (f': "{what}"' if what else "") + \
+                (f"  (IoU {rec['iou']:.2f}, {rec.get('outcome')})" if is_num(rec.get("iou")) else "")
+            image = rec.get("image")
+            if image and not Path(image).is_absolute() and not Path(image).exists():
+                image = str(run.path / image)  # tolerate records written relative to the run
+            png = plots.attention_overlay(att, rects, ranking[:kk], image=image, gt_box=rec.get("gt_box"),
+                                          pred_box=rec.get("pred_box"), title=title)
+            s.add(Fig(f"{slug(run.name)}-overlay-{slug(sid)}", png, f"Sample {sid}, top-{kk} heads of {run.name}."))
+    return s if len(s.blocks) > 1 else None

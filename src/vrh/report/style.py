@@ -1,0 +1,37 @@
+"""The report's shared look: colours, figure size/DPI, PNG encoding.
+
+Kept in one place so every figure uses the same colour for the same meaning (VRH red, random grey,
+unmasked baseline dashed black, outcome colours) and so figure modules can share it without importing
+each other. Figures use the Agg canvas directly (never pyplot): no global backend switch, no leaked
+figures, headless-safe.
+"""
+
+from __future__ import annotations
+
+import io
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+VRH_COLOR = "#d62728"
+VRH_LIGHT = "#f4a3a3"
+RANDOM_COLOR = "#7f7f7f"
+BASELINE_COLOR = "#222222"
+OUTCOME_COLORS = {"correct": "#2e8b57", "mislocated": "#f0a030", "wrong": "#f0a030", "parse_failure": "#7b3294"}
+OUTCOME_LABELS = {"correct": "correct", "mislocated": "mislocated", "wrong": "wrong answer",
+                  "parse_failure": "parse failure"}
+OTHER_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22"]
+DPI = 110
+
+
+def new_figure(width: float, height: float) -> Figure:
+    fig = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def to_png(fig: Figure) -> bytes:
+    """The figure as PNG bytes (no timestamp metadata, so the same data gives the same bytes)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI, metadata={"Software": None})
+    return buf.getvalue()
