@@ -1,0 +1,82 @@
+"""World samples -> model tensors, without the (slow, per-image PIL) processor call in the training loop.
+
+The result is numerically the processor's (tested in tests/organism/test_train.py): same normalisation
+(mean = std = 0.5 after /255), same prompt strings, the ``<image>`` placeholder expanded to the same
+number of tokens, BOS prepended by the tokenizer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from transformers import PreTrainedTokenizerFast
+
+from vrh.organism import world
+from vrh.organism.processor import GROUNDING_PROMPT, VQA_PROMPT, ImageSpec, format_box
+
+
+def prompt_of(sample: dict[str, Any]) -> str:
+    if sample["task"] == "grounding":
+        return GROUNDING_PROMPT.format(expression=sample["expression"])
+    return VQA_PROMPT.format(question=sample["question"])
+
+
+def answer_of(sample: dict[str, Any], spec: ImageSpec) -> str:
+    return format_box(sample["box"], spec) if sample["task"] == "grounding" else sample["answer"]
+
+
+def pixels(images: list, spec: ImageSpec) -> torch.Tensor:
+    arr = np.stack([np.asarray(im.convert("RGB"), dtype=np.float32) for im in images])  # [B, H, W, 3]
+    if arr.shape[1] != spec.image_size or arr.shape[2] != spec.image_size:
+        raise ValueError(f"world images must be {spec.image_size} px, got {arr.shape[1:3]}")
+    arr = (arr / 255.0 - 0.5) / 0.5
+    return torch.from_numpy(arr).permute(0, 3, 1, 2).contiguous()  # [B, 3, H, W]
+
+
+def _expand(prompt: str, spec: ImageSpec) -> str:
+    return prompt.replace("<image>", " ".join(["<image>"] * spec.num_image_tokens))
+
+
+@dataclass
+class TrainBatch:
+    input_ids: torch.Tensor  # [B, S] right-padded
+    attention_mask: torch.Tensor  # [B, S]
+    labels: torch.Tensor  # [B, S], -100 except answer tokens and EOS
+    pixel_values: torch.Tensor  # [B, 3, H, W]
+    visual: torch.Tensor  # [B, S] bool, key positions holding visual tokens
+    text_query: torch.Tensor  # [B, S] bool, real positions after the image (prompt tail + answer)
+
+
+def train_batch(samples: list[dict[str, Any]], tok: PreTrainedTokenizerFast, spec: ImageSpec) -> TrainBatch:
+    prompts = [_expand(prompt_of(s), spec) for s in samples]
+    answers = [answer_of(s, spec) for s in samples]
+    p_ids = tok(prompts, add_special_tokens=True)["input_ids"]
+    a_ids = tok(answers, add_special_tokens=False)["input_ids"]
+    seqs = [p + a + [tok.eos_token_id] for p, a in zip(p_ids, a_ids)]
+    S = max(len(s) for s in seqs)
+    B = len(seqs)
+    ids = torch.full((B, S), tok.pad_token_id, dtype=torch.long)
+    labels = torch.full((B, S), -100, dtype=torch.long)
+    mask = torch.zeros((B, S), dtype=torch.long)
+    for b, (p, s) in enumerate(zip(p_ids, seqs)):
+        ids[b, : len(s)] = torch.tensor(s)
+        mask[b, : len(s)] = 1
+        labels[b, len(p): len(s)] = torch.tensor(s[len(p):])
+    image_id = tok.convert_tokens_to_ids("<image>")
+    visual = ids == image_id
+    last_visual = (visual.long() * torch.arange(S)).amax(dim=1, keepdim=True)  # [B, 1]
+    text_query = (torch.arange(S)[None, :] > last_visual) & mask.bool()
+    px = pixels([world.render(s["scene"]) for s in samples], spec)
+    return TrainBatch(ids, mask, labels, px, visual, text_query)
+
+
+def prompt_batch(samples: list[dict[str, Any]], tok: PreTrainedTokenizerFast,
+                 spec: ImageSpec) -> dict[str, torch.Tensor]:
+    """Left-padded prompts for ``generate`` (what the processor + tokenizer with padding_side=left give)."""
+    prompts = [_expand(prompt_of(s), spec) for s in samples]
+    enc = tok(prompts, add_special_tokens=True, padding=True, return_tensors="pt")
+    enc["pixel_values"] = pixels([world.render(s["scene"]) for s in samples], spec)
+    return dict(enc)

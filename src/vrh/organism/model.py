@@ -1,0 +1,82 @@
+"""The organism's architecture: a real ``LlavaForConditionalGeneration`` (CLIP tower + MLP projector +
+Llama LM), small enough to train on two CPU cores.
+
+The vision tower has *absolute* learned position embeddings, so each visual token's value vector carries
+its location; the LM (rotary) only has to copy it into coordinate tokens. Organism B shares the LM
+module with A (same object during joint training) and has its own tower/projector.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from transformers import CLIPVisionConfig, LlamaConfig, LlavaConfig, LlavaForConditionalGeneration
+
+from vrh.organism.processor import ImageSpec, build_tokenizer
+
+
+@dataclass(frozen=True)
+class VisionArch:
+    patch_size: int = 16
+    hidden: int = 128
+    layers: int = 3
+    heads: int = 4
+    intermediate: int = 512
+
+
+@dataclass(frozen=True)
+class TextArch:
+    hidden: int = 128
+    layers: int = 4
+    heads: int = 8
+    intermediate: int = 512
+    max_positions: int = 256
+
+
+def llava_config(vision: VisionArch, text: TextArch, image_size: int) -> LlavaConfig:
+    tok = build_tokenizer()
+    spec = ImageSpec(image_size=image_size, patch_size=vision.patch_size)
+    vcfg = CLIPVisionConfig(
+        hidden_size=vision.hidden, intermediate_size=vision.intermediate, num_hidden_layers=vision.layers,
+        num_attention_heads=vision.heads, image_size=image_size, patch_size=vision.patch_size,
+        projection_dim=vision.hidden, hidden_act="gelu")
+    tcfg = LlamaConfig(
+        vocab_size=len(tok), hidden_size=text.hidden, intermediate_size=text.intermediate,
+        num_hidden_layers=text.layers, num_attention_heads=text.heads, num_key_value_heads=text.heads,
+        max_position_embeddings=text.max_positions, rms_norm_eps=1e-5, tie_word_embeddings=False,
+        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    cfg = LlavaConfig(
+        vision_config=vcfg, text_config=tcfg, image_token_index=tok.convert_tokens_to_ids("<image>"),
+        image_seq_length=spec.num_image_tokens, projector_hidden_act="gelu",
+        vision_feature_select_strategy="default", vision_feature_layer=-1)
+    cfg.pad_token_id = tok.pad_token_id
+    return cfg
+
+
+def build_model(vision: VisionArch, text: TextArch, image_size: int, seed: int) -> LlavaForConditionalGeneration:
+    """A freshly initialised organism; the LM attention is eager so training can read attention weights."""
+    torch.manual_seed(seed)
+    cfg = llava_config(vision, text, image_size)
+    model = LlavaForConditionalGeneration(cfg)
+    set_attention(model, text="eager", vision="eager")
+    tok = build_tokenizer()
+    model.generation_config.pad_token_id = tok.pad_token_id
+    model.generation_config.eos_token_id = tok.eos_token_id
+    model.generation_config.bos_token_id = tok.bos_token_id
+    return model
+
+
+def set_attention(model: LlavaForConditionalGeneration, text: str = "eager", vision: str = "sdpa") -> None:
+    model.set_attn_implementation({"text_config": text, "vision_config": vision})
+
+
+def share_language_model(dst: LlavaForConditionalGeneration, src: LlavaForConditionalGeneration) -> None:
+    """Make ``dst`` use ``src``'s LM and LM head modules (one set of weights trained by both)."""
+    dst.model.language_model = src.model.language_model
+    dst.lm_head = src.lm_head
+
+
+def lm_o_projs(model: LlavaForConditionalGeneration) -> list[nn.Linear]:
+    return [layer.self_attn.o_proj for layer in model.model.language_model.layers]

@@ -1,0 +1,376 @@
+"""Train the model organism(s): organism A and, optionally, organism B sharing A's language model.
+
+Both organisms are trained *jointly*: every step runs a batch through A (tower A + projector A + LM) and a
+batch through B (tower B + projector B + the same LM module), so the two checkpoints end with identical LM
+weights but different vision towers, projectors, patch grids and seeds - the "same LM backbone, different
+vision side" setting of the paper's cross-model experiment.
+
+Two optional training pressures shape where visual evidence flows (see docs/organism.md):
+
+* ``route_l1``: lambda * sum over LM heads of the mean attention mass that text/answer queries put on
+  visual keys (an L1 penalty across heads), so that few heads carry the image into the text stream;
+* ``head_dropout``: each LM head's o_proj input slice is zeroed with this probability per sample, so no
+  single non-visual head becomes individually necessary.
+
+Data is a pure function of (seed, index), so resuming needs only the step counter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from vrh.organism import world
+from vrh.organism.batches import TrainBatch, train_batch
+from vrh.organism.evaluate import grounding_accuracy, vqa_accuracy
+from vrh.organism.model import TextArch, VisionArch, build_model, lm_o_projs, share_language_model
+from vrh.organism.processor import GROUNDING_PROMPT, VQA_PROMPT, ImageSpec, build_processor, build_tokenizer
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    name: str = "organism"
+    seed: int = 0  # init + data stream of A
+    seed_b: int = 1  # init + data stream of B
+    steps: int = 12000
+    batch_a: int = 40
+    batch_b: int = 24  # 0: train A only
+    lr: float = 1e-3
+    min_lr_frac: float = 0.05  # cosine decays to lr * this
+    warmup: int = 300
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    vqa_frac: float = 0.15
+    head_dropout: float = 0.1
+    route_l1: float = 0.0
+    route_warmup: int = 1000  # penalty ramps in linearly so the model first learns to look at all
+    image_size: int = world.IMAGE_SIZE
+    text: TextArch = TextArch()
+    vision_a: VisionArch = VisionArch()
+    vision_b: VisionArch = VisionArch(patch_size=14, hidden=96, layers=3, heads=4, intermediate=384)
+    heldout_seed: int = 10_000
+    eval_n: int = 256
+    eval_every: int = 1000
+    ckpt_every: int = 250
+    log_every: int = 50
+    threads: int = 2
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> "TrainConfig":
+        nested = {"text": TextArch, "vision_a": VisionArch, "vision_b": VisionArch}
+        kw = {k: (nested[k](**v) if k in nested and isinstance(v, dict) else v) for k, v in d.items()}
+        return TrainConfig(**kw)
+
+
+PRESETS: dict[str, TrainConfig] = {
+    # the shipped organisms (docs/organism.md): sparse-routing penalty + head dropout, A and B joint
+    "default": TrainConfig(name="organism", steps=5500, batch_a=44, batch_b=20, lr=1.5e-3, warmup=300,
+                           route_l1=0.01, route_warmup=1500, head_dropout=0.1, eval_every=700,
+                           ckpt_every=150),
+    "tiny": TrainConfig(name="tiny", steps=30, batch_a=16, batch_b=8, lr=3e-3, warmup=5, route_l1=0.0,
+                        text=TextArch(hidden=64, layers=2, heads=4, intermediate=128),
+                        vision_a=VisionArch(hidden=64, layers=1, heads=2, intermediate=128),
+                        vision_b=VisionArch(patch_size=14, hidden=48, layers=1, heads=2, intermediate=96),
+                        eval_n=16, eval_every=10_000, ckpt_every=10_000, log_every=10),
+}
+
+
+def load_config(spec: str | None) -> TrainConfig:
+    if spec is None:
+        return PRESETS["default"]
+    if spec in PRESETS:
+        return PRESETS[spec]
+    return TrainConfig.from_dict(json.loads(Path(spec).read_text()))
+
+
+# --- data -------------------------------------------------------------------------------------------
+
+def stream_sample(seed: int, index: int, vqa_frac: float, size: int) -> dict[str, Any]:
+    if world._rng(seed, index, "task").random() < vqa_frac:
+        return world.vqa_sample(seed, index, size)
+    return world.grounding_sample(seed, index, size)
+
+
+def heldout(cfg: TrainConfig, n: int, task: str = "grounding") -> list[dict[str, Any]]:
+    make = world.grounding_sample if task == "grounding" else world.vqa_sample
+    return [make(cfg.heldout_seed, k, cfg.image_size) for k in range(n)]
+
+
+# --- training pressures -------------------------------------------------------------------------------
+
+class HeadDropout:
+    """Zero whole LM heads (their o_proj input slices) per sample while ``active``."""
+
+    def __init__(self, model, p: float):
+        cfg = model.config.text_config
+        self.H, self.D = cfg.num_attention_heads, cfg.hidden_size // cfg.num_attention_heads
+        self.p, self.active = p, False
+        self.handles = [o.register_forward_pre_hook(self._hook) for o in lm_o_projs(model)]
+
+    def _hook(self, _mod, args):
+        if not self.active or self.p <= 0:
+            return None
+        x = args[0]  # [B, S, H*D]
+        keep = (torch.rand(x.shape[0], 1, self.H, 1) >= self.p).to(x)  # [B, 1, H, 1]
+        x = (x.view(*x.shape[:-1], self.H, self.D) * keep).view(x.shape)
+        return (x,) + args[1:]
+
+
+def route_mass(attentions, batch: TrainBatch) -> torch.Tensor:
+    """[L, H] mean attention mass from text/answer queries onto visual keys."""
+    vis = batch.visual[:, None, None, :].to(attentions[0].dtype)  # [B, 1, 1, S]
+    q = batch.text_query[:, None, :].to(attentions[0].dtype)  # [B, 1, S]
+    per_layer = []
+    for a in attentions:  # a: [B, H, S, S]
+        mass = (a * vis).sum(-1)  # [B, H, S]
+        per_layer.append((mass * q).sum((0, 2)) / q.sum())  # [H]
+    return torch.stack(per_layer)  # [L, H]
+
+
+def forward_loss(model, batch: TrainBatch, want_attn: bool):
+    out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                pixel_values=batch.pixel_values, labels=batch.labels, output_attentions=want_attn)
+    mass = route_mass(out.attentions, batch) if want_attn else None
+    return out.loss, mass
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    t = min(1.0, (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup))
+    return cfg.lr * (cfg.min_lr_frac + (1 - cfg.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * t)))
+
+
+# --- checkpoints -------------------------------------------------------------------------------------
+
+def _atomic_save(obj, path: Path) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)  # a crash mid-write never leaves a truncated checkpoint behind
+
+
+def git_hash() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                              cwd=Path(__file__).parent, timeout=10).stdout.strip()
+    except Exception:  # noqa: BLE001
+        return "unknown"
+
+
+class Organisms:
+    """A (+ B sharing A's LM), their optimizer, and the bookkeeping needed to resume."""
+
+    def __init__(self, cfg: TrainConfig):
+        self.cfg = cfg
+        self.tok = build_tokenizer()
+        self.spec_a = ImageSpec(cfg.image_size, cfg.vision_a.patch_size)
+        self.spec_b = ImageSpec(cfg.image_size, cfg.vision_b.patch_size)
+        self.a = build_model(cfg.vision_a, cfg.text, cfg.image_size, cfg.seed)
+        self.b = None
+        if cfg.batch_b > 0:
+            self.b = build_model(cfg.vision_b, cfg.text, cfg.image_size, cfg.seed_b)
+            share_language_model(self.b, self.a)
+        params = {id(p): p for m in self.models() for p in m.parameters()}.values()
+        decay = [p for p in params if p.dim() >= 2]
+        no_decay = [p for p in params if p.dim() < 2]
+        self.opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                                      {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.98))
+        self.dropout = HeadDropout(self.a, cfg.head_dropout)  # hooks live on the shared LM
+        self.step = 0
+
+    def models(self):
+        return [self.a] + ([self.b] if self.b is not None else [])
+
+    def state(self) -> dict[str, Any]:
+        return {"step": self.step, "config": asdict(self.cfg), "a": self.a.state_dict(),
+                "b": None if self.b is None else self.b.state_dict(), "opt": self.opt.state_dict(),
+                "torch_rng": torch.get_rng_state()}
+
+    def load(self, st: dict[str, Any]) -> None:
+        self.a.load_state_dict(st["a"])
+        if self.b is not None:
+            self.b.load_state_dict(st["b"])
+        self.opt.load_state_dict(st["opt"])
+        torch.set_rng_state(st["torch_rng"])
+        self.step = st["step"]
+
+
+def make_batches(cfg: TrainConfig, tok, specs, step: int) -> dict[str, TrainBatch]:
+    """The (deterministic) training batches of one step, per organism."""
+    out = {}
+    for tag, seed, bs in (("a", cfg.seed, cfg.batch_a), ("b", cfg.seed_b, cfg.batch_b)):
+        if bs > 0 and tag in specs:
+            samples = [stream_sample(seed, step * bs + j, cfg.vqa_frac, cfg.image_size) for j in range(bs)]
+            out[tag] = train_batch(samples, tok, specs[tag])
+    return out
+
+
+class _BatchStream(torch.utils.data.IterableDataset):
+    """Batches for steps start..cfg.steps-1, rendered in a worker process while the model trains."""
+
+    def __init__(self, cfg: TrainConfig, specs, start: int):
+        self.cfg, self.specs, self.start = cfg, specs, start
+
+    def __iter__(self):
+        tok = build_tokenizer()
+        for step in range(self.start, self.cfg.steps):
+            yield step, make_batches(self.cfg, tok, self.specs, step)
+
+
+def batch_stream(org: "Organisms", workers: int = 1):
+    specs = {"a": org.spec_a, **({"b": org.spec_b} if org.b is not None else {})}
+    ds = _BatchStream(org.cfg, specs, org.step)
+    if workers == 0:
+        return iter(ds)
+    return iter(torch.utils.data.DataLoader(ds, batch_size=None, num_workers=workers, prefetch_factor=4))
+
+
+def train_step(org: Organisms, batches: dict[str, TrainBatch] | None = None) -> dict[str, float]:
+    cfg, step = org.cfg, org.step
+    lam = cfg.route_l1 * min(1.0, step / max(1, cfg.route_warmup))
+    want_attn = cfg.route_l1 > 0
+    for g in org.opt.param_groups:
+        g["lr"] = lr_at(step, cfg)
+    for m in org.models():
+        m.train()
+    org.dropout.active = True
+    stats: dict[str, float] = {}
+    total = 0.0
+    if batches is None:
+        specs = {"a": org.spec_a, **({"b": org.spec_b} if org.b is not None else {})}
+        batches = make_batches(cfg, org.tok, specs, step)
+    for tag, batch in batches.items():
+        model = org.a if tag == "a" else org.b
+        ce, mass = forward_loss(model, batch, want_attn)
+        loss = ce + (lam * mass.sum() if mass is not None else 0.0)
+        total = total + loss
+        stats[f"ce_{tag}"] = float(ce.detach())
+        if mass is not None:
+            stats[f"mass_{tag}"] = float(mass.sum().detach())
+    org.opt.zero_grad(set_to_none=True)
+    total.backward()
+    torch.nn.utils.clip_grad_norm_([p for g in org.opt.param_groups for p in g["params"]], cfg.grad_clip)
+    org.opt.step()
+    org.dropout.active = False
+    org.step += 1
+    stats["lr"] = lr_at(step, cfg)
+    return stats
+
+
+def evaluate(org: Organisms, n: int) -> dict[str, Any]:
+    org.dropout.active = False
+    ground = heldout(org.cfg, n)
+    res = {"a": grounding_accuracy(org.a, org.tok, ground, org.spec_a)}
+    if org.b is not None:
+        res["b"] = grounding_accuracy(org.b, org.tok, ground, org.spec_b)
+    return res
+
+
+def train(config: TrainConfig, out_dir: str | Path, resume: bool = True, workers: int = 1) -> Organisms:
+    """Train (resuming from ``out_dir/ckpt.pt`` when present) and export to ``out_dir/export``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    org = Organisms(config)
+    ckpt = out / "ckpt.pt"
+    if resume and ckpt.exists():
+        org.load(torch.load(ckpt, weights_only=False))
+        print(f"resumed from {ckpt} at step {org.step}", flush=True)
+    (out / "config.json").write_text(json.dumps(asdict(config), indent=1))
+    t0, last_ckpt = time.time(), org.step
+    acc_stats: dict[str, list[float]] = {}
+    stream = batch_stream(org, workers=workers)
+    while org.step < config.steps:
+        step, batches = next(stream)
+        assert step == org.step, (step, org.step)
+        stats = train_step(org, batches)
+        for k, v in stats.items():
+            acc_stats.setdefault(k, []).append(v)
+        if org.step % config.log_every == 0 or org.step == config.steps:
+            dt = (time.time() - t0) / max(1, org.step - last_ckpt)
+            msg = " ".join(f"{k}={sum(v) / len(v):.4g}" for k, v in acc_stats.items())
+            print(f"step {org.step} {msg} s/step={dt:.3f}", flush=True)
+            acc_stats = {}
+        if org.step % config.ckpt_every == 0 or org.step == config.steps:
+            _atomic_save(org.state(), ckpt)
+            t0, last_ckpt = time.time(), org.step
+        if org.step % config.eval_every == 0:
+            print(f"eval step {org.step} {json.dumps(evaluate(org, config.eval_n))}", flush=True)
+            _atomic_save(org.state(), ckpt)
+            t0, last_ckpt = time.time(), org.step
+    return org
+
+
+def export(org: Organisms, dest: str | Path, n_eval: int = 500, command: str = "") -> dict[str, Any]:
+    """save_pretrained A (and B) + processor + vrh_organism.json into ``dest/<name>_a`` etc."""
+    from vrh.organism.model import set_attention
+
+    cfg = org.cfg
+    res = evaluate(org, n_eval)
+    vqa = heldout(cfg, min(n_eval, 300), "vqa")
+    written = {}
+    for tag, model, spec, seed in (("a", org.a, org.spec_a, cfg.seed), ("b", org.b, org.spec_b, cfg.seed_b)):
+        if model is None:
+            continue
+        d = Path(dest) / f"{cfg.name}_{tag}"
+        d.mkdir(parents=True, exist_ok=True)
+        set_attention(model, text="sdpa", vision="sdpa")  # loaders pick eager themselves when needed
+        model.save_pretrained(d, safe_serialization=True)
+        set_attention(model, text="eager", vision="eager")
+        build_processor(spec).save_pretrained(d)
+        meta = {
+            "name": d.name, "organism": tag.upper(), "shares_language_model_with":
+                [f"{cfg.name}_{t}" for t in ("a", "b") if t != tag and (t == "a" or org.b is not None)],
+            "grounding_prompt": GROUNDING_PROMPT, "vqa_prompt": VQA_PROMPT,
+            "answer_format": "[ x1 , y1 , x2 , y2 ]: original-image pixels snapped to multiples of bin_px",
+            "image_size": spec.image_size, "patch_size": spec.patch_size,
+            "num_image_tokens": spec.num_image_tokens, "bin_px": spec.bin_px, "seed": seed,
+            "steps": org.step, "train_config": asdict(cfg), "training_command": command,
+            "git_hash": git_hash(),
+            "heldout": {"grounding_seed": cfg.heldout_seed, "grounding_n": n_eval,
+                        "grounding_acc_iou50": res[tag]["acc"], "parse_fail": res[tag]["parse_fail"],
+                        "vqa_acc": vqa_accuracy(model, org.tok, vqa, spec), "vqa_n": len(vqa)},
+        }
+        (d / "vrh_organism.json").write_text(json.dumps(meta, indent=1))
+        written[tag] = meta["heldout"]
+        print(f"exported {d}: {json.dumps(meta['heldout'])}", flush=True)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``vrh organism train --out DIR [--config PRESET|JSON] [--steps N] [--export-to DIR]``."""
+    ap = argparse.ArgumentParser(prog="vrh organism train", description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True, help="work folder: ckpt.pt, config.json, export/")
+    ap.add_argument("--config", default=None, help=f"preset ({', '.join(PRESETS)}) or a JSON file")
+    ap.add_argument("--steps", type=int, default=None, help="override the config's total steps")
+    ap.add_argument("--no-resume", action="store_true")
+    ap.add_argument("--export-only", action="store_true", help="export the latest checkpoint, no training")
+    ap.add_argument("--export-to", default=None, help="export folder (default OUT/export)")
+    ap.add_argument("--eval-n", type=int, default=500)
+    args = ap.parse_args(argv)
+    cfg = load_config(args.config)
+    if args.steps is not None:
+        cfg = replace(cfg, steps=args.steps)
+    torch.set_num_threads(cfg.threads)  # the training process only; others share the machine
+    command = "python -m vrh.organism.train " + " ".join(sys.argv[1:] if argv is None else argv)
+    if args.export_only:
+        org = Organisms(cfg)
+        org.load(torch.load(Path(args.out) / "ckpt.pt", weights_only=False))
+    else:
+        org = train(cfg, args.out, resume=not args.no_resume)
+    export(org, args.export_to or Path(args.out) / "export", n_eval=args.eval_n, command=command)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
+
