@@ -138,6 +138,87 @@ def _organism(a):
     return organism_main(args[1:])
 
 
+# --- transfer -----------------------------------------------------------------------------------------
+def _transfer_args(p):
+    _model_args(p)  # --model is model B, the one masked
+    p.add_argument("--heads", required=True, help="model A's detection run folder (heads to transfer)")
+    p.add_argument("--heads-b", default=None, help="model B's own detection run (own-heads condition + map similarity)")
+    p.add_argument("--data", required=True)
+    p.add_argument("--k", type=int, default=20)
+    p.add_argument("--seeds", type=_ints, default=(0, 1, 2), help="random-head seeds (default: 0,1,2)")
+    p.add_argument("--scorer", default=None, help="scorer ranking heads in both runs (default: each run's primary)")
+    p.add_argument("--exclude-layers", type=_ints, default=(), help="layers random heads avoid, e.g. 0")
+    p.add_argument("--task", choices=["grounding", "vqa"], default="grounding")
+    p.add_argument("--n", type=int, default=None, help="evaluation samples (default: all held-out)")
+    p.add_argument("--no-disjoint", action="store_true", help="also evaluate on the detection samples")
+    p.add_argument("--out", required=True)
+
+
+def _transfer(a):
+    from vrh.experiments.transfer import TransferConfig, transfer
+
+    transfer(TransferConfig(heads=a.heads, model=a.model, data=a.data, out=a.out, heads_b=a.heads_b, k=a.k,
+                            seeds=a.seeds, scorer=a.scorer, exclude_layers=a.exclude_layers, task=a.task, n=a.n,
+                            disjoint=not a.no_disjoint, batch_size=a.batch_size, max_new_tokens=a.max_new_tokens,
+                            device=a.device, dtype=a.dtype))
+    return 0
+
+
+# --- stability ----------------------------------------------------------------------------------------
+def _stability_args(p):
+    _model_args(p)
+    p.set_defaults(model=None)  # the sample-size curve needs no model; token choice does
+    p.add_argument("--heads", required=True, help="detection run folder (its sample_scores.npz)")
+    p.add_argument("--data", default=None, help="dataset for token choice (default: the detection run's)")
+    p.add_argument("--k", type=int, default=20)
+    p.add_argument("--n-values", type=_ints, default=(1, 2, 5, 10, 20, 50, 100, 200),
+                   help="scoring-set sizes (default: 1,2,5,10,20,50,100,200)")
+    p.add_argument("--bootstrap", type=int, default=10, help="draws per n (default: %(default)s)")
+    p.add_argument("--scorer", default=None, help="scorer whose maps are resampled (default: the run's primary)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seeds", type=_ints, default=(0, 1, 2), help="random-head seeds of the token-choice control")
+    p.add_argument("--accuracy-draws", type=int, default=0,
+                   help="per n, also mask the top-k of this many draws and report accuracy (needs --model)")
+    p.add_argument("--n-eval", type=int, default=None, help="cap on held-out samples evaluated")
+    p.add_argument("--out", required=True)
+
+
+def _stability(a):
+    from vrh.experiments.stability import StabilityConfig, stability
+
+    stability(StabilityConfig(heads=a.heads, out=a.out, model=a.model, data=a.data, k=a.k, n_values=a.n_values,
+                              bootstrap=a.bootstrap, scorer=a.scorer, seed=a.seed, seeds=a.seeds,
+                              accuracy_draws=a.accuracy_draws, n_eval=a.n_eval, batch_size=a.batch_size,
+                              max_new_tokens=a.max_new_tokens, device=a.device, dtype=a.dtype))
+    return 0
+
+
+# --- dpo-pairs ----------------------------------------------------------------------------------------
+def _dpo_pairs_args(p):
+    _model_args(p)
+    p.add_argument("--heads", required=True, help="detection run folder (top-k VRHs = negative policy)")
+    p.add_argument("--data", default=None, help="dataset (default: the detection run's)")
+    p.add_argument("--train", choices=["detect", "data"], default="detect",
+                   help="training samples: the run's detection samples, or all of --data not held out")
+    p.add_argument("--k", type=int, default=20)
+    p.add_argument("--random-negatives", action="store_true", help="control: k random heads per example")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random negatives")
+    p.add_argument("--exclude-layers", type=_ints, default=(0,), help="layers random negatives avoid (default: 0)")
+    p.add_argument("--scorer", default=None, help="scorer of the detection run that ranks heads")
+    p.add_argument("--n", type=int, default=None, help="cap on training samples")
+    p.add_argument("--out", required=True)
+
+
+def _dpo_pairs(a):
+    from vrh.experiments.dpo import DPOPairsConfig, dpo_pairs
+
+    dpo_pairs(DPOPairsConfig(model=a.model, heads=a.heads, out=a.out, data=a.data, k=a.k, train=a.train,
+                             random_negatives=a.random_negatives, seed=a.seed, exclude_layers=a.exclude_layers,
+                             scorer=a.scorer, n=a.n, batch_size=a.batch_size, max_new_tokens=a.max_new_tokens,
+                             device=a.device, dtype=a.dtype))
+    return 0
+
+
 # name -> (help, add_arguments, run); the order is the order of --help
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {
     "demo": ("the whole method on the shipped model organism, offline (the README's main command)",
@@ -146,6 +227,12 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
     "evaluate": ("answer with heads masked and measure accuracy (IoU >= 0.5)", _evaluate_args, _evaluate),
     "organism": ("train the model organism (vrh organism train --out DIR)", _organism_args, _organism),
     "sweep": ("accuracy vs k: top-k detected heads vs k random heads over seeds", _sweep_args, _sweep),
+    "transfer": ("mask model A's top-k heads in model B (same layer x head grid) vs B's own and random",
+                 _transfer_args, _transfer),
+    "stability": ("top-k overlap vs number of scoring samples; which output tokens to score",
+                  _stability_args, _stability),
+    "dpo-pairs": ("DPO preference pairs: unmasked answer (chosen) vs top-k VRHs masked (rejected)",
+                  _dpo_pairs_args, _dpo_pairs),
 }
 
 
