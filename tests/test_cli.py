@@ -59,6 +59,11 @@ def test_detect_then_evaluate_write_complete_run_folders(tmp_path, tiny_checkpoi
     lines = runs.read_jsonl(sw / runs.SAMPLES)
     assert len(lines) == 4 * (1 + 2 * (1 + 2)) and {l["kind"] for l in lines} == {"none", "vrh", "random"}
 
+    rep = tmp_path / "report"
+    assert main(["report", str(det), str(ev), str(rnd), str(sw), "--out", str(rep), "--k", "2"]) == 0
+    html = (rep / "report.html").read_text()
+    assert "data:image/png;base64" in html and "http://" not in html and "https://" not in html
+
 
 def test_bad_input_is_a_clear_error(tmp_path, tiny_checkpoint, tiny_dataset, capsys):
     assert main(["evaluate", "--model", tiny_checkpoint, "--data", tiny_dataset, "--mask-heads", "99:0",

@@ -219,6 +219,19 @@ def _dpo_pairs(a):
     return 0
 
 
+# --- report -------------------------------------------------------------------------------------------
+def _report_args(p):
+    from vrh.report import add_arguments
+
+    add_arguments(p)
+
+
+def _report(a):
+    from vrh.report import report_main
+
+    return report_main(a)
+
+
 # name -> (help, add_arguments, run); the order is the order of --help
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {
     "demo": ("the whole method on the shipped model organism, offline (the README's main command)",
@@ -226,6 +239,7 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
     "detect": ("score every LM head on grounding samples and rank them", _detect_args, _detect),
     "evaluate": ("answer with heads masked and measure accuracy (IoU >= 0.5)", _evaluate_args, _evaluate),
     "organism": ("train the model organism (vrh organism train --out DIR)", _organism_args, _organism),
+    "report": ("one self-contained HTML (+ Markdown) report from any run folders", _report_args, _report),
     "sweep": ("accuracy vs k: top-k detected heads vs k random heads over seeds", _sweep_args, _sweep),
     "transfer": ("mask model A's top-k heads in model B (same layer x head grid) vs B's own and random",
                  _transfer_args, _transfer),
