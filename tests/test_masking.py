@@ -233,3 +233,130 @@ def test_real_qwen_adapter_agrees_with_stand_in(model):
     with mask_heads(model, adapter, [(1, 2), (2, 0)]):
         got = logits(model, x)
     assert torch.allclose(got, logits(weight_zeroed(model, [(1, 2), (2, 0)]), x), rtol=0, atol=1e-6)
+
+
+# --- uniform mode (Retrieval Heads' ablation): attention made uniform over the visible keys ----------
+import vrh.attention as attention_mod  # noqa: E402
+from transformers.masking_utils import AttentionMaskInterface, eager_mask  # noqa: E402
+from transformers.modeling_utils import AttentionInterface  # noqa: E402
+
+REF_IMPL = "vrh_test_uniform_reference"
+REF_HEADS: dict[int, list[int]] = {}  # layer -> heads the reference makes uniform
+
+
+def reference_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
+    """Eager attention written out weights-first: softmax weights, except that the chosen heads' weights
+    are 1/count on every visible key (eager's additive mask is 0 there) -- the definition of the ablation."""
+    n_rep = query.shape[1] // key.shape[1]
+    k = key.repeat_interleave(n_rep, dim=1)  # (B, H, S, D)
+    v = value.repeat_interleave(n_rep, dim=1)  # (B, H, S, D)
+    scores = torch.matmul(query, k.transpose(2, 3)) * scaling + attention_mask  # (B, H, N, S)
+    w = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    visible = (attention_mask == 0).to(w.dtype).expand_as(w)  # (B, H, N, S)
+    for h in REF_HEADS.get(module.layer_idx, []):
+        w[:, h] = visible[:, h] / visible[:, h].sum(-1, keepdim=True).clamp_min(1)
+    return torch.matmul(w, v).transpose(1, 2).contiguous(), w  # (B, N, H, D)
+
+
+class FullStandIn(StandInAdapter):
+    """Adds what uniform mode uses: the attention modules and the text config."""
+
+    def text_config(self, model):
+        return model.config.text_config
+
+    def attention_module(self, model, layer):
+        return model.model.language_model.layers[layer].self_attn
+
+
+FULL = FullStandIn()
+
+
+@pytest.fixture(scope="module")
+def reference(model):
+    AttentionInterface.register(REF_IMPL, reference_attention)
+    AttentionMaskInterface.register(REF_IMPL, eager_mask)  # always materialized, additive 0 / min
+    ref = copy.deepcopy(model)
+    ref.config.text_config._attn_implementation_internal = REF_IMPL
+    return ref
+
+
+def left_padded(lengths):
+    rows = [ids(n)[0] for n in lengths]
+    S = max(lengths)
+    batch = torch.full((len(rows), S), PAD)
+    attn = torch.zeros((len(rows), S), dtype=torch.long)
+    for b, r in enumerate(rows):
+        batch[b, S - len(r):] = r
+        attn[b, S - len(r):] = 1
+    return batch, attn
+
+
+def reference_logits(reference, heads, x, mask):
+    REF_HEADS.clear()
+    for layer, h in heads:
+        REF_HEADS.setdefault(layer, []).append(h)
+    try:
+        return logits(reference, x, mask)
+    finally:
+        REF_HEADS.clear()
+
+
+@pytest.mark.parametrize("heads", [[(0, 0)], [(1, 3), (2, 1)], [(2, h) for h in range(NUM_HEADS)]])
+def test_uniform_matches_eager_reference_left_padded(model, reference, heads):
+    x, attn = left_padded([7, 4, 6])
+    before = snapshot(model)
+    impl = model.config.text_config._attn_implementation
+    with mask_heads(model, FULL, heads, mode="uniform"):
+        assert model.config.text_config._attn_implementation == attention_mod.IMPL_NAME
+        got = logits(model, x, attn)
+    want = reference_logits(reference, heads, x, attn)
+    real = attn.bool()
+    assert (got - want)[real].abs().max() <= 1e-5
+    assert (got - logits(model, x, attn))[real].abs().max() > 1e-3  # it did something
+    with mask_heads(model, FULL, heads):  # and something else than zeroing
+        assert (got - logits(model, x, attn))[real].abs().max() > 1e-3
+    assert model.config.text_config._attn_implementation == impl and attention_mod._UNIFORM == {}
+    assert_clean(model, before)
+
+
+def test_uniform_generate_with_kv_cache_matches_no_cache_reference(model, reference):
+    heads = [(0, 1), (1, 2), (2, 0)]
+    x, attn = left_padded([6, 3])
+    kw = dict(max_new_tokens=5, do_sample=False, return_dict_in_generate=True, output_logits=True,
+              attention_mask=attn, pad_token_id=PAD)
+    with torch.no_grad(), mask_heads(model, FULL, heads, mode="uniform"):
+        got = model.generate(input_ids=x, use_cache=True, **kw)
+    REF_HEADS.update({0: [1], 1: [2], 2: [0]})
+    try:
+        with torch.no_grad():
+            want = reference.generate(input_ids=x, use_cache=False, **kw)  # full forward every step
+    finally:
+        REF_HEADS.clear()
+    assert torch.equal(got.sequences, want.sequences)
+    for a, b in zip(got.logits, want.logits):
+        assert (a - b).abs().max() <= 1e-5
+    assert attention_mod._UNIFORM == {}
+
+
+def test_uniform_nests_restores_on_error_and_rejects_bad_mode(model):
+    x, attn = left_padded([5, 4])
+    before = snapshot(model)
+    impl = model.config.text_config._attn_implementation
+    with mask_heads(model, FULL, [(0, 1), (2, 2)], mode="uniform"):
+        both = logits(model, x, attn)
+    with mask_heads(model, FULL, [(0, 1)], mode="uniform"):
+        with mask_heads(model, FULL, [(2, 2)], mode="uniform"):
+            nested = logits(model, x, attn)
+        assert set(attention_mod._UNIFORM) == {id(FULL.attention_module(model, 0))}
+    assert torch.equal(nested, both)
+    with pytest.raises(RuntimeError, match="boom"):
+        with mask_heads(model, FULL, [(1, 0)], mode="uniform"):
+            raise RuntimeError("boom")
+    with pytest.raises(ValueError, match="out of range"):
+        with mask_heads(model, FULL, [(0, NUM_HEADS)], mode="uniform"):
+            pass
+    with pytest.raises(ValueError, match="mask mode"):
+        with mask_heads(model, FULL, [(0, 0)], mode="mean"):
+            pass
+    assert model.config.text_config._attn_implementation == impl and attention_mod._UNIFORM == {}
+    assert_clean(model, before)

@@ -2,11 +2,12 @@
 
 Why this shape: scoring a head needs only the rows of the answer (or expression) tokens, but
 ``output_attentions=True`` forces the eager path and materializes every ``[B, H, N, N]`` map, which for a
-VLM prompt of a few thousand image tokens is the dominant memory cost. Instead vrh registers its own
-attention function with transformers' ``AttentionInterface`` (name :data:`IMPL_NAME`). It computes the
-layer output with the fused sdpa kernel (so logits are those of a plain sdpa forward) and, while a capture
-is active, recomputes ``softmax(q_sel @ k^T * scaling [softcapped] + mask_rows)`` only for the requested
-query rows, storing them per layer in float32 on the CPU (so accelerator memory stays flat).
+VLM prompt of a few thousand image tokens is the dominant memory cost. Instead the language model runs
+vrh's registered attention function (:mod:`vrh.attention`, name :data:`IMPL_NAME`, shared with the
+uniform-attention ablation). It computes the layer output with the fused sdpa kernel (so logits are those
+of a plain sdpa forward) and, while a capture is active, hands query and key to :class:`RowCapture`, which
+recomputes ``softmax(q_sel @ k^T * scaling [softcapped] + mask_rows)`` only for the requested query rows,
+storing them per layer in float32 on the CPU (so accelerator memory stays flat).
 
 Only the language model's config is switched to :data:`IMPL_NAME`; the vision encoder keeps its own
 implementation. The matching mask function is transformers' own sdpa mask, so the model builds exactly
@@ -25,9 +26,11 @@ from typing import Any
 import torch
 from torch import nn
 
-IMPL_NAME = "vrh_capture"
+from vrh.attention import IMPL_NAME, ensure_registered, language_model_uses_vrh
 
-# The capture the attention function writes to. Module-level because transformers calls the attention
+__all__ = ["IMPL_NAME", "MultipleForwardsError", "RowCapture", "capture_attention_rows", "ensure_registered"]
+
+# The capture the attention function (vrh.attention.vrh_attention_forward) writes to. Module-level because transformers calls the attention
 # function without any handle of ours; it is set only inside ``capture_attention_rows`` and always reset.
 _ACTIVE: RowCapture | None = None
 
@@ -195,66 +198,7 @@ def _softcap_output(module: nn.Module, query: torch.Tensor, key: torch.Tensor, v
     return torch.cat(outs, dim=2).transpose(1, 2).contiguous()  # (B, N, H, Dv)
 
 
-def vrh_capture_attention_forward(module: nn.Module, query: torch.Tensor, key: torch.Tensor,
-                                  value: torch.Tensor, attention_mask: torch.Tensor | None,
-                                  dropout: float = 0.0, scaling: float | None = None,
-                                  is_causal: bool | None = None, softcap: float | None = None,
-                                  **kwargs: Any) -> tuple[torch.Tensor, None]:
-    """The registered attention function: fused output, plus selected rows while a capture is active.
-
-    Returns ``(attn_output (B, N, H, D), None)`` like sdpa: weights are never returned, rows go to the
-    active :class:`RowCapture` instead.
-    """
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-    scaling = scaling if scaling is not None else query.shape[-1] ** -0.5
-    causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
-    capture = _ACTIVE
-    layer = capture._layer_of(module) if capture is not None else None
-    if layer is not None:
-        capture._start_layer(layer)
-
-    if softcap is None:
-        kwargs.pop("output_attentions", None)  # weights are never returned; avoid sdpa's warning
-        out, _ = sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
-                                        scaling=scaling, is_causal=is_causal, **kwargs)
-    else:
-        out = _softcap_output(module, query, key, value, attention_mask, scaling, causal, softcap, dropout)
-
-    if layer is not None and layer in capture._slot:
-        with torch.no_grad():
-            capture._store(layer, query, key, attention_mask, scaling, causal, softcap)
-    return out, None
-
-
-# --- registration and switching ----------------------------------------------------------------
-def ensure_registered() -> None:
-    """Register :data:`IMPL_NAME` with transformers (idempotent; called lazily, never at import)."""
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
-    from transformers.modeling_utils import AttentionInterface
-
-    if AttentionInterface._global_mapping.get(IMPL_NAME) is not vrh_capture_attention_forward:
-        AttentionInterface.register(IMPL_NAME, vrh_capture_attention_forward)
-    # The sdpa mask, so masks are built exactly as for sdpa. Must be in the global mapping: transformers
-    # skips mask creation for implementations it does not find there.
-    if AttentionMaskInterface._global_mapping.get(IMPL_NAME) is not sdpa_mask:
-        AttentionMaskInterface.register(IMPL_NAME, sdpa_mask)
-
-
-def _language_configs(model: nn.Module, adapter: Any) -> list[Any]:
-    """The config objects the language model reads its attention implementation from (deduplicated).
-
-    The attention modules read ``self.config._attn_implementation`` and the mask builder reads the text
-    model's config; both are the text config, which is a different object from the vision config.
-    """
-    configs = {id(c): c for c in [adapter.text_config(model)]}
-    for layer in range(adapter.num_layers(model)):
-        cfg = getattr(adapter.attention_module(model, layer), "config", None)
-        if cfg is not None:
-            configs.setdefault(id(cfg), cfg)
-    return list(configs.values())
-
-
+# --- the capture context ---------------------------------------------------------------------
 @contextmanager
 def capture_attention_rows(model: nn.Module, adapter: Any, query_positions: list[torch.Tensor],
                            layers: Sequence[int] | None = None) -> Iterator[RowCapture]:
@@ -269,7 +213,6 @@ def capture_attention_rows(model: nn.Module, adapter: Any, query_positions: list
     global _ACTIVE
     if _ACTIVE is not None:
         raise RuntimeError("capture_attention_rows is already active; nested captures are not supported")
-    ensure_registered()
     n_layers = adapter.num_layers(model)
     layer_list = list(range(n_layers)) if layers is None else [int(x) for x in layers]
     bad = [x for x in layer_list if not 0 <= x < n_layers]
@@ -278,16 +221,9 @@ def capture_attention_rows(model: nn.Module, adapter: Any, query_positions: list
     module_to_layer = {id(adapter.attention_module(model, x)): x for x in range(n_layers)}
     capture = RowCapture(query_positions, layer_list, module_to_layer)
 
-    configs = _language_configs(model, adapter)
-    previous = [cfg._attn_implementation_internal for cfg in configs]
-    try:
-        for cfg in configs:
-            # The internal attribute, not the setter: the setter recurses into sub-configs, and only the
-            # language model must switch.
-            cfg._attn_implementation_internal = IMPL_NAME
-        _ACTIVE = capture
-        yield capture
-    finally:
-        _ACTIVE = None
-        for cfg, impl in zip(configs, previous):
-            cfg._attn_implementation_internal = impl
+    with language_model_uses_vrh(model, adapter):
+        try:
+            _ACTIVE = capture
+            yield capture
+        finally:
+            _ACTIVE = None

@@ -24,6 +24,16 @@ def _ints(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in text.split(",") if x.strip())
 
 
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
+def _mask_mode_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--mask-mode", choices=["zero", "uniform"], default="zero",
+                   help="how a masked head is knocked out: 'zero' its output, or 'uniform' attention over the "
+                        "keys it may see (Retrieval Heads' ablation) (default: %(default)s)")
+
+
 # --- detect -------------------------------------------------------------------------------------------
 def _detect_args(p):
     _model_args(p)
@@ -61,6 +71,7 @@ def _evaluate_args(p):
     p.add_argument("--seed", type=int, default=0, help="seed of the random heads")
     p.add_argument("--exclude-layers", type=_ints, default=(), help="layers random heads avoid, e.g. 0")
     p.add_argument("--scorer", default=None, help="scorer of the detection run that ranks heads")
+    _mask_mode_arg(p)
     p.add_argument("--task", choices=["grounding", "vqa"], default="grounding")
     p.add_argument("--n", type=int, default=None)
     p.add_argument("--no-disjoint", action="store_true",
@@ -73,7 +84,7 @@ def _evaluate(a):
 
     evaluate(EvaluateConfig(model=a.model, data=a.data, out=a.out, mask_heads=a.mask_heads, k=a.k,
                             random=a.random, seed=a.seed, exclude_layers=a.exclude_layers, scorer=a.scorer,
-                            n=a.n, task=a.task, disjoint=not a.no_disjoint, batch_size=a.batch_size,
+                            mask_mode=a.mask_mode, n=a.n, task=a.task, disjoint=not a.no_disjoint, batch_size=a.batch_size,
                             max_new_tokens=a.max_new_tokens, device=a.device, dtype=a.dtype))
     return 0
 

@@ -1,4 +1,15 @@
-"""Head ablation: zero chosen attention heads' outputs, the one mechanism every causal test uses.
+"""Head ablation: knock chosen attention heads out, the one mechanism every causal test uses.
+
+Two modes behind one entry point, :func:`mask_heads`:
+
+* ``"zero"`` (default): the head's output is zeroed at ``o_proj``'s input (below).
+* ``"uniform"`` (Retrieval Heads' public code): the head keeps writing to the residual stream, but attends
+  uniformly to every key it may see (unmasked and causal), i.e. its output at a query is the plain mean of
+  the visible values. It removes *where* the head looks while keeping its average contribution, so a
+  method's heads can be tested against that weaker ablation too. It runs inside vrh's registered attention
+  function (:mod:`vrh.attention`): the language model is switched to it for the block and restored after.
+
+Zero mode:
 
 A head's contribution to the residual stream is ``o_proj`` applied to its slice of the concatenated
 per-head attention outputs. Zeroing that slice of ``o_proj``'s *input* removes the head exactly (bias,
@@ -14,8 +25,8 @@ Example::
         out = model.generate(**inputs, max_new_tokens=32, do_sample=False)
     # hooks are gone here, also if generate raised
 
-The Retrieval-Heads-style "uniform attention" ablation is a different mechanism (it lives in the
-attention function) and is deliberately not provided here.
+    with mask_heads(model, adapter, [(3, 1)], mode="uniform"):
+        out = model.generate(**inputs, max_new_tokens=32, do_sample=False)
 """
 
 from __future__ import annotations
@@ -30,6 +41,8 @@ import torch
 from torch import nn
 
 from vrh.heads import Head
+
+MASK_MODES = ("zero", "uniform")
 
 
 def validate_heads(heads: Iterable[Head], num_layers: int, num_heads: int) -> dict[int, list[int]]:
@@ -92,18 +105,42 @@ def _zero_heads_hook(head_idx: list[int], num_heads: int, head_dim: int, layer: 
 
 
 @contextmanager
-def mask_heads(model: nn.Module, adapter: Any, heads: Iterable[Head]) -> Iterator[None]:
-    """Within the context, the language model's ``heads`` (``(layer, head)``, 0-based) output zero.
+def mask_heads(model: nn.Module, adapter: Any, heads: Iterable[Head], mode: str = "zero") -> Iterator[None]:
+    """Within the context, the language model's ``heads`` (``(layer, head)``, 0-based) are knocked out.
 
-    ``adapter`` supplies ``num_layers(model)``, ``num_heads(model)``, ``head_dim(model)`` and
-    ``o_proj(model, layer)`` (see :class:`vrh.adapters.base.Adapter`). Indices are validated before any
-    hook is installed; an empty ``heads`` is a no-op. Every hook is removed on exit, also on error.
-    Contexts nest (masks add up).
+    ``mode="zero"``: their outputs are zero (``o_proj`` pre-hooks); ``mode="uniform"``: they attend
+    uniformly over their visible keys (see the module docstring). ``adapter`` supplies ``num_layers``,
+    ``num_heads``, ``head_dim``, ``o_proj`` (zero) and ``attention_module`` / ``text_config`` (uniform),
+    see :class:`vrh.adapters.base.Adapter`. Indices are validated before anything is installed; an empty
+    ``heads`` is a no-op. Hooks and the attention implementation are restored on exit, also on error.
+    Contexts nest (masks add up, also across modes).
     """
+    if mode not in MASK_MODES:
+        raise ValueError(f"unknown mask mode {mode!r}; choose from {MASK_MODES}")
     heads = list(heads)
     if not heads:
         yield
         return
+    if mode == "uniform":
+        with _uniform_mask(model, adapter, heads):
+            yield
+        return
+    with _zero_mask(model, adapter, heads):
+        yield
+
+
+@contextmanager
+def _uniform_mask(model: nn.Module, adapter: Any, heads: list[Head]) -> Iterator[None]:
+    from vrh.attention import language_model_uses_vrh, uniform_heads
+
+    by_layer = validate_heads(heads, adapter.num_layers(model), adapter.num_heads(model))
+    by_module = {id(adapter.attention_module(model, layer)): hs for layer, hs in by_layer.items()}
+    with language_model_uses_vrh(model, adapter), uniform_heads(by_module):
+        yield
+
+
+@contextmanager
+def _zero_mask(model: nn.Module, adapter: Any, heads: list[Head]) -> Iterator[None]:
     num_layers, num_heads = adapter.num_layers(model), adapter.num_heads(model)
     head_dim = adapter.head_dim(model)
     by_layer = validate_heads(heads, num_layers, num_heads)

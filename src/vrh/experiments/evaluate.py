@@ -58,12 +58,13 @@ def judge_sample(lm: LoadedModel, sample: Sample, text: str, meta: dict | None =
 
 
 def evaluate_samples(lm: LoadedModel, samples: Sequence[Sample], heads: Sequence[Head] = (), *,
-                     batch_size: int = 16, max_new_tokens: int = 64, tau: float = 0.5,
+                     batch_size: int = 16, max_new_tokens: int = 64, tau: float = 0.5, mask_mode: str = "zero",
                      on_record: Callable[[dict[str, Any]], None] | None = None,
                      advance: Callable[[int], None] | None = None) -> list[dict[str, Any]]:
-    """Answer every sample with ``heads`` masked; return (and hand to ``on_record``) one record each."""
+    """Answer every sample with ``heads`` masked (``mask_mode`` "zero" or "uniform", see
+    :func:`vrh.masking.mask_heads`); return (and hand to ``on_record``) one record each."""
     records = []
-    with mask_heads(lm.model, lm.adapter, heads):
+    with mask_heads(lm.model, lm.adapter, heads, mode=mask_mode):
         for start in range(0, len(samples), batch_size):
             chunk = list(samples[start:start + batch_size])
             images = [load_image(s) for s in chunk]
@@ -109,6 +110,7 @@ class EvaluateConfig:
     seed: int = 0
     exclude_layers: tuple[int, ...] = ()  # layers random heads are never drawn from
     scorer: str | None = None  # which scorer of the detection run ranks the heads (default: its primary)
+    mask_mode: str = "zero"  # "zero" (head output zeroed) or "uniform" (uniform attention), vrh.masking
     n: int | None = None
     task: str = "grounding"
     disjoint: bool = True  # evaluate only on the detection run's held-out ids (paper App. H)
@@ -191,9 +193,11 @@ def evaluate(cfg: EvaluateConfig, lm: LoadedModel | None = None) -> dict[str, An
                       "masked_heads": [list(h) for h in heads], "heads": head_info})
     with run, progress(len(samples), "evaluate") as advance:
         records = evaluate_samples(lm, samples, heads, batch_size=cfg.batch_size,
-                                   max_new_tokens=cfg.max_new_tokens, tau=cfg.tau, on_record=run.append_sample,
+                                   max_new_tokens=cfg.max_new_tokens, tau=cfg.tau, mask_mode=cfg.mask_mode,
+                                   on_record=run.append_sample,
                                    advance=advance)
-        result = {**summarize_records(records), "k": len(heads), "masked_heads": [list(h) for h in heads],
+        result = {**summarize_records(records), "k": len(heads), "mask_mode": cfg.mask_mode,
+                  "masked_heads": [list(h) for h in heads],
                   "heads": head_info, "elapsed_seconds": time.time() - t0}
         run.write(runs.RESULTS, result)
     console.print(f"evaluate: accuracy {result['accuracy']:.3f} on {result['n']} samples "

@@ -34,6 +34,7 @@ class SweepConfig:
     n: int | None = None
     scorer: str | None = None
     exclude_layers: tuple[int, ...] = ()  # layers random heads are never drawn from (e.g. 0)
+    mask_mode: str = "zero"  # "zero" or "uniform", see vrh.masking.mask_heads
     disjoint: bool = True
     batch_size: int = 16
     max_new_tokens: int = 64
@@ -118,7 +119,8 @@ def sweep(cfg: SweepConfig, lm: LoadedModel | None = None) -> dict[str, Any]:
             tag = {"kind": c["kind"], "k": c["k"], "seed": c["seed"]}
             records = evaluate_samples(
                 lm, samples, c["heads"], batch_size=cfg.batch_size, max_new_tokens=cfg.max_new_tokens,
-                tau=cfg.tau, on_record=lambda r: run.append_sample({**tag, **r}), advance=advance)
+                tau=cfg.tau, mask_mode=cfg.mask_mode, on_record=lambda r: run.append_sample({**tag, **r}),
+                advance=advance)
             by_condition.append((c, summarize_records(records)))
         result = {"task": cfg.task, "num_heads_total": lm.num_layers * lm.num_heads,
                   **curves(by_condition, cfg.seeds),
