@@ -8,7 +8,6 @@ Every write either succeeds or raises: a failed write fails the run.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import platform
@@ -55,14 +54,6 @@ def environment() -> dict[str, Any]:
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "argv": sys.argv,
     }
-
-
-def file_sha256(path: str | os.PathLike) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:
