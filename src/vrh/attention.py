@@ -38,7 +38,7 @@ _UNIFORM_CHUNK = 512
 
 
 # --- uniform attention ---------------------------------------------------------------------------
-def allowed_keys(attention_mask: torch.Tensor | None, batch: int, q_len: int, kv_len: int, is_causal: bool,
+def allowed_keys(attention_mask: torch.Tensor | None, q_len: int, kv_len: int, is_causal: bool,
                  device: torch.device) -> torch.Tensor:
     """Which keys each query may see, bool ``(B or 1, 1 or H, N, S)``: exactly the keys sdpa attends to.
 
@@ -129,8 +129,8 @@ def vrh_attention_forward(module: nn.Module, query: torch.Tensor, key: torch.Ten
 
     heads = _UNIFORM.get(id(module))
     if heads is not None and heads.numel():
-        batch, n_heads, q_len, _ = query.shape  # (B, H, N, D)
-        allowed = allowed_keys(attention_mask, batch, q_len, key.shape[2], causal, query.device)
+        n_heads, q_len = query.shape[1], query.shape[2]  # query (B, H, N, D)
+        allowed = allowed_keys(attention_mask, q_len, key.shape[2], causal, query.device)
         unif = _uniform_output(value, allowed, heads, n_heads // key.shape[1])  # (B, N, h, D)
         out = out.index_copy(2, heads.to(out.device), unif.to(out.dtype))  # (B, N, H, D)
 

@@ -127,6 +127,10 @@ class QRHeadScorer(AccumulatingScorer):
         self.calibrate = calibrate
         self.outlier_z = outlier_z
 
+    @property
+    def needs_null_rows(self) -> bool:
+        return self.calibrate
+
     def update(self, sample_rows: torch.Tensor, sample_info: SampleInfo,
                null_rows: torch.Tensor | None = None) -> None:
         q = sample_info.query("in")

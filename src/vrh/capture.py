@@ -28,7 +28,8 @@ from torch import nn
 
 from vrh.attention import IMPL_NAME, ensure_registered, language_model_uses_vrh
 
-__all__ = ["IMPL_NAME", "MultipleForwardsError", "RowCapture", "capture_attention_rows", "ensure_registered"]
+__all__ = ["IMPL_NAME", "MultipleForwardsError", "RowCapture", "capture_attention_rows",
+           "ensure_registered"]
 
 # The capture the attention function (vrh.attention.vrh_attention_forward) writes to. Module-level because transformers calls the attention
 # function without any handle of ours; it is set only inside ``capture_attention_rows`` and always reset.

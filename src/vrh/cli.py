@@ -84,8 +84,9 @@ def _evaluate(a):
 
     evaluate(EvaluateConfig(model=a.model, data=a.data, out=a.out, mask_heads=a.mask_heads, k=a.k,
                             random=a.random, seed=a.seed, exclude_layers=a.exclude_layers, scorer=a.scorer,
-                            mask_mode=a.mask_mode, n=a.n, task=a.task, disjoint=not a.no_disjoint, batch_size=a.batch_size,
-                            max_new_tokens=a.max_new_tokens, device=a.device, dtype=a.dtype))
+                            mask_mode=a.mask_mode, n=a.n, task=a.task, disjoint=not a.no_disjoint,
+                            batch_size=a.batch_size, max_new_tokens=a.max_new_tokens, device=a.device,
+                            dtype=a.dtype))
     return 0
 
 
@@ -101,6 +102,7 @@ def _sweep_args(p):
     p.add_argument("--scorer", default=None, help="scorer of the detection run that ranks heads")
     p.add_argument("--exclude-layers", type=_ints, default=(), help="layers random heads avoid, e.g. 0")
     p.add_argument("--no-disjoint", action="store_true", help="also evaluate on the detection samples")
+    _mask_mode_arg(p)
     p.add_argument("--out", required=True)
 
 
@@ -109,7 +111,43 @@ def _sweep(a):
 
     sweep(SweepConfig(model=a.model, data=a.data, heads=a.heads, out=a.out, ks=a.ks, seeds=a.seeds, task=a.task,
                       n=a.n, scorer=a.scorer, exclude_layers=a.exclude_layers, disjoint=not a.no_disjoint,
-                      batch_size=a.batch_size, max_new_tokens=a.max_new_tokens, device=a.device, dtype=a.dtype))
+                      mask_mode=a.mask_mode, batch_size=a.batch_size, max_new_tokens=a.max_new_tokens,
+                      device=a.device, dtype=a.dtype))
+    return 0
+
+
+# --- compare ------------------------------------------------------------------------------------------
+def _compare_args(p):
+    _model_args(p)
+    p.add_argument("--data", required=True, help="grounding dataset JSONL (vrh format)")
+    p.add_argument("--n", type=int, default=200, help="detection samples (default: %(default)s)")
+    p.add_argument("--n-eval", type=int, default=None, help="held-out evaluation samples (default: all the rest)")
+    p.add_argument("--k", type=_ints, default=(5, 10, 20, 50), help="k values (default: 5,10,20,50)")
+    p.add_argument("--methods", type=_names, default=None,
+                   help="comma-separated scorers: QUERY/PHI/OMEGA variants and baselines (default: the 8 "
+                        "{out,in} x {sum,argmax} x {mean,freq} variants, rand1/sum/mean, coord/sum/mean and "
+                        "the 5 prior methods)")
+    p.add_argument("--default", default="out/sum/mean",
+                   help="reference method: random heads avoid its top-k; similarity is measured to it")
+    p.add_argument("--seeds", type=_ints, default=(0, 1, 2), help="random-head seeds, >= 3 (default: 0,1,2)")
+    _mask_mode_arg(p)
+    p.add_argument("--answer", choices=["model", "gt"], default="model",
+                   help="score the model's own greedy answer or the ground-truth box string")
+    p.add_argument("--min-overlap", type=float, default=0.0, help="key set: minimum cell fraction inside the box")
+    p.add_argument("--exclude-layers", type=_ints, default=(), help="layers random heads avoid, e.g. 0")
+    p.add_argument("--seed", type=int, default=0, help="detection/evaluation split and rand1 seed")
+    p.add_argument("--out", required=True)
+
+
+def _compare(a):
+    from vrh.experiments.compare import CompareConfig, compare
+
+    methods = {"methods": a.methods} if a.methods else {}
+    compare(CompareConfig(model=a.model, data=a.data, out=a.out, n=a.n, n_eval=a.n_eval, ks=a.k, **methods,
+                          default=a.default, seeds=a.seeds, mask_mode=a.mask_mode,
+                          answer=a.answer, min_overlap=a.min_overlap, exclude_layers=a.exclude_layers,
+                          batch_size=a.batch_size, max_new_tokens=a.max_new_tokens, seed=a.seed,
+                          device=a.device, dtype=a.dtype))
     return 0
 
 
@@ -252,6 +290,8 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
     "organism": ("train the model organism (vrh organism train --out DIR)", _organism_args, _organism),
     "report": ("one self-contained HTML (+ Markdown) report from any run folders", _report_args, _report),
     "sweep": ("accuracy vs k: top-k detected heads vs k random heads over seeds", _sweep_args, _sweep),
+    "compare": ("every head-scoring variant and prior method, one detection, causal test per k (Tab. A9)",
+                _compare_args, _compare),
     "transfer": ("mask model A's top-k heads in model B (same layer x head grid) vs B's own and random",
                  _transfer_args, _transfer),
     "stability": ("top-k overlap vs number of scoring samples; which output tokens to score",

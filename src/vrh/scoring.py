@@ -352,6 +352,9 @@ class AccumulatingScorer:
 
     name = "scorer"
     omega = "mean"
+    # True when update() also needs the rows of a null-query pass (``null_rows=``, QRHead's calibration):
+    # the detection loop then runs one extra capture forward per batch, only if some scorer asks for it.
+    needs_null_rows = False
 
     def __init__(self, *, m: int = DEFAULT_M, seed: int = 0):
         self.m = m

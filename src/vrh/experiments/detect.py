@@ -1,6 +1,12 @@
 """Detection (paper Sec. 3): answer each grounding sample, re-run teacher-forced over prompt + answer with
 one capture pass, and feed the captured rows to every requested scorer.
 
+One main capture forward per batch serves every scorer. Scorers that calibrate against a content-free
+query (QRHead, ``needs_null_rows``) get one more capture forward per batch, over the same images and
+answers with the expression replaced by :data:`NULL_QUERY`; it runs only when such a scorer is requested.
+``head_scores.json`` counts both (``capture_forwards`` main, ``null_capture_forwards``) next to the
+number of batches, so the one-pass claim is checked, not assumed.
+
 Writes a run folder: ``config.json``, ``samples.jsonl`` (one line per sample as it finishes),
 ``head_scores.json`` (the ``[L][H]`` map and ranking of every scorer; the first scorer is the primary
 one), ``sample_scores.npz`` (per-sample ``[N, L, H]`` maps per scorer, for stability analyses) and
@@ -29,6 +35,7 @@ from vrh.regions import box_token_mask
 from vrh.scoring import SampleInfo, make_scorer
 
 DEFAULT_SCORER = "out/sum/mean"
+NULL_QUERY = "N/A"  # QRHead's content-free query, in place of the referring expression
 
 
 @dataclass(frozen=True)
@@ -84,7 +91,8 @@ def detect(cfg: DetectConfig, lm: LoadedModel | None = None) -> dict[str, Any]:
     scorers = {name: make_scorer(name, seed=cfg.seed) for name in cfg.scorers}
     overlays: dict[str, np.ndarray] = {}
     skipped: list[dict[str, str]] = []
-    n_forwards = n_scored = 0
+    forwards = {"main": 0, "null": 0, "batches": 0}
+    n_scored = 0
     with run, progress(len(det), "detect") as advance:
         for start in range(0, len(det), cfg.batch_size):
             chunk = det[start:start + cfg.batch_size]
@@ -100,25 +108,40 @@ def detect(cfg: DetectConfig, lm: LoadedModel | None = None) -> dict[str, Any]:
             for i in set(range(len(chunk))) - set(keep):
                 skipped.append({"id": chunk[i].id, "reason": "empty answer"})
             if keep:
-                n_forwards += _score_chunk(lm, cfg, [chunk[i] for i in keep], [images[i] for i in keep],
-                                           [prompts[i] for i in keep], [answers[i] for i in keep],
-                                           [records[i] for i in keep], scorers, overlays, n_scored)
+                main, null = _score_chunk(lm, cfg, [chunk[i] for i in keep], [images[i] for i in keep],
+                                          [prompts[i] for i in keep], [answers[i] for i in keep],
+                                          [records[i] for i in keep], scorers, overlays, n_scored)
+                forwards["main"] += main
+                forwards["null"] += null
+                forwards["batches"] += 1
                 n_scored += len(keep)
             for r in records:
                 run.append_sample(r)
             advance(len(chunk))
-        result = _write_scores(run, lm, cfg, scorers, overlays, skipped, time.time() - t0, n_forwards)
+        result = _write_scores(run, lm, cfg, scorers, overlays, skipped, time.time() - t0, forwards)
     console.print(f"detect: {result['n_scored']} samples scored, {len(skipped)} skipped -> {cfg.out}")
     return result
 
 
-def _score_chunk(lm, cfg, chunk, images, prompts, answers, records, scorers, overlays, first_index) -> int:
-    batch = lm.adapter.build_batch(lm.processor, images, prompts, answers=answers,
-                                   expressions=[s.expression for s in chunk])
-    qs = [query_sets(batch, b, lm.processor) for b in range(len(chunk))]
+def _capture(lm, images, prompts, answers, expressions):
+    """One teacher-forced capture forward over (image, prompt + answer); (batch, query sets, capture)."""
+    batch = lm.adapter.build_batch(lm.processor, images, prompts, answers=answers, expressions=expressions)
+    qs = [query_sets(batch, b, lm.processor) for b in range(len(images))]
     inputs = {k: (v.to(lm.device) if isinstance(v, torch.Tensor) else v) for k, v in batch.inputs.items()}
     with torch.no_grad(), capture_attention_rows(lm.model, lm.adapter, [q.positions for q in qs]) as cap:
         lm.model(**inputs)
+    return batch, qs, cap
+
+
+def _score_chunk(lm, cfg, chunk, images, prompts, answers, records, scorers, overlays, first_index
+                 ) -> tuple[int, int]:
+    """Score one batch; returns the number of (main, null) capture forwards it ran."""
+    batch, qs, cap = _capture(lm, images, prompts, answers, [s.expression for s in chunk])
+    null_scorers = {name for name, sc in scorers.items() if sc.needs_null_rows}
+    null = None
+    if null_scorers:  # same images and answers, the expression replaced by the null query
+        null = _capture(lm, images, [lm.adapter.grounding_prompt(NULL_QUERY) for _ in chunk], answers,
+                        [NULL_QUERY] * len(chunk))
     for b, (s, rec) in enumerate(zip(chunk, records)):
         rows = cap.rows(b)  # (L, H, Q, S)
         vis = batch.visual_positions[b]  # (V,)
@@ -129,17 +152,28 @@ def _score_chunk(lm, cfg, chunk, images, prompts, answers, records, scorers, ove
             queries={"out": qs[b].out, "in": qs[b].inp, "coord": qs[b].coord, "last_prompt": qs[b].last_prompt},
             correct=rec.get("outcome") == "correct", iou=rec.get("iou"), index=first_index + b,
         )
-        for scorer in scorers.values():
-            scorer.update(rows, info)
+        null_rows = None
+        if null is not None:
+            nbatch, nqs, ncap = null
+            if not torch.equal(nbatch.visual_rects[b], rects):  # same image -> same visual tokens expected
+                raise RuntimeError(f"{s.id}: the null-query pass tokenized the image differently")
+            info.queries.update(null_in=nqs[b].inp, null_out=nqs[b].out)
+            info.null_key_positions = nbatch.visual_positions[b][in_box]  # (|K|,) in the null pass's sequence
+            null_rows = ncap.rows(b)  # (L, H, Qn, Sn)
+        for name, scorer in scorers.items():
+            if name in null_scorers:
+                scorer.update(rows, info, null_rows=null_rows)
+            else:
+                scorer.update(rows, info)
         rec.update(n_visual_tokens=int(len(vis)), n_key_tokens=int(in_box.sum()), scored_answer=answers[b])
         if len(overlays) < cfg.n_overlays:
             vis_rows = rows[:, :, qs[b].out][..., vis]  # (L, H, Q_out, V)
             overlays[s.id] = vis_rows.mean(dim=2).numpy()  # (L, H, V)
             overlays[s.id + "/rects"] = rects.numpy()
-    return cap.num_forwards
+    return cap.num_forwards, (null[2].num_forwards if null is not None else 0)
 
 
-def _write_scores(run, lm, cfg, scorers, overlays, skipped, elapsed, n_forwards) -> dict[str, Any]:
+def _write_scores(run, lm, cfg, scorers, overlays, skipped, elapsed, forwards) -> dict[str, Any]:
     variants = {}
     per_sample = {}
     for name, scorer in scorers.items():
@@ -157,7 +191,9 @@ def _write_scores(run, lm, cfg, scorers, overlays, skipped, elapsed, n_forwards)
         "ranking": variants[primary]["ranking"],
         "variants": variants,
         "skipped": skipped,
-        "capture_forwards": n_forwards,
+        "capture_forwards": forwards["main"],  # main capture passes: one per batch, shared by every scorer
+        "null_capture_forwards": forwards["null"],  # null-query passes (QRHead): one per batch, or none
+        "capture_batches": forwards["batches"],
         "elapsed_seconds": elapsed,
     }
     run.write(runs.HEAD_SCORES, out)
