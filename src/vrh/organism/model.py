@@ -24,6 +24,9 @@ class VisionArch:
     layers: int = 3
     heads: int = 4
     intermediate: int = 512
+    # CLIP's default init (std 0.02) makes position embeddings ~5% of a patch's content signal; the
+    # tower then barely learned location and the LM ignored the image (docs/organism.md)
+    pos_init_std: float = 0.5
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,9 @@ def build_model(vision: VisionArch, text: TextArch, image_size: int, seed: int) 
     torch.manual_seed(seed)
     cfg = llava_config(vision, text, image_size)
     model = LlavaForConditionalGeneration(cfg)
+    emb = model.model.vision_tower.embeddings
+    with torch.no_grad():
+        emb.position_embedding.weight.normal_(0.0, vision.pos_init_std)
     set_attention(model, text="eager", vision="eager")
     tok = build_tokenizer()
     model.generation_config.pad_token_id = tok.pad_token_id

@@ -53,7 +53,14 @@ class TrainConfig:
     vqa_frac: float = 0.15
     head_dropout: float = 0.1
     route_l1: float = 0.0
-    route_warmup: int = 1000  # penalty ramps in linearly so the model first learns to look at all
+    # Both pressures start at pressure_start and ramp in linearly over route_warmup steps: applied from
+    # step 0 the model learned to ignore the image (visual mass -> 0, accuracy 1% at step 700; docs).
+    pressure_start: int = 0
+    # Curriculum: steps in [easy_from, easy_until) see attribute-only expressions in 2-3 object scenes;
+    # the full world alone left the model ignoring the image for 700+ steps (docs/organism.md).
+    easy_from: int = 0
+    easy_until: int = 0
+    route_warmup: int = 1000
     image_size: int = world.IMAGE_SIZE
     text: TextArch = TextArch()
     vision_a: VisionArch = VisionArch()
@@ -74,8 +81,10 @@ class TrainConfig:
 
 PRESETS: dict[str, TrainConfig] = {
     # the shipped organisms (docs/organism.md): sparse-routing penalty + head dropout, A and B joint
-    "default": TrainConfig(name="organism", steps=5500, batch_a=44, batch_b=20, lr=1.5e-3, warmup=300,
-                           route_l1=0.01, route_warmup=1500, head_dropout=0.1, eval_every=700,
+    "default": TrainConfig(name="organism", steps=5000, batch_a=44, batch_b=20, lr=1.5e-3, warmup=300,
+                           route_l1=0.01, pressure_start=1500, route_warmup=1000, head_dropout=0.1,
+                           easy_from=0, easy_until=800,
+                           eval_every=500,
                            ckpt_every=150),
     "tiny": TrainConfig(name="tiny", steps=30, batch_a=16, batch_b=8, lr=3e-3, warmup=5, route_l1=0.0,
                         text=TextArch(hidden=64, layers=2, heads=4, intermediate=128),
@@ -95,10 +104,10 @@ def load_config(spec: str | None) -> TrainConfig:
 
 # --- data -------------------------------------------------------------------------------------------
 
-def stream_sample(seed: int, index: int, vqa_frac: float, size: int) -> dict[str, Any]:
+def stream_sample(seed: int, index: int, vqa_frac: float, size: int, easy: bool = False) -> dict[str, Any]:
     if world._rng(seed, index, "task").random() < vqa_frac:
         return world.vqa_sample(seed, index, size)
-    return world.grounding_sample(seed, index, size)
+    return world.grounding_sample(seed, index, size, easy=easy)
 
 
 def heldout(cfg: TrainConfig, n: int, task: str = "grounding") -> list[dict[str, Any]]:
@@ -210,7 +219,9 @@ def make_batches(cfg: TrainConfig, tok, specs, step: int) -> dict[str, TrainBatc
     out = {}
     for tag, seed, bs in (("a", cfg.seed, cfg.batch_a), ("b", cfg.seed_b, cfg.batch_b)):
         if bs > 0 and tag in specs:
-            samples = [stream_sample(seed, step * bs + j, cfg.vqa_frac, cfg.image_size) for j in range(bs)]
+            easy = cfg.easy_from <= step < cfg.easy_until
+            samples = [stream_sample(seed, step * bs + j, cfg.vqa_frac, cfg.image_size, easy)
+                       for j in range(bs)]
             out[tag] = train_batch(samples, tok, specs[tag])
     return out
 
@@ -237,8 +248,10 @@ def batch_stream(org: "Organisms", workers: int = 1):
 
 def train_step(org: Organisms, batches: dict[str, TrainBatch] | None = None) -> dict[str, float]:
     cfg, step = org.cfg, org.step
-    lam = cfg.route_l1 * min(1.0, step / max(1, cfg.route_warmup))
-    want_attn = cfg.route_l1 > 0
+    ramp = min(1.0, max(0.0, (step - cfg.pressure_start) / max(1, cfg.route_warmup)))
+    lam = cfg.route_l1 * ramp
+    org.dropout.p = cfg.head_dropout * ramp
+    want_attn = cfg.route_l1 > 0 and step >= cfg.pressure_start
     for g in org.opt.param_groups:
         g["lr"] = lr_at(step, cfg)
     for m in org.models():
