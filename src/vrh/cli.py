@@ -161,11 +161,17 @@ def _demo_args(p):
     p.add_argument("--k", type=int, default=None, help="headline k (default: 10%% of all heads)")
     p.add_argument("--seeds", type=_ints, default=(0, 1, 2), help="random-head seeds (default: 0,1,2)")
     p.add_argument("--device", default="cpu")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch CPU threads (default 1: the organism is tiny, and one thread never "
+                   "oversubscribes a busy machine)")
 
 
 def _demo(a):
+    import torch
+
     from vrh.experiments.demo import DemoConfig, demo
 
+    torch.set_num_threads(a.threads)
     demo(DemoConfig(out=a.out, model=a.model, n_detect=a.n_detect, n_eval=a.n_eval, n_vqa=a.n_vqa, k=a.k,
                     seeds=a.seeds, device=a.device))
     return 0

@@ -28,7 +28,7 @@ class DemoConfig:
     n_eval: int = 200
     n_vqa: int = 200
     k: int | None = None  # headline k; default: 10% of all heads
-    ks: tuple[int, ...] | None = None  # sweep; default: 0, 1, 2, 3, k/2, k, 2k
+    ks: tuple[int, ...] | None = None  # sweep; default: 0, 1, k/2, k, 2k
     seeds: tuple[int, ...] = (0, 1, 2)
     world_seed: int = DEMO_WORLD_SEED
     sparsity_thresholds: tuple[float, ...] = (0.05, 0.1)
@@ -38,7 +38,7 @@ class DemoConfig:
 
 
 def default_ks(k: int) -> tuple[int, ...]:
-    return tuple(sorted({0, 1, 2, 3, max(1, k // 2), k, 2 * k}))
+    return tuple(sorted({0, 1, max(1, k // 2), k, 2 * k}))
 
 
 def demo(cfg: DemoConfig) -> dict[str, Any]:
