@@ -92,19 +92,19 @@ def demo(cfg: DemoConfig) -> dict[str, Any]:
         "n_eval": g["conditions"][0]["n"],
         "subruns": ["detect", "sweep_grounding", "sweep_vqa"],
     }
-    report_dir = _report(out, k)
-    result["report"] = str(report_dir / "report.html") if report_dir else None
     result["elapsed_seconds"] = time.time() - t0
-    run.write(runs.RESULTS, result)
+    run.write(runs.RESULTS, result)  # before the report, which reads it
     run.close()
+    result["report"] = str(_report(out, k) / "report.html")
+    run.write(runs.RESULTS, result)
     _print_summary(result)
     return result
 
 
-def _report(out: Path, k: int) -> Path | None:
+def _report(out: Path, k: int) -> Path:
     from vrh.report.build import build_report
 
-    build_report([out / "detect", out / "sweep_grounding", out / "sweep_vqa"], out / "report", k=k)
+    build_report([out, out / "detect", out / "sweep_grounding", out / "sweep_vqa"], out / "report", k=k)
     return out / "report"
 
 

@@ -61,7 +61,7 @@ FIG_DIR = "figures"
 
 def build_sections(runs, k: int | None) -> list[Section]:
     """Every section with something to show, in reading order."""
-    parts = [sections.summary_section(runs), sections.scores_section(runs, k), sections.kcurve_section(runs),
+    parts = [characterize.demo_section(runs), sections.summary_section(runs), sections.scores_section(runs, k), sections.kcurve_section(runs),
              sections.outcome_section(runs), sections.overlay_section(runs, k),
              characterize.transfer_section(runs), characterize.stability_section(runs),
              characterize.compare_section(runs), characterize.other_section(runs)]

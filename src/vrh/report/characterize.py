@@ -13,7 +13,36 @@ from vrh.report.document import Fig, Section, Table, Text, slug
 from vrh.report.load import Run, at, describe_model, is_num, num, pct, pm, short
 from vrh.report.style import RANDOM_COLOR, VRH_COLOR, VRH_LIGHT
 
-KNOWN = {"detect", "evaluate", "sweep", "transfer", "stability", "compare"}
+KNOWN = {"detect", "evaluate", "sweep", "transfer", "stability", "compare", "demo"}
+
+
+def demo_section(runs: list[Run]) -> Section | None:
+    """The demo's headline figures (its sub-runs render in their own sections)."""
+    demos = [r for r in runs if r.command == "demo" and r.results]
+    if not demos:
+        return None
+    s = Section("Headline (vrh demo)")
+    for run in demos:
+        r = run.res
+        k, total = r.get("k"), r.get("num_heads_total")
+        vqa = r.get("vqa") or {}
+        sp = r.get("sparsity") or {}
+        rows = [["grounding, unmasked", pct(r.get("baseline_accuracy")), ""],
+                [f"grounding, top-{k} VRHs masked", pct(r.get("vrh_masked_accuracy")),
+                 f"parse failures {pct(r.get('vrh_parse_failure_rate'))} %"],
+                [f"grounding, {k} random heads masked", pm(r.get("random_masked_accuracy_mean"),
+                                                          r.get("random_masked_accuracy_std")),
+                 f"mean ± std over seeds {r.get('random_seeds')}"],
+                ["VQA, unmasked", pct(vqa.get("baseline_accuracy")), ""],
+                [f"VQA, top-{k} VRHs masked", pct(vqa.get("vrh_masked_accuracy")), ""],
+                [f"VQA, {k} random heads masked", pct(vqa.get("random_masked_accuracy_mean")), ""]]
+        s.add(Text(f"{run.name}: {k} of {total} heads masked; top-{k} heads (layer, head): "
+                   + " ".join(f"({l},{h})" for l, h in r.get("top_k_heads") or [])))
+        s.add(Table(["condition", "accuracy (%)", "note"], rows))
+        fr = sp.get("fraction_above") or {}
+        if fr:
+            s.add(Table(["sparsity: score above", "heads (%)"], [[str(t), pct(v)] for t, v in fr.items()]))
+    return s
 
 
 def _pair(r: dict) -> str:
