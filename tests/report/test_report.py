@@ -109,9 +109,20 @@ def make_compare(root):
     return d
 
 
+def make_demo(root):
+    d = root / "demo"
+    _write(d, "config.json", {"command": "demo"})
+    _write(d, "results.json", {"baseline_accuracy": 0.93, "k": 3, "num_heads_total": 32,
+                               "vrh_masked_accuracy": 0.21, "random_masked_accuracy_mean": 0.9,
+                               "random_masked_accuracy_std": 0.01, "random_seeds": [0, 1, 2],
+                               "vrh_parse_failure_rate": 0.02, "top_k_heads": [[2, 1], [2, 5], [3, 0]],
+                               "vqa": {"baseline_accuracy": 0.8}, "sparsity": {"fraction_above": {"0.05": 0.1}}})
+    return d
+
+
 def make_unknown(root):
     d = root / "demo1"
-    _write(d, "config.json", {"command": "demo"})
+    _write(d, "config.json", {"command": "mystery"})
     _write(d, "results.json", {"answer_unmasked": "a cat", "answer_masked": "a dog", "nested": {"x": 1}})
     return d
 
@@ -120,12 +131,12 @@ def make_unknown(root):
 def report(tmp_path_factory):
     root = tmp_path_factory.mktemp("runs")
     dirs = [make_detect(root), make_evaluate(root, "eval-vrh", 3, False), make_evaluate(root, "eval-rand", 3, True),
-            make_sweep(root), make_transfer(root), make_stability(root), make_compare(root), make_unknown(root)]
+            make_sweep(root), make_transfer(root), make_stability(root), make_compare(root), make_demo(root), make_unknown(root)]
     out = root / "report"
     return dirs, out, build_report(dirs, out)
 
 
-SECTIONS = ["Summary", "Provenance", "Head scores and sparsity", "k-curves", "Outcome breakdown",
+SECTIONS = ["Headline (vrh demo)", "Summary", "Provenance", "Head scores and sparsity", "k-curves", "Outcome breakdown",
             "Attention overlays", "Transfer", "Stability", "Method comparison", "Other runs"]
 
 
@@ -138,6 +149,7 @@ def test_html_is_self_contained_and_has_every_section(report):
     assert srcs and all(s.startswith("data:image/png;base64,") for s in srcs)
     for title in SECTIONS:
         assert f">{title}</h" in html, title
+    assert ">93.0<" in html and ">21.0<" in html and "(2,1) (2,5) (3,0)" in html  # demo headline
     assert "answer_unmasked" in html  # unknown command: its results keys are listed
     from PIL import Image
 
