@@ -48,6 +48,7 @@ class TrainBatch:
     pixel_values: torch.Tensor  # [B, 3, H, W]
     visual: torch.Tensor  # [B, S] bool, key positions holding visual tokens
     text_query: torch.Tensor  # [B, S] bool, real positions after the image (prompt tail + answer)
+    box_keys: torch.Tensor | None = None  # [B, S] bool, visual positions whose patch overlaps the GT box
 
 
 def train_batch(samples: list[dict[str, Any]], tok: PreTrainedTokenizerFast, spec: ImageSpec) -> TrainBatch:
@@ -70,7 +71,21 @@ def train_batch(samples: list[dict[str, Any]], tok: PreTrainedTokenizerFast, spe
     last_visual = (visual.long() * torch.arange(S)).amax(dim=1, keepdim=True)  # [B, 1]
     text_query = (torch.arange(S)[None, :] > last_visual) & mask.bool()
     px = pixels([world.render(s["scene"]) for s in samples], spec)
-    return TrainBatch(ids, mask, labels, px, visual, text_query)
+    box_keys = torch.zeros_like(visual)
+    for b, s in enumerate(samples):
+        if s["task"] == "grounding":
+            inside = patches_overlapping(s["box"], spec)  # [V] bool
+            box_keys[b, visual[b].nonzero().squeeze(1)[inside]] = True
+    return TrainBatch(ids, mask, labels, px, visual, text_query, box_keys)
+
+
+def patches_overlapping(box, spec: ImageSpec) -> torch.Tensor:
+    """[grid*grid] bool, row-major patches of the (un-resized world) image that overlap ``box``."""
+    g, p = spec.grid, spec.patch_size
+    rows, cols = torch.meshgrid(torch.arange(g), torch.arange(g), indexing="ij")  # [g, g]
+    x1, y1, x2, y2 = box
+    hit = (cols * p < x2) & ((cols + 1) * p > x1) & (rows * p < y2) & ((rows + 1) * p > y1)
+    return hit.reshape(-1)
 
 
 def prompt_batch(samples: list[dict[str, Any]], tok: PreTrainedTokenizerFast,

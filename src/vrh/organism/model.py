@@ -24,9 +24,11 @@ class VisionArch:
     layers: int = 3
     heads: int = 4
     intermediate: int = 512
-    # CLIP's default init (std 0.02) makes position embeddings ~5% of a patch's content signal; the
-    # tower then barely learned location and the LM ignored the image (docs/organism.md)
-    pos_init_std: float = 0.5
+    # Position embeddings start as a smooth 2-D sin/cos code (still learned, still absolute). With CLIP's
+    # random std-0.02 init they were ~5% of a patch's content and the LM ignored the image for 450-950
+    # steps in three runs (docs/organism.md): a random code averages to noise under diffuse attention,
+    # a smooth one averages to a centroid, which gives retrieval a gradient from the start.
+    pos_init: str = "sincos"  # or "random"
 
 
 @dataclass(frozen=True)
@@ -63,15 +65,30 @@ def build_model(vision: VisionArch, text: TextArch, image_size: int, seed: int) 
     torch.manual_seed(seed)
     cfg = llava_config(vision, text, image_size)
     model = LlavaForConditionalGeneration(cfg)
-    emb = model.model.vision_tower.embeddings
-    with torch.no_grad():
-        emb.position_embedding.weight.normal_(0.0, vision.pos_init_std)
+    if vision.pos_init == "sincos":
+        emb = model.model.vision_tower.embeddings
+        with torch.no_grad():
+            grid = sincos_2d(image_size // vision.patch_size, vision.hidden)  # [g*g, D]
+            emb.position_embedding.weight[1:] = grid  # row 0 is CLS, dropped by the projector anyway
     set_attention(model, text="eager", vision="eager")
     tok = build_tokenizer()
     model.generation_config.pad_token_id = tok.pad_token_id
     model.generation_config.eos_token_id = tok.eos_token_id
     model.generation_config.bos_token_id = tok.bos_token_id
     return model
+
+
+def sincos_2d(grid: int, dim: int) -> torch.Tensor:
+    """[grid*grid, dim] row-major patch codes: half the dims encode x, half y, as sin/cos pairs whose
+    lowest frequency spans a quarter period over the image (monotone, so a centroid is readable)."""
+    n_freq = dim // 4
+    freqs = (torch.pi / 2) * 2.0 ** torch.linspace(0, 4, n_freq)  # [F]
+    pos = torch.arange(grid, dtype=torch.float) / max(1, grid - 1)  # [g] in [0, 1]
+    ang = pos[:, None] * freqs[None, :]  # [g, F]
+    code = torch.cat([ang.sin(), ang.cos()], dim=1)  # [g, 2F]
+    ys, xs = torch.meshgrid(torch.arange(grid), torch.arange(grid), indexing="ij")  # [g, g]
+    out = torch.cat([code[xs.reshape(-1)], code[ys.reshape(-1)]], dim=1)  # [g*g, 4F]
+    return torch.nn.functional.pad(out, (0, dim - out.shape[1]))
 
 
 def set_attention(model: LlavaForConditionalGeneration, text: str = "eager", vision: str = "sdpa") -> None:

@@ -18,12 +18,16 @@ PROMPT_WORDS = ["USER", "ASSISTANT", ":", "where", "[", "]", ",", "?"]
 MAX_NUMBER = 255  # every integer 0..255 is a token, so any coordinate/count is writable
 
 # The prompts the organism is trained with (the adapter reads them from vrh_organism.json).
-GROUNDING_PROMPT = "USER: <image> where is {expression} ? ASSISTANT:"
-VQA_PROMPT = "USER: <image> {question} ASSISTANT:"
+# The request comes *before* the image: visual tokens can then attend to the expression (one hop each:
+# "am I the referent?" at the visual token, then "where is the flagged token?" from the answer).
+# With the image first (LLaVA's usual order) three runs sat on a text-only plateau (docs/organism.md).
+GROUNDING_PROMPT = "USER: where is {expression} ? <image> ASSISTANT:"
+VQA_PROMPT = "USER: {question} <image> ASSISTANT:"
 CHAT_TEMPLATE = (
     "{% for m in messages %}{% if m['role'] == 'user' %}USER: "
-    "{% for c in m['content'] %}{% if c['type'] == 'image' %}<image> {% else %}{{ c['text'] }}{% endif %}"
-    "{% endfor %} {% else %}ASSISTANT: "
+    "{% for c in m['content'] %}{% if c['type'] != 'image' %}{{ c['text'] }} {% endif %}{% endfor %}"
+    "{% for c in m['content'] %}{% if c['type'] == 'image' %}<image>{% endif %}{% endfor %}"
+    " {% else %}ASSISTANT: "
     "{% for c in m['content'] %}{{ c['text'] }}{% endfor %} {% endif %}{% endfor %}"
     "{% if add_generation_prompt %}ASSISTANT:{% endif %}"
 )

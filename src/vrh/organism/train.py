@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from vrh.organism import world
+from vrh.organism.checkpoint import write_adapter_settings
 from vrh.organism.batches import TrainBatch, train_batch
 from vrh.organism.evaluate import grounding_accuracy, vqa_accuracy
 from vrh.organism.model import TextArch, VisionArch, build_model, lm_o_projs, share_language_model
@@ -60,6 +61,10 @@ class TrainConfig:
     # the full world alone left the model ignoring the image for 700+ steps (docs/organism.md).
     easy_from: int = 0
     easy_until: int = 0
+    # Warm start of retrieval: for steps < box_warmstart_until, loss += box_warmstart * -log(mean over
+    # all LM heads and layers of the answer->GT-box attention mass). Off afterwards.
+    box_warmstart: float = 0.0
+    box_warmstart_until: int = 0
     route_warmup: int = 1000
     image_size: int = world.IMAGE_SIZE
     text: TextArch = TextArch()
@@ -81,9 +86,9 @@ class TrainConfig:
 
 PRESETS: dict[str, TrainConfig] = {
     # the shipped organisms (docs/organism.md): sparse-routing penalty + head dropout, A and B joint
-    "default": TrainConfig(name="organism", steps=5000, batch_a=44, batch_b=20, lr=1.5e-3, warmup=300,
+    "default": TrainConfig(name="organism", steps=3600, batch_a=44, batch_b=20, lr=1.5e-3, warmup=300,
                            route_l1=0.01, pressure_start=1500, route_warmup=1000, head_dropout=0.1,
-                           easy_from=0, easy_until=800,
+                           easy_from=0, easy_until=600, box_warmstart=0.3, box_warmstart_until=1500,
                            eval_every=500,
                            ckpt_every=150),
     "tiny": TrainConfig(name="tiny", steps=30, batch_a=16, batch_b=8, lr=3e-3, warmup=5, route_l1=0.0,
@@ -146,11 +151,28 @@ def route_mass(attentions, batch: TrainBatch) -> torch.Tensor:
     return torch.stack(per_layer)  # [L, H]
 
 
-def forward_loss(model, batch: TrainBatch, want_attn: bool):
+def box_nll(attentions, batch: TrainBatch) -> torch.Tensor:
+    """-log of the head- and layer-averaged attention mass that answer queries put on GT-box patches
+    (grounding samples only). A transient warm-start signal, not tied to any particular head."""
+    a = torch.stack(attentions)  # [L, B, H, S, S]
+    mass = (a * batch.box_keys[None, :, None, None, :].to(a.dtype)).sum(-1)  # [L, B, H, S]
+    q = batch.text_query & batch.box_keys.any(dim=1, keepdim=True)  # [B, S]
+    if not q.any():
+        return a.new_zeros(())
+    # the best (layer, head) per sample: one head looking is enough, all others stay free for text
+    per_head = (mass * q[None, :, None, :]).sum(-1) / q.sum(1).clamp(min=1)[None, :, None]  # [L, B, H]
+    best = per_head.permute(1, 0, 2).flatten(1).amax(1)  # [B]
+    has = q.any(1)
+    return -torch.log(best[has] + 1e-4).mean()
+
+
+def forward_loss(model, batch: TrainBatch, want_attn: bool, want_box: bool = False):
     out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                pixel_values=batch.pixel_values, labels=batch.labels, output_attentions=want_attn)
+                pixel_values=batch.pixel_values, labels=batch.labels,
+                output_attentions=want_attn or want_box)
     mass = route_mass(out.attentions, batch) if want_attn else None
-    return out.loss, mass
+    box = box_nll(out.attentions, batch) if want_box else None
+    return out.loss, mass, box
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -264,8 +286,12 @@ def train_step(org: Organisms, batches: dict[str, TrainBatch] | None = None) -> 
         batches = make_batches(cfg, org.tok, specs, step)
     for tag, batch in batches.items():
         model = org.a if tag == "a" else org.b
-        ce, mass = forward_loss(model, batch, want_attn)
+        want_box = cfg.box_warmstart > 0 and step < cfg.box_warmstart_until
+        ce, mass, box = forward_loss(model, batch, want_attn, want_box)
         loss = ce + (lam * mass.sum() if mass is not None else 0.0)
+        if box is not None:
+            loss = loss + cfg.box_warmstart * box
+            stats[f"box_{tag}"] = float(box.detach())
         total = total + loss
         stats[f"ce_{tag}"] = float(ce.detach())
         if mass is not None:
@@ -340,6 +366,7 @@ def export(org: Organisms, dest: str | Path, n_eval: int = 500, command: str = "
         model.save_pretrained(d, safe_serialization=True)
         set_attention(model, text="eager", vision="eager")
         build_processor(spec).save_pretrained(d)
+        write_adapter_settings(d)  # vrh.json: how the LLaVA adapter prompts this checkpoint
         meta = {
             "name": d.name, "organism": tag.upper(), "shares_language_model_with":
                 [f"{cfg.name}_{t}" for t in ("a", "b") if t != tag and (t == "a" or org.b is not None)],
