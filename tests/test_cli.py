@@ -1,7 +1,6 @@
 """The CLI in-process on a tiny random-init Qwen2.5-VL checkpoint saved to disk."""
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -69,3 +68,24 @@ def test_bad_input_is_a_clear_error(tmp_path, tiny_checkpoint, tiny_dataset, cap
     assert main(["evaluate", "--model", tiny_checkpoint, "--data", tiny_dataset, "--mask-heads", "99:0",
                  "--out", str(tmp_path / "x")]) == 2
     assert "outside" in capsys.readouterr().err
+
+
+def test_interrupted_sweep_resumes_to_the_same_result(tmp_path, tiny_checkpoint, tiny_dataset):
+    det = tmp_path / "det"
+    assert main(["detect", "--model", tiny_checkpoint, "--data", tiny_dataset, "--n", "6", "--out", str(det),
+                 "--max-new-tokens", "8"]) == 0
+    sw = tmp_path / "sw"
+    args = ["sweep", "--model", tiny_checkpoint, "--data", tiny_dataset, "--heads", str(det), "--ks", "0,1",
+            "--seeds", "0,1", "--out", str(sw), "--max-new-tokens", "8", "--n", "4"]
+    assert main(args) == 0
+    full = runs.read_json(sw / runs.RESULTS)
+    lines = (sw / runs.SAMPLES).read_text().splitlines()
+    # a crash after 5 of 16 records, mid-write of the 6th
+    (sw / runs.SAMPLES).write_text("\n".join(lines[:5]) + "\n" + lines[5][:10])
+    (sw / runs.RESULTS).unlink()
+    assert main(args + ["--resume"]) == 0
+    again = runs.read_json(sw / runs.RESULTS)
+    assert again["vrh"] == full["vrh"] and again["random"] == full["random"]
+    resumed = runs.read_jsonl(sw / runs.SAMPLES)
+    assert len(resumed) == len(lines) and resumed[:5] == [json.loads(l) for l in lines[:5]]
+    assert main(args[:-2] + ["--n", "3", "--resume"]) == 2  # another config cannot resume this run

@@ -77,6 +77,7 @@ def _evaluate_args(p):
     p.add_argument("--no-disjoint", action="store_true",
                    help="also evaluate on the detection samples (default: held-out ids only)")
     p.add_argument("--out", required=True)
+    p.add_argument("--resume", action="store_true", help="continue an interrupted run in --out")
 
 
 def _evaluate(a):
@@ -86,7 +87,7 @@ def _evaluate(a):
                             random=a.random, seed=a.seed, exclude_layers=a.exclude_layers, scorer=a.scorer,
                             mask_mode=a.mask_mode, n=a.n, task=a.task, disjoint=not a.no_disjoint,
                             batch_size=a.batch_size, max_new_tokens=a.max_new_tokens, device=a.device,
-                            dtype=a.dtype))
+                            dtype=a.dtype, resume=a.resume))
     return 0
 
 
@@ -104,6 +105,7 @@ def _sweep_args(p):
     p.add_argument("--no-disjoint", action="store_true", help="also evaluate on the detection samples")
     _mask_mode_arg(p)
     p.add_argument("--out", required=True)
+    p.add_argument("--resume", action="store_true", help="continue an interrupted run in --out")
 
 
 def _sweep(a):
@@ -112,7 +114,7 @@ def _sweep(a):
     sweep(SweepConfig(model=a.model, data=a.data, heads=a.heads, out=a.out, ks=a.ks, seeds=a.seeds, task=a.task,
                       n=a.n, scorer=a.scorer, exclude_layers=a.exclude_layers, disjoint=not a.no_disjoint,
                       mask_mode=a.mask_mode, batch_size=a.batch_size, max_new_tokens=a.max_new_tokens,
-                      device=a.device, dtype=a.dtype))
+                      device=a.device, dtype=a.dtype, resume=a.resume))
     return 0
 
 

@@ -106,7 +106,8 @@ class RunFolder:
         full = {**config, "environment": environment()}
         if (self.path / CONFIG).exists():
             old = read_json(self.path / CONFIG)
-            mine = {k: v for k, v in full.items() if k != "environment"}
+            # compared as JSON sees them (tuples become lists)
+            mine = json.loads(json.dumps({k: v for k, v in full.items() if k != "environment"}))
             theirs = {k: v for k, v in old.items() if k != "environment"}
             if mine != theirs:
                 raise ValueError(f"cannot resume {self.path}: its config.json differs from this command's")

@@ -8,7 +8,7 @@ match after normalisation, or parse failure on an empty answer). Sweeps, transfe
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from vrh import grounding
@@ -60,24 +60,33 @@ def judge_sample(lm: LoadedModel, sample: Sample, text: str, meta: dict | None =
 def evaluate_samples(lm: LoadedModel, samples: Sequence[Sample], heads: Sequence[Head] = (), *,
                      batch_size: int = 16, max_new_tokens: int = 64, tau: float = 0.5, mask_mode: str = "zero",
                      on_record: Callable[[dict[str, Any]], None] | None = None,
-                     advance: Callable[[int], None] | None = None) -> list[dict[str, Any]]:
+                     advance: Callable[[int], None] | None = None,
+                     finished: Mapping[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """Answer every sample with ``heads`` masked (``mask_mode`` "zero" or "uniform", see
-    :func:`vrh.masking.mask_heads`); return (and hand to ``on_record``) one record each."""
-    records = []
+    :func:`vrh.masking.mask_heads`); return (and hand to ``on_record``) one record each.
+
+    ``finished`` maps sample ids to records of an interrupted run: those are returned as they are (not
+    handed to ``on_record`` again) and only the rest is generated."""
+    finished = finished or {}
+    done = {s.id: finished[s.id] for s in samples if s.id in finished}
+    if advance is not None and done:
+        advance(len(done))
+    todo = [s for s in samples if s.id not in done]
+    new: dict[str, dict[str, Any]] = {}
     with mask_heads(lm.model, lm.adapter, heads, mode=mask_mode):
-        for start in range(0, len(samples), batch_size):
-            chunk = list(samples[start:start + batch_size])
+        for start in range(0, len(todo), batch_size):
+            chunk = list(todo[start:start + batch_size])
             images = [load_image(s) for s in chunk]
             prompts = [prompt_for(lm, s) for s in chunk]
             texts, metas = generate_answers(lm, images, prompts, max_new_tokens=max_new_tokens)
             for s, t, meta in zip(chunk, texts, metas):
                 rec = judge_sample(lm, s, t, meta=meta, tau=tau)
-                records.append(rec)
+                new[s.id] = rec
                 if on_record is not None:
                     on_record(rec)
             if advance is not None:
                 advance(len(chunk))
-    return records
+    return [done[s.id] if s.id in done else new[s.id] for s in samples]
 
 
 def summarize_records(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -119,6 +128,13 @@ class EvaluateConfig:
     tau: float = 0.5
     device: str = "cpu"
     dtype: str = "float32"
+    resume: bool = False  # keep the finished samples of an interrupted run in `out` (same config required)
+
+
+def config_record(cfg) -> dict[str, Any]:
+    """A config as stored in config.json: everything but how this invocation runs (``resume``), so a
+    resumed run's config equals the interrupted one's."""
+    return {k: v for k, v in asdict(cfg).items() if k != "resume"}
 
 
 def resolve_heads(spec: str | None, k: int, num_layers: int, num_heads: int, *, random: bool = False,
@@ -188,14 +204,14 @@ def evaluate(cfg: EvaluateConfig, lm: LoadedModel | None = None) -> dict[str, An
     heads, head_info = resolve_heads(cfg.mask_heads, cfg.k, lm.num_layers, lm.num_heads, random=cfg.random,
                                      seed=cfg.seed, exclude_layers=cfg.exclude_layers, scorer=cfg.scorer)
     samples, data_info = select_eval_samples(cfg.data, cfg.task, cfg.n, cfg.mask_heads, cfg.disjoint)
-    run = runs.RunFolder(cfg.out, overwrite=True)
-    run.write_config({"command": "evaluate", "config": asdict(cfg), "model": lm.describe(), "data": data_info,
+    run = runs.RunFolder(cfg.out, resume=cfg.resume, overwrite=not cfg.resume)
+    run.write_config({"command": "evaluate", "config": config_record(cfg), "model": lm.describe(), "data": data_info,
                       "masked_heads": [list(h) for h in heads], "heads": head_info})
     with run, progress(len(samples), "evaluate") as advance:
         records = evaluate_samples(lm, samples, heads, batch_size=cfg.batch_size,
                                    max_new_tokens=cfg.max_new_tokens, tau=cfg.tau, mask_mode=cfg.mask_mode,
-                                   on_record=run.append_sample,
-                                   advance=advance)
+                                   on_record=run.append_sample, advance=advance,
+                                   finished={r["id"]: r for r in run.finished_samples()})
         result = {**summarize_records(records), "k": len(heads), "mask_mode": cfg.mask_mode,
                   "masked_heads": [list(h) for h in heads],
                   "heads": head_info, "elapsed_seconds": time.time() - t0}

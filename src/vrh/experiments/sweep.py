@@ -15,7 +15,7 @@ import numpy as np
 
 from vrh import runs
 from vrh.console import console, progress
-from vrh.experiments.evaluate import evaluate_samples, select_eval_samples, summarize_records
+from vrh.experiments.evaluate import config_record, evaluate_samples, select_eval_samples, summarize_records
 from vrh.heads import random_heads, top_k
 from vrh.inference import LoadedModel, load_model
 
@@ -41,6 +41,7 @@ class SweepConfig:
     tau: float = 0.5
     device: str = "cpu"
     dtype: str = "float32"
+    resume: bool = False  # keep the finished (condition, sample) records of an interrupted run
 
     def __post_init__(self):
         if len(self.seeds) < 1:
@@ -109,18 +110,21 @@ def sweep(cfg: SweepConfig, lm: LoadedModel | None = None) -> dict[str, Any]:
                          f"({lm.num_layers}, {lm.num_heads})")
     samples, data_info = select_eval_samples(cfg.data, cfg.task, cfg.n, cfg.heads, cfg.disjoint)
     conds = conditions(scores, cfg.ks, cfg.seeds, cfg.exclude_layers)
-    run = runs.RunFolder(cfg.out, overwrite=True)
-    run.write_config({"command": "sweep", "config": asdict(cfg), "model": lm.describe(), "data": data_info,
+    run = runs.RunFolder(cfg.out, resume=cfg.resume, overwrite=not cfg.resume)
+    run.write_config({"command": "sweep", "config": config_record(cfg), "model": lm.describe(), "data": data_info,
                       "scorer": cfg.scorer or hs["scorer"],
                       "conditions": [{**c, "heads": [list(h) for h in c["heads"]]} for c in conds]})
     by_condition = []
+    finished: dict[tuple, dict[str, dict[str, Any]]] = {}
+    for r in run.finished_samples():
+        finished.setdefault((r["kind"], r["k"], r["seed"]), {})[r["id"]] = r
     with run, progress(len(conds) * len(samples), f"sweep {cfg.task}") as advance:
         for c in conds:
             tag = {"kind": c["kind"], "k": c["k"], "seed": c["seed"]}
             records = evaluate_samples(
                 lm, samples, c["heads"], batch_size=cfg.batch_size, max_new_tokens=cfg.max_new_tokens,
                 tau=cfg.tau, mask_mode=cfg.mask_mode, on_record=lambda r: run.append_sample({**tag, **r}),
-                advance=advance)
+                advance=advance, finished=finished.get((c["kind"], c["k"], c["seed"])))
             by_condition.append((c, summarize_records(records)))
         result = {"task": cfg.task, "num_heads_total": lm.num_layers * lm.num_heads,
                   **curves(by_condition, cfg.seeds),
