@@ -22,7 +22,6 @@ import json
 import math
 import os
 import subprocess
-import sys
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -57,10 +56,9 @@ class TrainConfig:
     # Both pressures start at pressure_start and ramp in linearly over route_warmup steps: applied from
     # step 0 the model learned to ignore the image (visual mass -> 0, accuracy 1% at step 700; docs).
     pressure_start: int = 0
-    # Curriculum: steps in [easy_from, easy_until) see attribute-only expressions in 2-3 object scenes;
-    # the full world alone left the model ignoring the image for 700+ steps (docs/organism.md).
-    easy_from: int = 0
-    easy_until: int = 0
+    # Curriculum: (start, end, level) phases, level in world.LEVELS; "full" outside every phase. The
+    # full world alone left the model ignoring the image for 700+ steps (docs/organism.md).
+    curriculum: tuple[tuple[int, int, str], ...] = ()
     # Warm start of retrieval: for steps < box_warmstart_until, loss += box_warmstart * -log(mean over
     # all LM heads and layers of the answer->GT-box attention mass). Off afterwards.
     box_warmstart: float = 0.0
@@ -81,14 +79,17 @@ class TrainConfig:
     def from_dict(d: dict[str, Any]) -> "TrainConfig":
         nested = {"text": TextArch, "vision_a": VisionArch, "vision_b": VisionArch}
         kw = {k: (nested[k](**v) if k in nested and isinstance(v, dict) else v) for k, v in d.items()}
+        if "curriculum" in kw:  # JSON lists -> hashable tuples
+            kw["curriculum"] = tuple(tuple(p) for p in kw["curriculum"])
         return TrainConfig(**kw)
 
 
 PRESETS: dict[str, TrainConfig] = {
     # the shipped organisms (docs/organism.md): sparse-routing penalty + head dropout, A and B joint
     "default": TrainConfig(name="organism", steps=3600, batch_a=44, batch_b=20, lr=1.5e-3, warmup=300,
-                           route_l1=0.01, pressure_start=1500, route_warmup=1000, head_dropout=0.1,
-                           easy_from=0, easy_until=600, box_warmstart=0.3, box_warmstart_until=1500,
+                           route_l1=0.01, pressure_start=2000, route_warmup=1000, head_dropout=0.1,
+                           curriculum=((0, 600, "easy"), (1050, 1350, "single"), (1350, 1800, "easy")),
+                           box_warmstart=0.3, box_warmstart_until=2000,
                            eval_every=500,
                            ckpt_every=150),
     "tiny": TrainConfig(name="tiny", steps=30, batch_a=16, batch_b=8, lr=3e-3, warmup=5, route_l1=0.0,
@@ -109,10 +110,17 @@ def load_config(spec: str | None) -> TrainConfig:
 
 # --- data -------------------------------------------------------------------------------------------
 
-def stream_sample(seed: int, index: int, vqa_frac: float, size: int, easy: bool = False) -> dict[str, Any]:
+def stream_sample(seed: int, index: int, vqa_frac: float, size: int, level: str = "full") -> dict[str, Any]:
     if world._rng(seed, index, "task").random() < vqa_frac:
         return world.vqa_sample(seed, index, size)
-    return world.grounding_sample(seed, index, size, easy=easy)
+    return world.grounding_sample(seed, index, size, level=level)
+
+
+def level_at(step: int, cfg: "TrainConfig") -> str:
+    for start, end, level in cfg.curriculum:
+        if start <= step < end:
+            return level
+    return "full"
 
 
 def heldout(cfg: TrainConfig, n: int, task: str = "grounding") -> list[dict[str, Any]]:
@@ -241,8 +249,8 @@ def make_batches(cfg: TrainConfig, tok, specs, step: int) -> dict[str, TrainBatc
     out = {}
     for tag, seed, bs in (("a", cfg.seed, cfg.batch_a), ("b", cfg.seed_b, cfg.batch_b)):
         if bs > 0 and tag in specs:
-            easy = cfg.easy_from <= step < cfg.easy_until
-            samples = [stream_sample(seed, step * bs + j, cfg.vqa_frac, cfg.image_size, easy)
+            level = level_at(step, cfg)
+            samples = [stream_sample(seed, step * bs + j, cfg.vqa_frac, cfg.image_size, level)
                        for j in range(bs)]
             out[tag] = train_batch(samples, tok, specs[tag])
     return out
@@ -374,7 +382,7 @@ def export(org: Organisms, dest: str | Path, n_eval: int = 500, command: str = "
             "answer_format": "[ x1 , y1 , x2 , y2 ]: original-image pixels snapped to multiples of bin_px",
             "image_size": spec.image_size, "patch_size": spec.patch_size,
             "num_image_tokens": spec.num_image_tokens, "bin_px": spec.bin_px, "seed": seed,
-            "steps": org.step, "train_config": asdict(cfg), "training_command": command,
+            "steps": org.step, "planned_steps": cfg.steps, "train_config": asdict(cfg), "training_command": command,
             "git_hash": git_hash(),
             "heldout": {"grounding_seed": cfg.heldout_seed, "grounding_n": n_eval,
                         "grounding_acc_iou50": res[tag]["acc"], "parse_fail": res[tag]["parse_fail"],
@@ -401,7 +409,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.steps is not None:
         cfg = replace(cfg, steps=args.steps)
     torch.set_num_threads(cfg.threads)  # the training process only; others share the machine
-    command = "python -m vrh.organism.train " + " ".join(sys.argv[1:] if argv is None else argv)
+    # the command that trains this checkpoint (not the export-only call that may have written it)
+    command = (f"OMP_WAIT_POLICY=PASSIVE python -m vrh.organism.train --out {args.out}"
+               + (f" --config {args.config}" if args.config else "")
+               + (f" --steps {args.steps}" if args.steps is not None else ""))
     if args.export_only:
         org = Organisms(cfg)
         org.load(torch.load(Path(args.out) / "ckpt.pt", weights_only=False))

@@ -234,16 +234,21 @@ KIND_WEIGHTS = {"attribute": 0.45, "relation": 0.35, "comparison": 0.20}
 _BUILDERS = {"attribute": _attribute_spec, "relation": _relation_spec, "comparison": _comparison_spec}
 
 
-def grounding_sample(seed: int, index: int, size: int = IMAGE_SIZE, easy: bool = False) -> dict[str, Any]:
+LEVELS = {"single": (1, 1), "easy": (2, 3), "full": (2, 5)}  # curriculum level -> object count range
+
+
+def grounding_sample(seed: int, index: int, size: int = IMAGE_SIZE, level: str = "full") -> dict[str, Any]:
     """Scene + unique expression + GT box for sample ``index`` of stream ``seed``.
 
-    ``easy``: attribute expressions in 2-3 object scenes only (the training curriculum's first phase).
+    ``level`` (training curriculum): "single" = one object, "easy" = attribute expressions in 2-3 object
+    scenes, "full" = the world as described in docs/organism.md (the only level used for evaluation).
     """
-    rng = _rng(seed, index, "grounding-easy" if easy else "grounding")
+    rng = _rng(seed, index, "grounding" if level == "full" else f"grounding-{level}")
     kind = rng.choices(list(KIND_WEIGHTS), weights=list(KIND_WEIGHTS.values()))[0]
-    kind = "attribute" if easy else kind
+    kind = kind if level == "full" else "attribute"
+    lo, hi = LEVELS[level]
     while True:  # resample the scene until the chosen kind yields a unique expression
-        scene = sample_scene(rng, max_objects=3 if easy else 5, size=size)
+        scene = sample_scene(rng, min_objects=lo, max_objects=hi, size=size)
         spec, i = _BUILDERS[kind](scene, rng)
         if spec is not None and resolve(scene, spec) == [i]:
             break
