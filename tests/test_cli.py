@@ -89,3 +89,15 @@ def test_interrupted_sweep_resumes_to_the_same_result(tmp_path, tiny_checkpoint,
     resumed = runs.read_jsonl(sw / runs.SAMPLES)
     assert len(resumed) == len(lines) and resumed[:5] == [json.loads(l) for l in lines[:5]]
     assert main(args[:-2] + ["--n", "3", "--resume"]) == 2  # another config cannot resume this run
+
+
+def test_model_argument_forms(tmp_path):
+    from vrh.inference import load_model, resolve_model_path
+
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load_model(str(tmp_path / "missing"))
+    # a hub id is not mistaken for a missing folder: it reaches the (offline) hub lookup instead
+    with pytest.raises(OSError) as e:
+        load_model("some-org/some-model")
+    assert "does not exist" not in str(e.value)
+    assert resolve_model_path("some-org/some-model") == "some-org/some-model"

@@ -7,7 +7,6 @@ way everywhere.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -73,8 +72,10 @@ def load_model(model: str, *, device: str = "cpu", dtype: str = "float32", revis
     from transformers import AutoConfig
 
     path = resolve_model_path(model)
-    if os.path.sep in path and not Path(path).exists():
+    looks_local = path.startswith(("/", "./", "../", "~")) or Path(path).exists()
+    if looks_local and not Path(path).expanduser().exists():  # hub ids ("org/name") go to the hub cache
         raise FileNotFoundError(f"model folder {path} does not exist")
+    path = str(Path(path).expanduser()) if looks_local else path
     kwargs = {"revision": revision} if revision else {}
     config = AutoConfig.from_pretrained(path, **kwargs)
     adapter = get_adapter(config.model_type)
