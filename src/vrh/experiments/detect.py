@@ -176,10 +176,19 @@ def _score_chunk(lm, cfg, chunk, images, prompts, answers, records, scorers, ove
 def _write_scores(run, lm, cfg, scorers, overlays, skipped, elapsed, forwards) -> dict[str, Any]:
     variants = {}
     per_sample = {}
+    warnings = []
     for name, scorer in scorers.items():
         scores = scorer.result()  # (L, H)
-        variants[name] = {"scores": scores.tolist(), "ranking": [list(h) for h in rank_heads(scores)]}
+        variants[name] = {"scores": scores.tolist(), "ranking": [list(h) for h in rank_heads(scores)],
+                          "n_positive_heads": int((scores > 0).sum())}
         per_sample[name] = scorer.per_sample().numpy()  # (N, L, H)
+        if len(torch.unique(scores)) == 1:
+            # e.g. expression-token queries on a model that reads the request before the image: causal
+            # attention can never reach the visual tokens, and the ranking is the (layer, head) tie order
+            warnings.append(f"scorer {name!r} gives every head the same score ({float(scores.flatten()[0]):.3g}); "
+                            "its ranking is only the (layer, head) tie order")
+    for w in warnings:
+        console.print(f"[yellow]warning:[/yellow] {w}")
     primary = cfg.scorers[0]
     n_scored = int(per_sample[primary].shape[0])
     out = {
@@ -191,6 +200,7 @@ def _write_scores(run, lm, cfg, scorers, overlays, skipped, elapsed, forwards) -
         "ranking": variants[primary]["ranking"],
         "variants": variants,
         "skipped": skipped,
+        "warnings": warnings,
         "capture_forwards": forwards["main"],  # main capture passes: one per batch, shared by every scorer
         "null_capture_forwards": forwards["null"],  # null-query passes (QRHead): one per batch, or none
         "capture_batches": forwards["batches"],
