@@ -123,6 +123,8 @@ def _print_summary(r: dict[str, Any]) -> None:
     s = r["sparsity"]
     print_table(f"vrh demo: {r['k']} of {r['num_heads_total']} heads masked ({r['elapsed_seconds']:.0f} s)",
                 ["condition", "accuracy", "note"], rows)
-    console.print(f"sparsity: {s}")
+    console.print("sparsity: " + ", ".join(f"{100 * f:.0f}% of heads score above {t}"
+                                           for t, f in s["fraction_above"].items())
+                  + f" (max {s['max']:.3f}, median {s['median']:.3f})")
     if r.get("report"):
         console.print(f"report: {r['report']}")
