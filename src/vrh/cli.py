@@ -180,19 +180,28 @@ def _demo(a):
 
 
 # --- organism -----------------------------------------------------------------------------------------
+_ORGANISM_USAGE = ("usage: vrh organism build --out DIR [--export-to DIR]   (all stages, resumable)\n"
+                   "       vrh organism pretrain-vision --out DIR [--patch-size P ...]\n"
+                   "       vrh organism train --out DIR [--config PRESET_OR_JSON] [--steps N]")
+
+
 def _organism_args(p):
     p.add_argument("organism_args", nargs=argparse.REMAINDER,
-                   help="'train --out DIR [--config PRESET_OR_JSON] [--steps N]' (see 'vrh organism train -h')")
+                   help="'build --out DIR', 'pretrain-vision --out DIR' or 'train --out DIR' (see each -h)")
 
 
 def _organism(a):
-    from vrh.organism.train import main as organism_main
-
     args = list(a.organism_args)
-    if not args or args[0] != "train":
-        print("usage: vrh organism train --out DIR [--config PRESET_OR_JSON] [--steps N]", file=sys.stderr)
+    if args and args[0] == "build":
+        from vrh.organism.pipeline import main as run
+    elif args and args[0] == "pretrain-vision":
+        from vrh.organism.pretrain_vision import main as run
+    elif args and args[0] == "train":
+        from vrh.organism.train import main as run
+    else:
+        print(_ORGANISM_USAGE, file=sys.stderr)
         return 2
-    return organism_main(args[1:])
+    return run(args[1:])
 
 
 # --- transfer -----------------------------------------------------------------------------------------
@@ -295,7 +304,7 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
              _demo_args, _demo),
     "detect": ("score every LM head on grounding samples and rank them", _detect_args, _detect),
     "evaluate": ("answer with heads masked and measure accuracy (IoU >= 0.5)", _evaluate_args, _evaluate),
-    "organism": ("train the model organism (vrh organism train --out DIR)", _organism_args, _organism),
+    "organism": ("build / train the model organism (vrh organism build --out DIR)", _organism_args, _organism),
     "report": ("one self-contained HTML (+ Markdown) report from any run folders", _report_args, _report),
     "sweep": ("accuracy vs k: top-k detected heads vs k random heads over seeds", _sweep_args, _sweep),
     "compare": ("every head-scoring variant and prior method, one detection, causal test per k (Tab. A9)",

@@ -2,8 +2,8 @@
 the LLaVA adapter (:mod:`vrh.adapters.llava`) reads so that vrh prompts the organism exactly as it was
 trained (same token ids; proven in ``tests/organism/test_checkpoint.py``).
 
-The processor's chat template wraps the user text as ``USER: {text} <image> ASSISTANT:`` (the request comes
-before the image, so visual tokens can attend to it), so the adapter's prompts are the trained prompts
+The processor's chat template wraps the user text as ``USER: <image> {text} ASSISTANT:`` (image first, as in
+LLaVA), so the adapter's prompts are the trained prompts
 (:data:`vrh.organism.processor.GROUNDING_PROMPT`) without that wrapper.
 """
 

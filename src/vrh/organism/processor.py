@@ -18,15 +18,15 @@ PROMPT_WORDS = ["USER", "ASSISTANT", ":", "where", "[", "]", ",", "?"]
 MAX_NUMBER = 255  # every integer 0..255 is a token, so any coordinate/count is writable
 
 # The prompts the organism is trained with (the adapter reads them from vrh_organism.json).
-# The request comes *before* the image: visual tokens can then attend to the expression (one hop each:
-# "am I the referent?" at the visual token, then "where is the flagged token?" from the answer).
-# With the image first (LLaVA's usual order) three runs sat on a text-only plateau (docs/organism.md).
-GROUNDING_PROMPT = "USER: where is {expression} ? <image> ASSISTANT:"
-VQA_PROMPT = "USER: {question} <image> ASSISTANT:"
+# The image comes first (LLaVA's usual order, and the paper's models'): the expression and answer tokens
+# attend to visual tokens, so every query set of the paper (in, out, in+out) is meaningful. (Runs 4-5
+# put the request first; with a pretrained tower that is no longer needed: docs/organism.md.)
+GROUNDING_PROMPT = "USER: <image> where is {expression} ? ASSISTANT:"
+VQA_PROMPT = "USER: <image> {question} ASSISTANT:"
 CHAT_TEMPLATE = (
     "{% for m in messages %}{% if m['role'] == 'user' %}USER: "
-    "{% for c in m['content'] %}{% if c['type'] != 'image' %}{{ c['text'] }} {% endif %}{% endfor %}"
-    "{% for c in m['content'] %}{% if c['type'] == 'image' %}<image>{% endif %}{% endfor %}"
+    "{% for c in m['content'] %}{% if c['type'] == 'image' %}<image> {% endif %}{% endfor %}"
+    "{% for c in m['content'] %}{% if c['type'] != 'image' %}{{ c['text'] }}{% endif %}{% endfor %}"
     " {% else %}ASSISTANT: "
     "{% for c in m['content'] %}{{ c['text'] }}{% endfor %} {% endif %}{% endfor %}"
     "{% if add_generation_prompt %}ASSISTANT:{% endif %}"

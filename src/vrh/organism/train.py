@@ -64,6 +64,19 @@ class TrainConfig:
     box_warmstart: float = 0.0
     box_warmstart_until: int = 0
     route_warmup: int = 1000
+    # Head dropout spares the dropout_protect_top heads with the highest running (EMA) answer->GT-box
+    # attention mass: every other head is made redundant, retrieval stays concentrated (issue 4).
+    dropout_protect_top: int = 0
+    # Stage 1 output (vrh.organism.pretrain_vision): tower state dicts to start from, relative to the run
+    # folder or absolute; freeze_vision keeps them fixed (LLaVA-style: the LM learns to use the encoder).
+    vision_init_a: str = ""
+    vision_init_b: str = ""
+    freeze_vision: bool = False
+    # Start the language model (+ embeddings + LM head) from another run's ckpt.pt (its organism A): the
+    # "same pretrained LM backbone, separately fine-tuned" setting of the paper's transfer experiment.
+    lm_init: str = ""
+    lm_freeze_steps: int = 0  # train only projector (+ tower if not frozen) for this many steps first
+    export_name_a: str = ""  # export folder name of organism A (default: <name>_a)
     image_size: int = world.IMAGE_SIZE
     text: TextArch = TextArch()
     vision_a: VisionArch = VisionArch()
@@ -131,21 +144,31 @@ def heldout(cfg: TrainConfig, n: int, task: str = "grounding") -> list[dict[str,
 # --- training pressures -------------------------------------------------------------------------------
 
 class HeadDropout:
-    """Zero whole LM heads (their o_proj input slices) per sample while ``active``."""
+    """Zero whole LM heads (their o_proj input slices) per sample while ``active``.
+
+    ``protected``: a set of (layer, head) never dropped - the organism's current retrieval heads (those
+    with the highest running answer->GT-box attention mass), so that dropout makes *everything else*
+    redundant while retrieval stays where it is (see ``dropout_protect_top``)."""
 
     def __init__(self, model, p: float):
         cfg = model.config.text_config
         self.H, self.D = cfg.num_attention_heads, cfg.hidden_size // cfg.num_attention_heads
         self.p, self.active = p, False
-        self.handles = [o.register_forward_pre_hook(self._hook) for o in lm_o_projs(model)]
+        self.protected: set[tuple[int, int]] = set()
+        self.handles = [o.register_forward_pre_hook(self._hook(layer)) for layer, o in enumerate(lm_o_projs(model))]
 
-    def _hook(self, _mod, args):
-        if not self.active or self.p <= 0:
-            return None
-        x = args[0]  # [B, S, H*D]
-        keep = (torch.rand(x.shape[0], 1, self.H, 1) >= self.p).to(x)  # [B, 1, H, 1]
-        x = (x.view(*x.shape[:-1], self.H, self.D) * keep).view(x.shape)
-        return (x,) + args[1:]
+    def _hook(self, layer: int):
+        def hook(_mod, args):
+            if not self.active or self.p <= 0:
+                return None
+            x = args[0]  # [B, S, H*D]
+            keep = torch.rand(x.shape[0], 1, self.H, 1) >= self.p  # [B, 1, H, 1]
+            for l, h in self.protected:
+                if l == layer:
+                    keep[:, :, h] = True
+            x = (x.view(*x.shape[:-1], self.H, self.D) * keep.to(x)).view(x.shape)
+            return (x,) + args[1:]
+        return hook
 
 
 def route_mass(attentions, batch: TrainBatch) -> torch.Tensor:
@@ -174,13 +197,28 @@ def box_nll(attentions, batch: TrainBatch) -> torch.Tensor:
     return -torch.log(best[has] + 1e-4).mean()
 
 
-def forward_loss(model, batch: TrainBatch, want_attn: bool, want_box: bool = False):
+@torch.no_grad()
+def head_box_mass(attentions, batch: TrainBatch) -> torch.Tensor | None:
+    """[L, H] mean over grounding samples of the answer queries' attention mass on GT-box patches."""
+    q = batch.text_query & (batch.labels != -100) & batch.box_keys.any(dim=1, keepdim=True)  # [B, S]
+    q = q.roll(-1, dims=1)  # the positions that *predict* answer tokens
+    if not q.any():
+        return None
+    a = torch.stack(attentions)  # [L, B, H, S, S]
+    mass = (a * batch.box_keys[None, :, None, None, :].to(a.dtype)).sum(-1)  # [L, B, H, S]
+    per = (mass * q[None, :, None, :]).sum(-1) / q.sum(1).clamp(min=1)[None, :, None]  # [L, B, H]
+    has = q.any(1)
+    return per[:, has].mean(1)  # [L, H]
+
+
+def forward_loss(model, batch: TrainBatch, want_attn: bool, want_box: bool = False, want_heads: bool = False):
     out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
                 pixel_values=batch.pixel_values, labels=batch.labels,
-                output_attentions=want_attn or want_box)
+                output_attentions=want_attn or want_box or want_heads)
     mass = route_mass(out.attentions, batch) if want_attn else None
     box = box_nll(out.attentions, batch) if want_box else None
-    return out.loss, mass, box
+    heads = head_box_mass(out.attentions, batch) if want_heads else None
+    return out.loss, mass, box, heads
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -196,6 +234,13 @@ def _atomic_save(obj, path: Path) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     torch.save(obj, tmp)
     os.replace(tmp, path)  # a crash mid-write never leaves a truncated checkpoint behind
+
+
+def _resolve(path: str) -> Path:
+    p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"stage input {path} not found (run the earlier stage first)")
+    return p
 
 
 def git_hash() -> str:
@@ -219,13 +264,43 @@ class Organisms:
         if cfg.batch_b > 0:
             self.b = build_model(cfg.vision_b, cfg.text, cfg.image_size, cfg.seed_b)
             share_language_model(self.b, self.a)
-        params = {id(p): p for m in self.models() for p in m.parameters()}.values()
+        self._init_from_stage_outputs()
+        params = [p for p in {id(p): p for m in self.models() for p in m.parameters()}.values()
+                  if p.requires_grad]
         decay = [p for p in params if p.dim() >= 2]
         no_decay = [p for p in params if p.dim() < 2]
         self.opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
                                       {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.98))
         self.dropout = HeadDropout(self.a, cfg.head_dropout)  # hooks live on the shared LM
         self.step = 0
+        L, H = cfg.text.layers, cfg.text.heads
+        self.box_ema = torch.zeros(L, H)  # [L, H] running answer->GT-box mass (grounding batches of A)
+
+    def protected_heads(self) -> set[tuple[int, int]]:
+        k = self.cfg.dropout_protect_top
+        if k <= 0 or not bool(self.box_ema.any()):
+            return set()
+        flat = self.box_ema.flatten().argsort(descending=True)[:k]
+        H = self.box_ema.shape[1]
+        return {(int(i) // H, int(i) % H) for i in flat}
+
+    def _init_from_stage_outputs(self) -> None:
+        cfg = self.cfg
+        for model, path in ((self.a, cfg.vision_init_a), (self.b, cfg.vision_init_b)):
+            if model is not None and path:
+                model.model.vision_tower.load_state_dict(torch.load(_resolve(path), weights_only=True))
+            if model is not None and cfg.freeze_vision:
+                model.model.vision_tower.requires_grad_(False)
+        if cfg.lm_init:
+            st = torch.load(_resolve(cfg.lm_init), weights_only=False)["a"]
+            for model in self.models():
+                keys = {k: v for k, v in st.items() if k.startswith(("model.language_model.", "lm_head."))}
+                missing = model.load_state_dict(keys, strict=False)
+                assert not missing.unexpected_keys, missing.unexpected_keys
+                print(f"language model initialised from {cfg.lm_init} ({len(keys)} tensors)", flush=True)
+
+    def lm_parameters(self):
+        return list(self.a.model.language_model.parameters()) + list(self.a.lm_head.parameters())
 
     def models(self):
         return [self.a] + ([self.b] if self.b is not None else [])
@@ -233,7 +308,7 @@ class Organisms:
     def state(self) -> dict[str, Any]:
         return {"step": self.step, "config": asdict(self.cfg), "a": self.a.state_dict(),
                 "b": None if self.b is None else self.b.state_dict(), "opt": self.opt.state_dict(),
-                "torch_rng": torch.get_rng_state()}
+                "torch_rng": torch.get_rng_state(), "box_ema": self.box_ema}
 
     def load(self, st: dict[str, Any]) -> None:
         self.a.load_state_dict(st["a"])
@@ -242,6 +317,8 @@ class Organisms:
         self.opt.load_state_dict(st["opt"])
         torch.set_rng_state(st["torch_rng"])
         self.step = st["step"]
+        if st.get("box_ema") is not None:
+            self.box_ema = st["box_ema"]
 
 
 def make_batches(cfg: TrainConfig, tok, specs, step: int) -> dict[str, TrainBatch]:
@@ -284,9 +361,14 @@ def train_step(org: Organisms, batches: dict[str, TrainBatch] | None = None) -> 
     want_attn = cfg.route_l1 > 0 and step >= cfg.pressure_start
     for g in org.opt.param_groups:
         g["lr"] = lr_at(step, cfg)
+    lm_frozen = step < cfg.lm_freeze_steps
+    for p in org.lm_parameters():
+        p.requires_grad_(not lm_frozen)
     for m in org.models():
         m.train()
     org.dropout.active = True
+    org.dropout.protected = org.protected_heads()
+    want_heads = cfg.dropout_protect_top > 0
     stats: dict[str, float] = {}
     total = 0.0
     if batches is None:
@@ -295,7 +377,9 @@ def train_step(org: Organisms, batches: dict[str, TrainBatch] | None = None) -> 
     for tag, batch in batches.items():
         model = org.a if tag == "a" else org.b
         want_box = cfg.box_warmstart > 0 and step < cfg.box_warmstart_until
-        ce, mass, box = forward_loss(model, batch, want_attn, want_box)
+        ce, mass, box, heads = forward_loss(model, batch, want_attn, want_box, want_heads and tag == "a")
+        if heads is not None:
+            org.box_ema.mul_(0.98).add_(0.02 * heads)
         loss = ce + (lam * mass.sum() if mass is not None else 0.0)
         if box is not None:
             loss = loss + cfg.box_warmstart * box
@@ -352,6 +436,11 @@ def train(config: TrainConfig, out_dir: str | Path, resume: bool = True, workers
             t0, last_ckpt = time.time(), org.step
         if org.step % config.eval_every == 0:
             print(f"eval step {org.step} {json.dumps(evaluate(org, config.eval_n))}", flush=True)
+            if org.box_ema.any():
+                top = org.box_ema.flatten().argsort(descending=True)[:6]
+                H = org.box_ema.shape[1]
+                print("  answer->box mass (EMA), top heads: " + ", ".join(
+                    f"L{int(i) // H}H{int(i) % H}={float(org.box_ema.flatten()[i]):.2f}" for i in top), flush=True)
             _atomic_save(org.state(), ckpt)
             t0, last_ckpt = time.time(), org.step
     return org
@@ -368,7 +457,7 @@ def export(org: Organisms, dest: str | Path, n_eval: int = 500, command: str = "
     for tag, model, spec, seed in (("a", org.a, org.spec_a, cfg.seed), ("b", org.b, org.spec_b, cfg.seed_b)):
         if model is None:
             continue
-        d = Path(dest) / f"{cfg.name}_{tag}"
+        d = Path(dest) / (cfg.export_name_a if tag == "a" and cfg.export_name_a else f"{cfg.name}_{tag}")
         d.mkdir(parents=True, exist_ok=True)
         set_attention(model, text="sdpa", vision="sdpa")  # loaders pick eager themselves when needed
         model.save_pretrained(d, safe_serialization=True)
@@ -382,6 +471,7 @@ def export(org: Organisms, dest: str | Path, n_eval: int = 500, command: str = "
             "answer_format": "[ x1 , y1 , x2 , y2 ]: original-image pixels snapped to multiples of bin_px",
             "image_size": spec.image_size, "patch_size": spec.patch_size,
             "num_image_tokens": spec.num_image_tokens, "bin_px": spec.bin_px, "seed": seed,
+            "lm_init": cfg.lm_init, "vision_init": cfg.vision_init_a if tag == "a" else cfg.vision_init_b,
             "steps": org.step, "planned_steps": cfg.steps, "train_config": asdict(cfg), "training_command": command,
             "git_hash": git_hash(),
             "heldout": {"grounding_seed": cfg.heldout_seed, "grounding_n": n_eval,

@@ -1,0 +1,125 @@
+"""The organism's staged build, as real VLMs are built: pretrain the vision encoders, then teach a language
+model to use one (organism A), then give that language model a second encoder (organism B).
+
+Stages (each resumable; rerunning the command continues where the last session stopped):
+
+1. ``vision_a`` / ``vision_b``: :mod:`vrh.organism.pretrain_vision` (dense per-patch scene parsing) for
+   tower A (16-px patches, 49 tokens) and tower B (14-px patches, 64 tokens, narrower, other seed).
+2. ``lm_a``: :mod:`vrh.organism.train` on the world (grounding + VQA), tower A frozen, LM from scratch,
+   box warm start, then the sparsity pressures (routing L1 and head dropout that spares the current
+   retrieval heads).
+3. ``lm_b``: tower B (frozen) + a new projector + the language model of ``lm_a``'s checkpoint; the LM is
+   frozen while the projector aligns, then fine-tuned with B's own data stream and seed: two VLMs on one
+   LM backbone, fine-tuned separately (the paper's transfer setting).
+
+    vrh organism build --out organism_runs/v2 --export-to src/vrh/organism/checkpoints
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import torch
+
+from vrh.organism.model import TextArch, VisionArch
+from vrh.organism.pretrain_vision import pretrain
+from vrh.organism.train import Organisms, TrainConfig, export, train
+
+VISION_A = VisionArch(patch_size=16, hidden=128, layers=3, heads=4, intermediate=512)
+VISION_B = VisionArch(patch_size=14, hidden=96, layers=3, heads=4, intermediate=384)
+VISION_STEPS = 2000
+
+LM_A = TrainConfig(
+    name="organism", seed=0, steps=6000, batch_a=64, batch_b=0, lr=1.5e-3, min_lr_frac=0.05, warmup=200,
+    vqa_frac=0.15, head_dropout=0.1, route_l1=0.01, pressure_start=2500, route_warmup=1000,
+    box_warmstart=0.3, box_warmstart_until=1500, dropout_protect_top=3, freeze_vision=True,
+    text=TextArch(), vision_a=VISION_A, export_name_a="organism_a",
+    eval_n=256, eval_every=500, ckpt_every=250, log_every=25, threads=2)
+
+LM_B = replace(
+    LM_A, seed=1, steps=1500, lr=1e-3, warmup=100, vision_a=VISION_B, lm_freeze_steps=300,
+    box_warmstart=0.0, box_warmstart_until=0, pressure_start=0, route_warmup=1, export_name_a="organism_b")
+
+
+# a seconds-long version of every stage, for tests of the pipeline itself
+TINY = {"vision_a": VisionArch(hidden=32, layers=1, heads=2, intermediate=64),
+        "vision_b": VisionArch(patch_size=14, hidden=24, layers=1, heads=2, intermediate=48),
+        "text": TextArch(hidden=32, layers=2, heads=4, intermediate=64), "vision_steps": 2, "lm_steps": 3}
+
+
+def stage_configs(out: Path, tiny: bool = False) -> dict[str, TrainConfig]:
+    a = replace(LM_A, vision_init_a=str(out / "vision_a" / "tower.pt"))
+    b = replace(LM_B, vision_init_a=str(out / "vision_b" / "tower.pt"), lm_init=str(out / "lm_a" / "ckpt.pt"))
+    if tiny:
+        small = dict(text=TINY["text"], steps=TINY["lm_steps"], batch_a=4, eval_n=4, eval_every=10_000,
+                     ckpt_every=10_000, log_every=1, warmup=1, pressure_start=1, lm_freeze_steps=0,
+                     box_warmstart_until=1)
+        a = replace(a, vision_a=TINY["vision_a"], **small)
+        b = replace(b, vision_a=TINY["vision_b"], **{**small, "lm_freeze_steps": 1, "box_warmstart_until": 0})
+    return {"lm_a": a, "lm_b": b}
+
+
+def vision_stage(stage: str, tiny: bool = False) -> tuple[VisionArch, int, int]:
+    """(arch, seed, steps) of a vision stage."""
+    if tiny:
+        return TINY[stage], (0 if stage == "vision_a" else 1), TINY["vision_steps"]
+    return (VISION_A, 0, VISION_STEPS) if stage == "vision_a" else (VISION_B, 1, VISION_STEPS)
+
+
+def build(out_dir: str | Path, export_to: str | Path | None = None, stages: tuple[str, ...] = (),
+          lm_a_steps: int | None = None, lm_b_steps: int | None = None, eval_n: int = 500,
+          tiny: bool = False) -> dict:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    stages = stages or ("vision_a", "vision_b", "lm_a", "lm_b")
+    cfgs = stage_configs(out, tiny)
+    if lm_a_steps:
+        cfgs["lm_a"] = replace(cfgs["lm_a"], steps=lm_a_steps)
+    if lm_b_steps:
+        cfgs["lm_b"] = replace(cfgs["lm_b"], steps=lm_b_steps)
+    command = f"vrh organism build --out {out_dir}" + (f" --export-to {export_to}" if export_to else "")
+    results: dict = {}
+    for stage in stages:
+        t0 = time.time()
+        print(f"== stage {stage}", flush=True)
+        if stage in ("vision_a", "vision_b"):
+            arch, seed, steps = vision_stage(stage, tiny)
+            done = out / stage / "vision_metrics.json"
+            if done.exists() and json.loads(done.read_text()).get("steps") == steps:
+                results[stage] = json.loads(done.read_text())
+            else:
+                results[stage] = pretrain(arch, out / stage, steps=steps, bs=4 if tiny else 64, seed=seed)
+        elif stage in cfgs:
+            org = train(cfgs[stage], out / stage)
+            dest = Path(export_to) if export_to else out / "export"
+            results[stage] = export(org, dest, n_eval=eval_n, command=command)
+        else:
+            raise ValueError(f"unknown stage {stage!r}; stages: vision_a, vision_b, lm_a, lm_b")
+        print(f"== stage {stage} done in {time.time() - t0:.0f} s", flush=True)
+    (out / "build.json").write_text(json.dumps(
+        {"command": command, "stages": list(stages), "results": results,
+         "configs": {k: asdict(v) for k, v in cfgs.items()}}, indent=1, default=str))
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="vrh organism build", description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True, help="build folder (one subfolder per stage, resumable)")
+    ap.add_argument("--export-to", default=None, help="where organism_a/ and organism_b/ go (default OUT/export)")
+    ap.add_argument("--stages", default="", help="comma list of vision_a,vision_b,lm_a,lm_b (default: all)")
+    ap.add_argument("--lm-a-steps", type=int, default=None)
+    ap.add_argument("--lm-b-steps", type=int, default=None)
+    ap.add_argument("--eval-n", type=int, default=500)
+    ap.add_argument("--threads", type=int, default=2)
+    a = ap.parse_args(argv)
+    torch.set_num_threads(a.threads)
+    build(a.out, a.export_to, tuple(s for s in a.stages.split(",") if s), a.lm_a_steps, a.lm_b_steps, a.eval_n)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

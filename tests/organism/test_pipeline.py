@@ -1,0 +1,27 @@
+"""The staged organism build runs end to end (tiny sizes), resumes without redoing finished stages, and
+exports A and B with the same language-model *initialisation* but separately fine-tuned weights."""
+
+import json
+
+import torch
+from transformers import LlavaForConditionalGeneration
+
+from vrh.organism.pipeline import build
+
+
+def test_build_all_stages_then_resume(tmp_path):
+    out, exp = tmp_path / "build", tmp_path / "ckpts"
+    res = build(out, exp, tiny=True, eval_n=4)
+    assert set(res) == {"vision_a", "vision_b", "lm_a", "lm_b"}
+    a = LlavaForConditionalGeneration.from_pretrained(exp / "organism_a")
+    b = LlavaForConditionalGeneration.from_pretrained(exp / "organism_b")
+    assert a.config.vision_config.patch_size == 16 and b.config.vision_config.patch_size == 14
+    w = "model.language_model.layers.0.mlp.up_proj.weight"
+    assert a.state_dict()[w].shape == b.state_dict()[w].shape
+    assert not torch.equal(a.state_dict()[w], b.state_dict()[w])  # B fine-tuned its own copy
+    meta = json.loads((exp / "organism_b" / "vrh_organism.json").read_text())
+    assert meta["lm_init"].endswith("lm_a/ckpt.pt") and meta["heldout"]["grounding_n"] == 4
+    mtime = (out / "vision_a" / "tower.pt").stat().st_mtime
+    build(out, exp, stages=("vision_a",), tiny=True, eval_n=4)  # finished stage: not redone
+    assert (out / "vision_a" / "tower.pt").stat().st_mtime == mtime
+    assert json.loads((out / "build.json").read_text())["stages"] == ["vision_a"]
