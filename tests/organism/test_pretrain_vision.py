@@ -98,3 +98,36 @@ def test_head_dropout_spares_the_protected_retrieval_heads():
     assert x[..., h, :].abs().sum() > 0
     others = [j for j in range(org.dropout.H) if j != h]
     assert x[..., others, :].abs().sum() == 0
+
+
+def test_routing_penalty_can_spare_the_protected_heads():
+    import copy
+
+    cfg = replace(PRESETS["tiny"], batch_b=0, route_l1=0.1, pressure_start=0, route_warmup=1,
+                  head_dropout=0.0, dropout_protect_top=2)
+    org = Organisms(cfg)
+    train_step(org)  # fills box_ema, so two heads are protected from now on
+    twin = copy.deepcopy(org)
+    twin.cfg = replace(cfg, route_spare_protected=True)
+    paid, spared = train_step(org)["mass_a"], train_step(twin)["mass_a"]
+    assert len(org.protected_heads()) == 2
+    assert 0 < spared < paid  # the protected heads' visual attention is no longer charged
+
+
+def test_answer_box_mass_first_positions_only():
+    from vrh.organism.batches import train_batch
+    from vrh.organism.train import answer_box_mass
+
+    org = Organisms(replace(PRESETS["tiny"], batch_b=0))
+    s = world.grounding_sample(0, 3)
+    b = train_batch([s], org.tok, org.spec_a)
+    S = b.input_ids.shape[1]
+    predicting = ((b.labels[0] != -100).nonzero().squeeze(1) - 1).tolist()  # positions predicting answer tokens
+    box_key = int(b.box_keys[0].nonzero()[0])
+    other_key = int((b.visual[0] & ~b.box_keys[0]).nonzero()[0])
+    att = torch.zeros(1, 1, S, S)  # [B, H, S, S]
+    att[0, 0, :, other_key] = 1.0
+    att[0, 0, predicting[0], :] = 0.0
+    att[0, 0, predicting[0], box_key] = 1.0  # only the position predicting "[" looks at the box
+    assert float(answer_box_mass([att], b, first=1)[0, 0, 0]) == 1.0
+    assert abs(float(answer_box_mass([att], b)[0, 0, 0]) - 1 / len(predicting)) < 1e-6

@@ -47,7 +47,8 @@ def test_write_split_jsonl_format(tmp_path):
         recs = [json.loads(line) for line in path.read_text().splitlines()]
         assert len(recs) == 5 and len({r["id"] for r in recs}) == 5
         for r in recs:
-            assert set(r) == {"id", "image", "task", "expression", "box", "box_format", "question", "answer"}
+            extra = {"kind"} if task == "grounding" else set()  # expression kind, kept in Sample.meta
+            assert set(r) == {"id", "image", "task", "expression", "box", "box_format", "question", "answer"} | extra
             assert r["task"] == task and r["box_format"] == "xyxy"
             assert (path.parent / r["image"]).exists()
             if task == "grounding":

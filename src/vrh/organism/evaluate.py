@@ -41,14 +41,17 @@ def grounding_accuracy(model, tok, samples: list[dict[str, Any]], spec: ImageSpe
     with zero_heads(model, heads):
         texts = generate_answers(model, tok, samples, spec)
     hits = fails = 0
+    by_kind: dict[str, list[int]] = {}  # kind -> [hits, n]
     for s, t in zip(samples, texts):
         found = grounding.parse_box(t)
-        if found is None:
-            fails += 1
-        elif grounding.iou(found[1], s["box"]) >= 0.5:
-            hits += 1
+        ok = found is not None and grounding.iou(found[1], s["box"]) >= 0.5
+        fails += found is None
+        hits += ok
+        k = by_kind.setdefault(s.get("kind", "?"), [0, 0])
+        k[0], k[1] = k[0] + ok, k[1] + 1
     n = max(1, len(samples))
-    return {"acc": hits / n, "parse_fail": fails / n, "n": len(samples)}
+    return {"acc": hits / n, "parse_fail": fails / n, "n": len(samples),
+            "acc_by_kind": {k: round(h / m, 4) for k, (h, m) in sorted(by_kind.items())}}
 
 
 def vqa_accuracy(model, tok, samples: list[dict[str, Any]], spec: ImageSpec,

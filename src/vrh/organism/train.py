@@ -63,10 +63,20 @@ class TrainConfig:
     # all LM heads and layers of the answer->GT-box attention mass). Off afterwards.
     box_warmstart: float = 0.0
     box_warmstart_until: int = 0
+    # Warm start and retrieval-head tracking on the positions predicting the first N answer tokens only
+    # (0: all answer positions). 2 = the ones predicting "[" and x1, before any coordinate is written.
+    warmstart_first: int = 0
     route_warmup: int = 1000
     # Head dropout spares the dropout_protect_top heads with the highest running (EMA) answer->GT-box
     # attention mass: every other head is made redundant, retrieval stays concentrated (issue 4).
     dropout_protect_top: int = 0
+    # The routing penalty spares the protected heads too: only the *other* heads pay for looking at the
+    # image, so cross-modal retrieval concentrates in the model's own best few heads (issue 4).
+    route_spare_protected: bool = False
+    # Phases: stop this run at stop_at (0: at steps) with the schedule still computed over `steps`; a
+    # later run continues from an earlier run's full checkpoint (model, optimizer, step) with init_from.
+    stop_at: int = 0
+    init_from: str = ""
     # Stage 1 output (vrh.organism.pretrain_vision): tower state dicts to start from, relative to the run
     # folder or absolute; freeze_vision keeps them fixed (LLaVA-style: the LM learns to use the encoder).
     vision_init_a: str = ""
@@ -98,13 +108,8 @@ class TrainConfig:
 
 
 PRESETS: dict[str, TrainConfig] = {
-    # the shipped organisms (docs/organism.md): sparse-routing penalty + head dropout, A and B joint
-    "default": TrainConfig(name="organism", steps=3600, batch_a=44, batch_b=20, lr=1.5e-3, warmup=300,
-                           route_l1=0.01, pressure_start=2000, route_warmup=1000, head_dropout=0.1,
-                           curriculum=((0, 600, "easy"), (1050, 1350, "single"), (1350, 1800, "easy")),
-                           box_warmstart=0.3, box_warmstart_until=2000,
-                           eval_every=500,
-                           ckpt_every=150),
+    # the shipped organisms come from the staged build (vrh.organism.pipeline: `vrh organism build`);
+    # this preset is for tests and quick experiments
     "tiny": TrainConfig(name="tiny", steps=30, batch_a=16, batch_b=8, lr=3e-3, warmup=5, route_l1=0.0,
                         text=TextArch(hidden=64, layers=2, heads=4, intermediate=128),
                         vision_a=VisionArch(hidden=64, layers=1, heads=2, intermediate=128),
@@ -115,7 +120,8 @@ PRESETS: dict[str, TrainConfig] = {
 
 def load_config(spec: str | None) -> TrainConfig:
     if spec is None:
-        return PRESETS["default"]
+        raise SystemExit("vrh organism train needs --config PRESET_OR_JSON (presets: " + ", ".join(PRESETS)
+                         + "); the shipped organisms are built by `vrh organism build --out DIR`")
     if spec in PRESETS:
         return PRESETS[spec]
     return TrainConfig.from_dict(json.loads(Path(spec).read_text()))
@@ -182,42 +188,54 @@ def route_mass(attentions, batch: TrainBatch) -> torch.Tensor:
     return torch.stack(per_layer)  # [L, H]
 
 
-def box_nll(attentions, batch: TrainBatch) -> torch.Tensor:
-    """-log of the head- and layer-averaged attention mass that answer queries put on GT-box patches
-    (grounding samples only). A transient warm-start signal, not tied to any particular head."""
-    a = torch.stack(attentions)  # [L, B, H, S, S]
-    mass = (a * batch.box_keys[None, :, None, None, :].to(a.dtype)).sum(-1)  # [L, B, H, S]
-    q = batch.text_query & batch.box_keys.any(dim=1, keepdim=True)  # [B, S]
-    if not q.any():
-        return a.new_zeros(())
-    # the best (layer, head) per sample: one head looking is enough, all others stay free for text
-    per_head = (mass * q[None, :, None, :]).sum(-1) / q.sum(1).clamp(min=1)[None, :, None]  # [L, B, H]
-    best = per_head.permute(1, 0, 2).flatten(1).amax(1)  # [B]
-    has = q.any(1)
-    return -torch.log(best[has] + 1e-4).mean()
+def answer_box_mass(attentions, batch: TrainBatch, first: int = 0) -> torch.Tensor | None:
+    """[L, B', H] per grounding sample: mean over the positions that predict answer tokens of the
+    attention mass on GT-box patches (B' = grounding samples of the batch); None if there are none.
 
-
-@torch.no_grad()
-def head_box_mass(attentions, batch: TrainBatch) -> torch.Tensor | None:
-    """[L, H] mean over grounding samples of the answer queries' attention mass on GT-box patches."""
+    ``first`` > 0 keeps only the positions that predict the first ``first`` answer tokens: with the GT
+    answer teacher-forced, later positions can find the box from the coordinates already written, so
+    only the early ones measure retrieval from the expression (run v2b, docs/organism.md)."""
     q = batch.text_query & (batch.labels != -100) & batch.box_keys.any(dim=1, keepdim=True)  # [B, S]
     q = q.roll(-1, dims=1)  # the positions that *predict* answer tokens
-    if not q.any():
+    if first > 0:
+        q = q & (q.long().cumsum(1) <= first)
+    has = q.any(1)
+    if not has.any():
         return None
     a = torch.stack(attentions)  # [L, B, H, S, S]
     mass = (a * batch.box_keys[None, :, None, None, :].to(a.dtype)).sum(-1)  # [L, B, H, S]
-    per = (mass * q[None, :, None, :]).sum(-1) / q.sum(1).clamp(min=1)[None, :, None]  # [L, B, H]
-    has = q.any(1)
-    return per[:, has].mean(1)  # [L, H]
+    per = (mass * q[None, :, None, :].to(a.dtype)).sum(-1) / q.sum(1).clamp(min=1)[None, :, None]  # [L, B, H]
+    return per[:, has]
 
 
-def forward_loss(model, batch: TrainBatch, want_attn: bool, want_box: bool = False, want_heads: bool = False):
+def box_nll(attentions, batch: TrainBatch, first: int = 0) -> torch.Tensor:
+    """Warm start of retrieval: -log of the answer->GT-box attention mass of the *one* (layer, head) that
+    has the most of it over the whole batch (the model's choice; no head is named).
+
+    The max is taken over heads of the batch mean, not per sample: a per-sample max (run v2a) was
+    satisfied by heads that each watched a different object (any sample's target is watched by *some*
+    head), mass 0.997 with routing that ignored the expression."""
+    per = answer_box_mass(attentions, batch, first)  # [L, B', H]
+    if per is None:
+        return attentions[0].new_zeros(())
+    return -torch.log(per.mean(1).amax() + 1e-4)
+
+
+@torch.no_grad()
+def head_box_mass(attentions, batch: TrainBatch, first: int = 0) -> torch.Tensor | None:
+    """[L, H] mean over grounding samples of the answer queries' attention mass on GT-box patches."""
+    per = answer_box_mass(attentions, batch, first)
+    return None if per is None else per.mean(1)
+
+
+def forward_loss(model, batch: TrainBatch, want_attn: bool, want_box: bool = False, want_heads: bool = False,
+                 first: int = 0):
     out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
                 pixel_values=batch.pixel_values, labels=batch.labels,
                 output_attentions=want_attn or want_box or want_heads)
     mass = route_mass(out.attentions, batch) if want_attn else None
-    box = box_nll(out.attentions, batch) if want_box else None
-    heads = head_box_mass(out.attentions, batch) if want_heads else None
+    box = box_nll(out.attentions, batch, first) if want_box else None
+    heads = head_box_mass(out.attentions, batch, first) if want_heads else None
     return out.loss, mass, box, heads
 
 
@@ -377,9 +395,15 @@ def train_step(org: Organisms, batches: dict[str, TrainBatch] | None = None) -> 
     for tag, batch in batches.items():
         model = org.a if tag == "a" else org.b
         want_box = cfg.box_warmstart > 0 and step < cfg.box_warmstart_until
-        ce, mass, box, heads = forward_loss(model, batch, want_attn, want_box, want_heads and tag == "a")
+        ce, mass, box, heads = forward_loss(model, batch, want_attn, want_box, want_heads and tag == "a",
+                                            cfg.warmstart_first)
         if heads is not None:
             org.box_ema.mul_(0.98).add_(0.02 * heads)
+        if mass is not None and cfg.route_spare_protected:
+            spare = torch.ones_like(mass)
+            for l, h in org.dropout.protected:
+                spare[l, h] = 0.0
+            mass = mass * spare
         loss = ce + (lam * mass.sum() if mass is not None else 0.0)
         if box is not None:
             loss = loss + cfg.box_warmstart * box
@@ -416,22 +440,26 @@ def train(config: TrainConfig, out_dir: str | Path, resume: bool = True, workers
     if resume and ckpt.exists():
         org.load(torch.load(ckpt, weights_only=False))
         print(f"resumed from {ckpt} at step {org.step}", flush=True)
+    elif config.init_from:
+        org.load(torch.load(_resolve(config.init_from), weights_only=False))
+        print(f"continuing {config.init_from} (step {org.step}) under this run's config", flush=True)
     (out / "config.json").write_text(json.dumps(asdict(config), indent=1))
     t0, last_ckpt = time.time(), org.step
     acc_stats: dict[str, list[float]] = {}
     stream = batch_stream(org, workers=workers)
-    while org.step < config.steps:
+    end = min(config.stop_at or config.steps, config.steps)
+    while org.step < end:
         step, batches = next(stream)
         assert step == org.step, (step, org.step)
         stats = train_step(org, batches)
         for k, v in stats.items():
             acc_stats.setdefault(k, []).append(v)
-        if org.step % config.log_every == 0 or org.step == config.steps:
+        if org.step % config.log_every == 0 or org.step == end:
             dt = (time.time() - t0) / max(1, org.step - last_ckpt)
             msg = " ".join(f"{k}={sum(v) / len(v):.4g}" for k, v in acc_stats.items())
             print(f"step {org.step} {msg} s/step={dt:.3f}", flush=True)
             acc_stats = {}
-        if org.step % config.ckpt_every == 0 or org.step == config.steps:
+        if org.step % config.ckpt_every == 0 or org.step == end:
             _atomic_save(org.state(), ckpt)
             t0, last_ckpt = time.time(), org.step
         if org.step % config.eval_every == 0:

@@ -305,5 +305,7 @@ def write_split(out_dir: str | Path, n: int, seed: int, task: str = "grounding",
             rec = {"id": sid, "image": rel, "task": task, "expression": s.get("expression"),
                    "box": s.get("box"), "box_format": "xyxy", "question": s.get("question"),
                    "answer": s.get("answer")}
+            if task == "grounding":
+                rec["kind"] = s["kind"]  # attribute / relation / comparison (kept in Sample.meta)
             f.write(json.dumps(rec) + "\n")
     return path
