@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every finding of vrh on the shipped organisms, one run folder each, plus one report.
-# Usage: bash scripts/organism_findings.sh [OUT]   (default runs/findings; ~7 min on 2 CPU cores)
+# Usage: bash scripts/organism_findings.sh [OUT]   (default runs/findings; ~4.5 min on 2 CPU cores)
 set -euo pipefail
 OUT=${1:-runs/findings}
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE

@@ -131,3 +131,29 @@ def test_answer_box_mass_first_positions_only():
     att[0, 0, predicting[0], box_key] = 1.0  # only the position predicting "[" looks at the box
     assert float(answer_box_mass([att], b, first=1)[0, 0, 0]) == 1.0
     assert abs(float(answer_box_mass([att], b)[0, 0, 0]) - 1 / len(predicting)) < 1e-6
+
+
+def test_projector_whitening_decorrelates_the_tower_features():
+    from vrh.organism.pretrain_vision import batch, patch_features
+
+    org = Organisms(replace(PRESETS["tiny"], projector_whiten=True))
+    px, _ = batch(5, 0, 64, org.spec_a)  # other images than the ones whitened on
+    with torch.no_grad():
+        f = patch_features(org.a.model.vision_tower.eval(), px)
+        h = org.a.model.multi_modal_projector.linear_1(f).reshape(-1, f.shape[-1])  # [N*V, D]
+    cov = torch.cov(h.T)
+    assert h.mean(0).abs().max() < 0.3
+    assert (cov - torch.eye(cov.shape[0])).abs().max() < 0.5  # unwhitened: variances differ by orders
+    raw = torch.cov(f.reshape(-1, f.shape[-1]).T).diagonal()
+    assert raw.max() / raw.min() > 5
+
+
+def test_caption_samples_mark_their_box_for_the_warm_start():
+    from vrh.organism.batches import train_batch
+
+    org = Organisms(replace(PRESETS["tiny"], batch_b=0))
+    s = world.caption_sample(0, 2)
+    b = train_batch([s], org.tok, org.spec_a)
+    assert s["task"] == "vqa" and s["answer"].split()[1] in world.COLOURS
+    assert 0 < int(b.box_keys.sum()) <= 9 and not (b.box_keys & ~b.visual).any()
+    assert b.labels[0][b.labels[0] != -100].numel() == 4  # size colour shape + EOS

@@ -48,7 +48,8 @@ class TrainBatch:
     pixel_values: torch.Tensor  # [B, 3, H, W]
     visual: torch.Tensor  # [B, S] bool, key positions holding visual tokens
     text_query: torch.Tensor  # [B, S] bool, real positions after the image (prompt tail + answer)
-    box_keys: torch.Tensor | None = None  # [B, S] bool, visual positions whose patch overlaps the GT box
+    # [B, S] bool, visual positions whose patch overlaps the GT box (grounding) or the captioned box
+    box_keys: torch.Tensor | None = None
 
 
 def train_batch(samples: list[dict[str, Any]], tok: PreTrainedTokenizerFast, spec: ImageSpec) -> TrainBatch:
@@ -73,7 +74,7 @@ def train_batch(samples: list[dict[str, Any]], tok: PreTrainedTokenizerFast, spe
     px = pixels([world.render(s["scene"]) for s in samples], spec)
     box_keys = torch.zeros_like(visual)
     for b, s in enumerate(samples):
-        if s["task"] == "grounding":
+        if s["task"] == "grounding" or s.get("kind") == "caption":
             inside = patches_overlapping(s["box"], spec)  # [V] bool
             box_keys[b, visual[b].nonzero().squeeze(1)[inside]] = True
     return TrainBatch(ids, mask, labels, px, visual, text_query, box_keys)

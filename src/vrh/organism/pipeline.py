@@ -10,7 +10,8 @@ Stages (each resumable; rerunning the command continues where the last session s
    dropout that spares the current retrieval heads), up to step 3500;
    ``lm_a2``: the same run continued with targeted pressure (only non-retrieval heads pay for looking at
    the image, stronger head dropout) to step 4250; ``lm_a3``: the warm start again, on the positions
-   that predict the first coordinate only, then pressures alone; exported as ``organism_a``.
+   that predict the first coordinate only, to step 4750; ``lm_a4``: + region captioning, to step 6500;
+   exported as ``organism_a``.
 3. ``lm_b``: tower B (frozen) + a new projector + the language model of ``lm_a``'s checkpoint; the LM is
    frozen while the projector aligns, then fine-tuned with B's own data stream and seed: two VLMs on one
    LM backbone, fine-tuned separately (the paper's transfer setting).
@@ -50,10 +51,14 @@ LM_A2 = replace(
 
 # phase 3 of A: the warm start again, now on the positions that predict "[" and x1 only (the earlier one
 # also counted positions after x1, which can find the box from the coordinates already written)
-LM_A3 = replace(LM_A2, stop_at=0, box_warmstart=0.3, box_warmstart_until=5500, warmstart_first=2)
+LM_A3 = replace(LM_A2, stop_at=4750, box_warmstart=0.3, box_warmstart_until=5500, warmstart_first=2)
+
+# phase 4 of A: + region captioning (25% of samples): VQA on colour/shape sat at chance (28%/31% at step
+# 4500), i.e. the LM never read attributes from visual tokens, so it could not match them either
+LM_A4 = replace(LM_A3, stop_at=0, steps=6500, caption_frac=0.25, lr=3e-3)  # lr 6.8e-4 at step 4750
 
 LM_B = replace(
-    LM_A3, seed=1, steps=1500, lr=1e-3, warmup=100, vision_a=VISION_B, lm_freeze_steps=300, stop_at=0,
+    LM_A4, seed=1, steps=1000, lr=1e-3, warmup=100, vision_a=VISION_B, lm_freeze_steps=200, stop_at=0,
     box_warmstart=0.0, box_warmstart_until=0, export_name_a="organism_b")
 
 
@@ -67,16 +72,18 @@ def stage_configs(out: Path, tiny: bool = False) -> dict[str, TrainConfig]:
     a = replace(LM_A, vision_init_a=str(out / "vision_a" / "tower.pt"))
     a2 = replace(LM_A2, vision_init_a=a.vision_init_a, init_from=str(out / "lm_a" / "ckpt.pt"))
     a3 = replace(LM_A3, vision_init_a=a.vision_init_a, init_from=str(out / "lm_a2" / "ckpt.pt"))
-    b = replace(LM_B, vision_init_a=str(out / "vision_b" / "tower.pt"), lm_init=str(out / "lm_a3" / "ckpt.pt"))
+    a4 = replace(LM_A4, vision_init_a=a.vision_init_a, init_from=str(out / "lm_a3" / "ckpt.pt"))
+    b = replace(LM_B, vision_init_a=str(out / "vision_b" / "tower.pt"), lm_init=str(out / "lm_a4" / "ckpt.pt"))
     if tiny:
         small = dict(text=TINY["text"], steps=TINY["lm_steps"], batch_a=4, eval_n=4, eval_every=10_000,
                      ckpt_every=10_000, log_every=1, warmup=1, pressure_start=1, lm_freeze_steps=0,
                      box_warmstart_until=1)
         a = replace(a, vision_a=TINY["vision_a"], **small, stop_at=2)
         a2 = replace(a2, vision_a=TINY["vision_a"], **small, stop_at=3)
-        a3 = replace(a3, vision_a=TINY["vision_a"], **{**small, "steps": 4, "box_warmstart_until": 4})
+        a3 = replace(a3, vision_a=TINY["vision_a"], **{**small, "steps": 5, "box_warmstart_until": 4}, stop_at=4)
+        a4 = replace(a4, vision_a=TINY["vision_a"], **{**small, "steps": 5, "box_warmstart_until": 4})
         b = replace(b, vision_a=TINY["vision_b"], **{**small, "lm_freeze_steps": 1, "box_warmstart_until": 0})
-    return {"lm_a": a, "lm_a2": a2, "lm_a3": a3, "lm_b": b}
+    return {"lm_a": a, "lm_a2": a2, "lm_a3": a3, "lm_a4": a4, "lm_b": b}
 
 
 def vision_stage(stage: str, tiny: bool = False) -> tuple[VisionArch, int, int]:
@@ -91,7 +98,7 @@ def build(out_dir: str | Path, export_to: str | Path | None = None, stages: tupl
           tiny: bool = False) -> dict:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    stages = stages or ("vision_a", "vision_b", "lm_a", "lm_a2", "lm_a3", "lm_b")
+    stages = stages or ("vision_a", "vision_b", "lm_a", "lm_a2", "lm_a3", "lm_a4", "lm_b")
     cfgs = stage_configs(out, tiny)
     if lm_a_steps:
         cfgs["lm_a"] = replace(cfgs["lm_a"], steps=lm_a_steps)
@@ -111,13 +118,13 @@ def build(out_dir: str | Path, export_to: str | Path | None = None, stages: tupl
                 results[stage] = pretrain(arch, out / stage, steps=steps, bs=4 if tiny else 64, seed=seed)
         elif stage in cfgs:
             org = train(cfgs[stage], out / stage)
-            if stage in ("lm_a", "lm_a2"):  # phases 1-2 of A: continued by the next phase, not exported
+            if stage in ("lm_a", "lm_a2", "lm_a3"):  # phases 1-3 of A: continued by the next, not exported
                 results[stage] = {"step": org.step}
             else:
                 dest = Path(export_to) if export_to else out / "export"
                 results[stage] = export(org, dest, n_eval=eval_n, command=command)
         else:
-            raise ValueError(f"unknown stage {stage!r}; stages: vision_a, vision_b, lm_a, lm_a2, lm_a3, lm_b")
+            raise ValueError(f"unknown stage {stage!r}; stages: vision_a, vision_b, lm_a, lm_a2, lm_a3, lm_a4, lm_b")
         print(f"== stage {stage} done in {time.time() - t0:.0f} s", flush=True)
     (out / "build.json").write_text(json.dumps(
         {"command": command, "stages": list(stages), "results": results,
@@ -129,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="vrh organism build", description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="build folder (one subfolder per stage, resumable)")
     ap.add_argument("--export-to", default=None, help="where organism_a/ and organism_b/ go (default OUT/export)")
-    ap.add_argument("--stages", default="", help="comma list of vision_a,vision_b,lm_a,lm_a2,lm_a3,lm_b (default: all)")
+    ap.add_argument("--stages", default="", help="comma list of vision_a,vision_b,lm_a,lm_a2,lm_a3,lm_a4,lm_b (default: all)")
     ap.add_argument("--lm-a-steps", type=int, default=None)
     ap.add_argument("--lm-b-steps", type=int, default=None)
     ap.add_argument("--eval-n", type=int, default=500)

@@ -51,6 +51,7 @@ class TrainConfig:
     weight_decay: float = 0.01
     grad_clip: float = 1.0
     vqa_frac: float = 0.15
+    caption_frac: float = 0.0  # region captioning ("what is [ box ] ?" -> "large red circle")
     head_dropout: float = 0.1
     route_l1: float = 0.0
     # Both pressures start at pressure_start and ramp in linearly over route_warmup steps: applied from
@@ -82,6 +83,10 @@ class TrainConfig:
     vision_init_a: str = ""
     vision_init_b: str = ""
     freeze_vision: bool = False
+    # Initialise the projector's first layer as the ZCA whitening of the (pretrained) tower's patch
+    # features: the pretrained features carry box geometry with ~13x the magnitude of colour/shape (probe
+    # weight norms 0.19 vs 2.6), and an LM fed them raw stayed blind to colour (docs/organism.md, v2b).
+    projector_whiten: bool = False
     # Start the language model (+ embeddings + LM head) from another run's ckpt.pt (its organism A): the
     # "same pretrained LM backbone, separately fine-tuned" setting of the paper's transfer experiment.
     lm_init: str = ""
@@ -129,9 +134,13 @@ def load_config(spec: str | None) -> TrainConfig:
 
 # --- data -------------------------------------------------------------------------------------------
 
-def stream_sample(seed: int, index: int, vqa_frac: float, size: int, level: str = "full") -> dict[str, Any]:
-    if world._rng(seed, index, "task").random() < vqa_frac:
+def stream_sample(seed: int, index: int, vqa_frac: float, size: int, level: str = "full",
+                  caption_frac: float = 0.0) -> dict[str, Any]:
+    u = world._rng(seed, index, "task").random()
+    if u < vqa_frac:
         return world.vqa_sample(seed, index, size)
+    if u < vqa_frac + caption_frac:
+        return world.caption_sample(seed, index, size)
     return world.grounding_sample(seed, index, size, level=level)
 
 
@@ -254,6 +263,29 @@ def _atomic_save(obj, path: Path) -> None:
     os.replace(tmp, path)  # a crash mid-write never leaves a truncated checkpoint behind
 
 
+@torch.no_grad()
+def whiten_projector(model, image_size: int, seed: int, n_images: int = 256) -> None:
+    """projector.linear_1 <- ZCA whitening of the tower's patch features (bias centres them); rows beyond
+    the tower width (projector wider than the tower) are left as initialised."""
+    from vrh.organism.pretrain_vision import batch, patch_features
+
+    tower = model.model.vision_tower
+    spec = ImageSpec(image_size, model.config.vision_config.patch_size)
+    px, _ = batch(seed + 20_000, 0, n_images, spec)
+    was = tower.training
+    f = patch_features(tower.eval(), px).reshape(-1, tower.config.hidden_size).double()  # [N*V, D]
+    tower.train(was)
+    mu = f.mean(0)
+    cov = torch.cov((f - mu).T) + 1e-4 * torch.eye(f.shape[1], dtype=f.dtype)
+    evals, evecs = torch.linalg.eigh(cov)
+    zca = (evecs @ torch.diag(evals.clamp(min=1e-6).rsqrt()) @ evecs.T).float()  # [D, D]
+    lin = model.model.multi_modal_projector.linear_1  # weight [T, D]
+    D = zca.shape[0]
+    rows = min(lin.weight.shape[0], D)
+    lin.weight[:rows] = zca[:rows]
+    lin.bias[:rows] = -(zca[:rows] @ mu.float())
+
+
 def _resolve(path: str) -> Path:
     p = Path(path)
     if not p.exists():
@@ -309,6 +341,10 @@ class Organisms:
                 model.model.vision_tower.load_state_dict(torch.load(_resolve(path), weights_only=True))
             if model is not None and cfg.freeze_vision:
                 model.model.vision_tower.requires_grad_(False)
+        if cfg.projector_whiten:
+            for model, seed in ((self.a, cfg.seed), (self.b, cfg.seed_b)):
+                if model is not None:
+                    whiten_projector(model, cfg.image_size, seed)
         if cfg.lm_init:
             st = torch.load(_resolve(cfg.lm_init), weights_only=False)["a"]
             for model in self.models():
@@ -345,7 +381,7 @@ def make_batches(cfg: TrainConfig, tok, specs, step: int) -> dict[str, TrainBatc
     for tag, seed, bs in (("a", cfg.seed, cfg.batch_a), ("b", cfg.seed_b, cfg.batch_b)):
         if bs > 0 and tag in specs:
             level = level_at(step, cfg)
-            samples = [stream_sample(seed, step * bs + j, cfg.vqa_frac, cfg.image_size, level)
+            samples = [stream_sample(seed, step * bs + j, cfg.vqa_frac, cfg.image_size, level, cfg.caption_frac)
                        for j in range(bs)]
             out[tag] = train_batch(samples, tok, specs[tag])
     return out

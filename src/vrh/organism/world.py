@@ -278,6 +278,18 @@ def vqa_sample(seed: int, index: int, size: int = IMAGE_SIZE) -> dict[str, Any]:
                     "answer": o.shape}
 
 
+def caption_sample(seed: int, index: int, size: int = IMAGE_SIZE, bin_px: int = 4) -> dict[str, Any]:
+    """Region captioning, the inverse of grounding: ``what is [ x1 , y1 , x2 , y2 ] ?`` -> ``large red
+    circle``. Routing by position is easy for the organism; this job makes it *read* colour and shape
+    from the visual tokens (a VQA-form sample, so it uses the VQA prompt)."""
+    rng = _rng(seed, index, "caption")
+    scene = sample_scene(rng, size=size)
+    o = scene.objects[rng.randrange(len(scene.objects))]
+    snap = [int(min(size, max(0, round(v / bin_px) * bin_px))) for v in o.box]
+    return {"scene": scene, "task": "vqa", "kind": "caption", "question": "what is [ " + " , ".join(map(str, snap)) + " ] ?",
+            "answer": f"{o.size} {o.colour} {o.shape}", "box": list(o.box)}
+
+
 def words() -> list[str]:
     """Every word the world can write in an expression, question or answer (for the vocabulary)."""
     ws = {"the", "object", "how", "many", "are", "there", "what", "colour", "shape", "is", "objects"}
