@@ -44,7 +44,7 @@ def test_pretraining_loss_falls_and_resumes(tmp_path):
         losses.append(float(loss.detach()))
     assert losses[-1] < 0.5 * losses[0]
     m = pretrain(arch, tmp_path / "v", steps=2, bs=4)
-    assert (tmp_path / "v" / "tower.pt").exists() and m["steps"] == 2
+    assert (tmp_path / "v" / "tower.pt").exists() and (tmp_path / "v" / "heads.pt").exists() and m["steps"] == 2
     assert pretrain(arch, tmp_path / "v", steps=3, bs=4)["steps"] == 3  # resumed, one more step
 
 

@@ -2,8 +2,9 @@
 Llama LM), small enough to train on two CPU cores.
 
 The vision tower has *absolute* learned position embeddings, so each visual token's value vector carries
-its location; the LM (rotary) only has to copy it into coordinate tokens. Organism B shares the LM
-module with A (same object during joint training) and has its own tower/projector.
+its location; the LM (rotary) only has to copy it into coordinate tokens. Organism B has its own
+tower/projector and either shares A's LM module (joint training, ``share_language_model``) or starts
+from A's LM weights (the shipped B, ``TrainConfig.lm_init``).
 """
 
 from __future__ import annotations

@@ -158,6 +158,7 @@ def pretrain(arch: VisionArch, out_dir: str | Path, steps: int = 1500, bs: int =
         m = heads.metrics(patch_features(tower, px), t)
     m["steps"] = step
     torch.save(tower.state_dict(), out / "tower.pt")
+    torch.save({"heads": heads.state_dict()}, out / "heads.pt")  # the read-outs (scripts/organism_diagnostics.py)
     (out / "vision_metrics.json").write_text(json.dumps(m, indent=1))
     print(f"vision held-out {json.dumps(m)}", flush=True)
     return m

@@ -1,16 +1,18 @@
-"""Train the model organism(s): organism A and, optionally, organism B sharing A's language model.
+"""Train the model organism(s): organism A and, optionally, organism B.
 
-Both organisms are trained *jointly*: every step runs a batch through A (tower A + projector A + LM) and a
-batch through B (tower B + projector B + the same LM module), so the two checkpoints end with identical LM
-weights but different vision towers, projectors, patch grids and seeds - the "same LM backbone, different
-vision side" setting of the paper's cross-model experiment.
+Two set-ups (see docs/organism.md): B trained *jointly* with A (``batch_b > 0``: every step runs a batch
+through A and one through B, which share one LM module, so both end with identical LM weights), or - what
+the shipped organisms use, via :mod:`vrh.organism.pipeline` - B as a separate run whose LM starts from
+A's checkpoint (``lm_init``) and is fine-tuned on its own.
 
-Two optional training pressures shape where visual evidence flows (see docs/organism.md):
+Training aids and pressures that shape where visual evidence flows:
 
+* ``box_warmstart``: -log of the answer->GT-box attention mass of the one head with the most of it over
+  the batch (the model's choice), optionally on the first answer positions only (``warmstart_first``);
 * ``route_l1``: lambda * sum over LM heads of the mean attention mass that text/answer queries put on
-  visual keys (an L1 penalty across heads), so that few heads carry the image into the text stream;
-* ``head_dropout``: each LM head's o_proj input slice is zeroed with this probability per sample, so no
-  single non-visual head becomes individually necessary.
+  visual keys, optionally sparing the protected heads (``route_spare_protected``);
+* ``head_dropout``: each LM head's o_proj input slice is zeroed with this probability per sample, except
+  the ``dropout_protect_top`` heads with the highest running answer->box mass.
 
 Data is a pure function of (seed, index), so resuming needs only the step counter.
 """
@@ -60,8 +62,8 @@ class TrainConfig:
     # Curriculum: (start, end, level) phases, level in world.LEVELS; "full" outside every phase. The
     # full world alone left the model ignoring the image for 700+ steps (docs/organism.md).
     curriculum: tuple[tuple[int, int, str], ...] = ()
-    # Warm start of retrieval: for steps < box_warmstart_until, loss += box_warmstart * -log(mean over
-    # all LM heads and layers of the answer->GT-box attention mass). Off afterwards.
+    # Warm start of retrieval: for steps < box_warmstart_until, loss += box_warmstart * box_nll (the
+    # answer->GT-box attention mass of the best head over the batch). Off afterwards.
     box_warmstart: float = 0.0
     box_warmstart_until: int = 0
     # Warm start and retrieval-head tracking on the positions predicting the first N answer tokens only
@@ -78,8 +80,8 @@ class TrainConfig:
     # later run continues from an earlier run's full checkpoint (model, optimizer, step) with init_from.
     stop_at: int = 0
     init_from: str = ""
-    # Stage 1 output (vrh.organism.pretrain_vision): tower state dicts to start from, relative to the run
-    # folder or absolute; freeze_vision keeps them fixed (LLaVA-style: the LM learns to use the encoder).
+    # Stage 1 output (vrh.organism.pretrain_vision): tower state dicts to start from (paths as given,
+    # i.e. relative to the working directory, or absolute); freeze_vision keeps them fixed (LLaVA-style: the LM learns to use the encoder).
     vision_init_a: str = ""
     vision_init_b: str = ""
     freeze_vision: bool = False
@@ -198,8 +200,8 @@ def route_mass(attentions, batch: TrainBatch) -> torch.Tensor:
 
 
 def answer_box_mass(attentions, batch: TrainBatch, first: int = 0) -> torch.Tensor | None:
-    """[L, B', H] per grounding sample: mean over the positions that predict answer tokens of the
-    attention mass on GT-box patches (B' = grounding samples of the batch); None if there are none.
+    """[L, B', H] per sample with a box (grounding; captions): mean over the positions that predict answer
+    tokens of the attention mass on the box's patches (B' = those samples); None if there are none.
 
     ``first`` > 0 keeps only the positions that predict the first ``first`` answer tokens: with the GT
     answer teacher-forced, later positions can find the box from the coordinates already written, so
