@@ -49,3 +49,93 @@ def test_resume_and_export(tmp_path):
                text="USER: <image> where is the red circle ? ASSISTANT:", return_tensors="pt")
     out = model.generate(**enc, max_new_tokens=3, do_sample=False)
     assert out.shape[1] == enc["input_ids"].shape[1] + 3 or out.shape[1] <= enc["input_ids"].shape[1] + 3
+
+
+def _attention_with_box_mass(batch, masses, layers=2, heads=4):
+    """Attentions [L][B, H, S, S] where head (0, 0) of sample b puts masses[b] on its box keys (the rest on
+    position 0) and every other head attends to position 0 only."""
+    B, S = batch.input_ids.shape
+    att = torch.zeros(layers, B, heads, S, S)
+    att[..., 0] = 1.0
+    for b, m in enumerate(masses):
+        keys = batch.box_keys[b].nonzero().squeeze(1)
+        att[0, b, 0, :, 0] = 1.0 - m
+        att[0, b, 0, :, keys] = m / len(keys)
+    return list(att)
+
+
+def test_box_nll_batch_mean_and_per_sample():
+    from vrh.organism.train import box_nll
+
+    spec = ImageSpec()
+    proc = build_processor(spec)
+    batch = train_batch([world.grounding_sample(0, i) for i in range(2)], proc.tokenizer, spec)
+    att = _attention_with_box_mass(batch, [0.9, 0.1])
+    mean_form = float(box_nll(att, batch))
+    per_sample = float(box_nll(att, batch, per_sample=True))
+    assert abs(mean_form - (-torch.log(torch.tensor(0.5 + 1e-4)))) < 1e-4
+    expected = -(torch.log(torch.tensor(0.9 + 1e-4)) + torch.log(torch.tensor(0.1 + 1e-4))) / 2
+    assert abs(per_sample - float(expected)) < 1e-4
+    assert per_sample > mean_form  # the per-sample form charges the sample the head gets wrong
+
+
+def test_weights_from_starts_fresh_optimizer_with_other_trainable_set(tmp_path):
+    cfg = replace(PRESETS["tiny"], steps=2, batch_b=0, freeze_vision=True, dropout_protect_top=2,
+                  ckpt_every=1, eval_n=2)
+    first = train(cfg, tmp_path / "run", workers=0)
+    nxt = Organisms(replace(cfg, freeze_vision=False, weights_from=str(tmp_path / "run" / "ckpt.pt")))
+    assert nxt.step == 0
+    for k, v in first.a.state_dict().items():
+        assert torch.equal(v, nxt.a.state_dict()[k]), k
+    assert torch.equal(nxt.box_ema, first.box_ema) and bool(nxt.box_ema.any())
+    tower = next(nxt.a.model.vision_tower.parameters())
+    assert tower.requires_grad and any(tower is p for g in nxt.opt.param_groups for p in g["params"])
+    before = tower.detach().clone()
+    train_step(nxt)
+    assert not torch.equal(before, tower.detach())  # the tower frozen in the first run now trains
+
+
+def test_attribute_labels_per_visual_token_follow_the_scene():
+    from vrh.organism.pretrain_vision import COLOUR_IDX, SHAPE_IDX, dense_targets
+
+    spec = ImageSpec()
+    proc = build_processor(spec)
+    samples = [world.grounding_sample(0, i) for i in range(3)]
+    b = train_batch(samples, proc.tokenizer, spec)
+    assert b.patch_colour.shape == (3, spec.num_image_tokens) == b.patch_shape.shape
+    for k, s in enumerate(samples):
+        d = dense_targets(s["scene"], spec)
+        assert torch.equal(b.patch_colour[k], torch.from_numpy(d["colour"]))
+        target = s["scene"].objects[s["target"]]
+        x1, y1, x2, y2 = target.box
+        centre = (int((y1 + y2) / 2) // spec.patch_size) * spec.grid + int((x1 + x2) / 2) // spec.patch_size
+        assert int(b.patch_colour[k, centre]) == COLOUR_IDX[target.colour]
+        assert int(b.patch_shape[k, centre]) == SHAPE_IDX[target.shape]
+        assert int((b.patch_colour[k] == -100).sum()) > 0  # background patches are ignored
+
+
+def test_attr_aux_probes_train_and_resume(tmp_path):
+    cfg = replace(PRESETS["tiny"], steps=3, batch_b=0, attr_aux=0.5, attr_aux_layers=(0, 2), ckpt_every=1, eval_n=2)
+    org = Organisms(cfg)
+    stats = train_step(org)
+    assert stats["aux_a"] > 0 and 0.0 <= stats["aux_colour_acc_a"] <= 1.0
+    assert len(org.probes.colour) == 2
+    before = [p.detach().clone() for p in org.probes.parameters()]
+    train_step(org)
+    assert any(not torch.equal(a, p) for a, p in zip(before, org.probes.parameters()))  # probes are trained
+    first = train(cfg, tmp_path / "run", workers=0)
+    again = Organisms(cfg)
+    again.load(torch.load(tmp_path / "run" / "ckpt.pt", weights_only=False))
+    for a, p in zip(first.probes.parameters(), again.probes.parameters()):
+        assert torch.equal(a, p)
+
+
+def test_rope_theta_reaches_the_language_model():
+    from vrh.organism.model import TextArch, build_model, VisionArch
+
+    text = TextArch(hidden=32, layers=1, heads=2, intermediate=64, rope_theta=1e6)
+    m = build_model(VisionArch(hidden=32, layers=1, heads=2, intermediate=64), text, world.IMAGE_SIZE, 0)
+    assert m.config.text_config.rope_parameters["rope_theta"] == 1e6
+    inv = m.model.language_model.rotary_emb.inv_freq
+    dim = 32 // 2
+    assert torch.allclose(inv, 1.0 / (1e6 ** (torch.arange(0, dim, 2).float() / dim)))

@@ -55,3 +55,14 @@ def test_write_split_jsonl_format(tmp_path):
                 assert r["expression"] and len(r["box"]) == 4
             else:
                 assert r["question"] and r["answer"]
+
+
+def test_curriculum_levels_give_attribute_expressions_with_their_object_counts():
+    for level, (lo, hi) in world.LEVELS.items():
+        if level == "full":
+            continue
+        for i in range(20):
+            s = world.grounding_sample(0, i, level=level)
+            assert s["kind"] == "attribute"
+            assert lo <= len(s["scene"].objects) <= hi
+            assert world.resolve(s["scene"], s["spec"]) == [s["target"]]

@@ -50,6 +50,10 @@ class TrainBatch:
     text_query: torch.Tensor  # [B, S] bool, real positions after the image (prompt tail + answer)
     # [B, S] bool, visual positions whose patch overlaps the GT box (grounding) or the captioned box
     box_keys: torch.Tensor | None = None
+    # [B, V] long, per visual token (row-major patches): colour / shape index of the object covering the
+    # patch most (world.COLOURS / world.SHAPES order), -100 where no object does
+    patch_colour: torch.Tensor | None = None
+    patch_shape: torch.Tensor | None = None
 
 
 def train_batch(samples: list[dict[str, Any]], tok: PreTrainedTokenizerFast, spec: ImageSpec) -> TrainBatch:
@@ -77,7 +81,12 @@ def train_batch(samples: list[dict[str, Any]], tok: PreTrainedTokenizerFast, spe
         if s["task"] == "grounding" or s.get("kind") == "caption":
             inside = patches_overlapping(s["box"], spec)  # [V] bool
             box_keys[b, visual[b].nonzero().squeeze(1)[inside]] = True
-    return TrainBatch(ids, mask, labels, px, visual, text_query, box_keys)
+    from vrh.organism.pretrain_vision import dense_targets  # (pretrain_vision imports this module)
+
+    dense = [dense_targets(s["scene"], spec) for s in samples]
+    colour = torch.from_numpy(np.stack([d["colour"] for d in dense]))  # [B, V]
+    shape = torch.from_numpy(np.stack([d["shape"] for d in dense]))  # [B, V]
+    return TrainBatch(ids, mask, labels, px, visual, text_query, box_keys, colour, shape)
 
 
 def patches_overlapping(box, spec: ImageSpec) -> torch.Tensor:

@@ -39,6 +39,11 @@ class TextArch:
     heads: int = 8
     intermediate: int = 512
     max_positions: int = 256
+    # RoPE base. With head_dim 16 and base 1e4 only ~3 of the 8 rotary frequency pairs turn by less than
+    # ~0.5 rad over the ~60 positions between an answer token and the visual tokens, i.e. only ~6 of a
+    # head's 16 query/key dims can match *content* (colour, shape) independently of where a patch sits in
+    # the sequence. 1e6 (Qwen2.5's base) leaves ~10. (docs/organism.md, v4.)
+    rope_theta: float = 10_000.0
 
 
 def llava_config(vision: VisionArch, text: TextArch, image_size: int) -> LlavaConfig:
@@ -52,6 +57,7 @@ def llava_config(vision: VisionArch, text: TextArch, image_size: int) -> LlavaCo
         vocab_size=len(tok), hidden_size=text.hidden, intermediate_size=text.intermediate,
         num_hidden_layers=text.layers, num_attention_heads=text.heads, num_key_value_heads=text.heads,
         max_position_embeddings=text.max_positions, rms_norm_eps=1e-5, tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": text.rope_theta},
         bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
     cfg = LlavaConfig(
         vision_config=vcfg, text_config=tcfg, image_token_index=tok.convert_tokens_to_ids("<image>"),

@@ -11,8 +11,11 @@ Stages (each resumable; rerunning the command continues where the last session s
    ``lm_a2``: the same run continued with targeted pressure (only non-retrieval heads pay for looking at
    the image, stronger head dropout) to step 4250; ``lm_a3``: the warm start again, on the positions
    that predict the first coordinate only, to step 4750; ``lm_a4``: + region captioning, to step 6500;
-   exported as ``organism_a``.
-3. ``lm_b``: tower B (frozen) + a new projector + the language model of ``lm_a``'s checkpoint; the LM is
+   ``lm_a5``: A4's weights with a new schedule, RoPE base 1e6, auxiliary attribute probes on the visual
+   tokens, per-sample warm start, an attribute-only curriculum, pressures off (A4 matched colour and
+   shape at chance), to step 1750; ``lm_a6``: the pressures back on, to step 3250; exported as
+   ``organism_a``.
+3. ``lm_b``: tower B (frozen) + a new projector + the language model of ``lm_a6``'s checkpoint; the LM is
    frozen while the projector aligns, then fine-tuned with B's own data stream and seed: two VLMs on one
    LM backbone, fine-tuned separately (the paper's transfer setting).
 
@@ -56,10 +59,29 @@ LM_A3 = replace(LM_A2, stop_at=4750, box_warmstart=0.3, box_warmstart_until=5500
 # phase 4 of A: + region captioning (25% of samples): VQA on colour/shape sat at chance (28%/31% at step
 # 4500), i.e. the LM never read attributes from visual tokens, so it could not match them either
 LM_A4 = replace(LM_A3, stop_at=0, steps=6500, caption_frac=0.25, lr=3e-3)  # lr 6.8e-4 at step 4750
+STOP_A5 = 1750
+
+# phase 5 of A (v4, docs/organism.md): A4 grounded by size and position but matched colour and shape at
+# chance. Measured causes: the projector's GELU and the LM's layers wash colour out of the visual tokens
+# (probe 99% at the tower, 23% after LM layer 3), and a head_dim-16 head has only ~6 rotary dims that
+# can match content at any distance. So: A4's weights (fresh optimizer and schedule), RoPE base 1e6,
+# auxiliary colour/shape probes on the visual tokens at the inputs of LM layers 0-3, the warm start per
+# sample (attention supervision of the model's chosen head), an attribute-expression-only curriculum for
+# the first 800 steps, pressures off while the model learns to match attributes.
+LM_A5 = replace(
+    LM_A4, steps=2500, stop_at=STOP_A5, lr=1e-3, warmup=100, box_warmstart_until=2500, warmstart_per_sample=True,
+    attr_aux=0.3, curriculum=((0, 800, "attribute"),), route_l1=0.0, head_dropout=0.0, eval_every=250,
+    eval_n=128, text=TextArch(rope_theta=1e6))
+
+# phase 6 of A: the same run continued (optimizer, weights, step) with A4's targeted pressures back on, so
+# that retrieval concentrates again in the model's own top-3 heads; the cosine is stretched to 3250 steps
+# (lr 2.6e-4 -> 4.9e-4 at step 1750) to give the pressures room; exported as organism_a
+LM_A6 = replace(LM_A5, stop_at=0, steps=3250, box_warmstart_until=3250, route_l1=LM_A4.route_l1,
+                head_dropout=LM_A4.head_dropout)
 
 LM_B = replace(
-    LM_A4, seed=1, steps=1000, lr=1e-3, warmup=100, vision_a=VISION_B, lm_freeze_steps=200, stop_at=0,
-    box_warmstart=0.0, box_warmstart_until=0, export_name_a="organism_b")
+    LM_A6, seed=1, steps=1000, lr=1e-3, warmup=100, vision_a=VISION_B, lm_freeze_steps=200, stop_at=0,
+    box_warmstart=0.0, box_warmstart_until=0, curriculum=(), export_name_a="organism_b")
 
 
 # a seconds-long version of every stage, for tests of the pipeline itself
@@ -73,7 +95,9 @@ def stage_configs(out: Path, tiny: bool = False) -> dict[str, TrainConfig]:
     a2 = replace(LM_A2, vision_init_a=a.vision_init_a, init_from=str(out / "lm_a" / "ckpt.pt"))
     a3 = replace(LM_A3, vision_init_a=a.vision_init_a, init_from=str(out / "lm_a2" / "ckpt.pt"))
     a4 = replace(LM_A4, vision_init_a=a.vision_init_a, init_from=str(out / "lm_a3" / "ckpt.pt"))
-    b = replace(LM_B, vision_init_a=str(out / "vision_b" / "tower.pt"), lm_init=str(out / "lm_a4" / "ckpt.pt"))
+    a5 = replace(LM_A5, vision_init_a=a.vision_init_a, init_from="", weights_from=str(out / "lm_a4" / "ckpt.pt"))
+    a6 = replace(LM_A6, vision_init_a=a.vision_init_a, init_from=str(out / "lm_a5" / "ckpt.pt"))
+    b = replace(LM_B, vision_init_a=str(out / "vision_b" / "tower.pt"), lm_init=str(out / "lm_a6" / "ckpt.pt"))
     if tiny:
         small = dict(text=TINY["text"], steps=TINY["lm_steps"], batch_a=4, eval_n=4, eval_every=10_000,
                      ckpt_every=10_000, log_every=1, warmup=1, pressure_start=1, lm_freeze_steps=0,
@@ -82,8 +106,15 @@ def stage_configs(out: Path, tiny: bool = False) -> dict[str, TrainConfig]:
         a2 = replace(a2, vision_a=TINY["vision_a"], **small, stop_at=3)
         a3 = replace(a3, vision_a=TINY["vision_a"], **{**small, "steps": 5, "box_warmstart_until": 4}, stop_at=4)
         a4 = replace(a4, vision_a=TINY["vision_a"], **{**small, "steps": 5, "box_warmstart_until": 4})
-        b = replace(b, vision_a=TINY["vision_b"], **{**small, "lm_freeze_steps": 1, "box_warmstart_until": 0})
-    return {"lm_a": a, "lm_a2": a2, "lm_a3": a3, "lm_a4": a4, "lm_b": b}
+        tiny_rope = replace(TINY["text"], rope_theta=1e6)
+        small = {**small, "attr_aux_layers": (0, 1)}  # the tiny LM has 2 layers
+        a5 = replace(a5, vision_a=TINY["vision_a"], **{**small, "text": tiny_rope, "steps": 4,
+                                                       "box_warmstart_until": 4, "curriculum": ((0, 1, "attribute"),)},
+                     stop_at=2)
+        a6 = replace(a6, vision_a=TINY["vision_a"], **{**small, "text": tiny_rope, "steps": 4, "box_warmstart_until": 4})
+        b = replace(b, vision_a=TINY["vision_b"], **{**small, "text": tiny_rope, "lm_freeze_steps": 1,
+                                                     "box_warmstart_until": 0})
+    return {"lm_a": a, "lm_a2": a2, "lm_a3": a3, "lm_a4": a4, "lm_a5": a5, "lm_a6": a6, "lm_b": b}
 
 
 def vision_stage(stage: str, tiny: bool = False) -> tuple[VisionArch, int, int]:
@@ -98,7 +129,7 @@ def build(out_dir: str | Path, export_to: str | Path | None = None, stages: tupl
           tiny: bool = False) -> dict:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    stages = stages or ("vision_a", "vision_b", "lm_a", "lm_a2", "lm_a3", "lm_a4", "lm_b")
+    stages = stages or ("vision_a", "vision_b", "lm_a", "lm_a2", "lm_a3", "lm_a4", "lm_a5", "lm_a6", "lm_b")
     cfgs = stage_configs(out, tiny)
     if lm_a_steps:
         cfgs["lm_a"] = replace(cfgs["lm_a"], steps=lm_a_steps)
@@ -118,13 +149,14 @@ def build(out_dir: str | Path, export_to: str | Path | None = None, stages: tupl
                 results[stage] = pretrain(arch, out / stage, steps=steps, bs=4 if tiny else 64, seed=seed)
         elif stage in cfgs:
             org = train(cfgs[stage], out / stage)
-            if stage in ("lm_a", "lm_a2", "lm_a3"):  # phases 1-3 of A: continued by the next, not exported
+            if stage in ("lm_a", "lm_a2", "lm_a3", "lm_a4", "lm_a5"):  # continued by the next phase, not exported
                 results[stage] = {"step": org.step}
             else:
                 dest = Path(export_to) if export_to else out / "export"
                 results[stage] = export(org, dest, n_eval=eval_n, command=command)
         else:
-            raise ValueError(f"unknown stage {stage!r}; stages: vision_a, vision_b, lm_a, lm_a2, lm_a3, lm_a4, lm_b")
+            raise ValueError(f"unknown stage {stage!r}; stages: vision_a, vision_b, lm_a, lm_a2, lm_a3, lm_a4, "
+                             "lm_a5, lm_a6, lm_b")
         print(f"== stage {stage} done in {time.time() - t0:.0f} s", flush=True)
     (out / "build.json").write_text(json.dumps(
         {"command": command, "stages": list(stages), "results": results,
@@ -136,7 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="vrh organism build", description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="build folder (one subfolder per stage, resumable)")
     ap.add_argument("--export-to", default=None, help="where organism_a/ and organism_b/ go (default OUT/export)")
-    ap.add_argument("--stages", default="", help="comma list of vision_a,vision_b,lm_a,lm_a2,lm_a3,lm_a4,lm_b (default: all)")
+    ap.add_argument("--stages", default="",
+                    help="comma list of vision_a,vision_b,lm_a,lm_a2,lm_a3,lm_a4,lm_a5,lm_a6,lm_b (default: all)")
     ap.add_argument("--lm-a-steps", type=int, default=None)
     ap.add_argument("--lm-b-steps", type=int, default=None)
     ap.add_argument("--eval-n", type=int, default=500)

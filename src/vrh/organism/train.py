@@ -69,6 +69,18 @@ class TrainConfig:
     # Warm start and retrieval-head tracking on the positions predicting the first N answer tokens only
     # (0: all answer positions). 2 = the ones predicting "[" and x1, before any coordinate is written.
     warmstart_first: int = 0
+    # The warm start's loss per sample: mean over samples of -log(mass) of the chosen head (still chosen
+    # by its batch-mean mass) instead of -log(batch-mean mass). The batch-mean form saturates once the
+    # head is right on most samples; the per-sample form keeps pulling on the samples it gets wrong
+    # (attention supervision of the model's own retrieval head).
+    warmstart_per_sample: bool = False
+    # Auxiliary attribute probes (a training aid, discarded at export): linear read-outs of the colour and
+    # shape of the object under each visual token from the LM's residual stream at the inputs of these
+    # layers (0 = the projector's output), loss weight attr_aux. Without it the LM's layers washed colour
+    # out of the visual tokens (probe 86% at the LM input, 23% after layer 3; docs/organism.md), so the
+    # retrieval heads' keys could not match "red" at all.
+    attr_aux: float = 0.0
+    attr_aux_layers: tuple[int, ...] = (0, 1, 2, 3)
     route_warmup: int = 1000
     # Head dropout spares the dropout_protect_top heads with the highest running (EMA) answer->GT-box
     # attention mass: every other head is made redundant, retrieval stays concentrated (issue 4).
@@ -80,6 +92,10 @@ class TrainConfig:
     # later run continues from an earlier run's full checkpoint (model, optimizer, step) with init_from.
     stop_at: int = 0
     init_from: str = ""
+    # Start every model from another run's ckpt.pt *weights* (and running head statistics) only: a fresh
+    # optimizer and schedule at step 0, so the parameter set may differ (e.g. a tower frozen there and
+    # trained here).
+    weights_from: str = ""
     # Stage 1 output (vrh.organism.pretrain_vision): tower state dicts to start from (paths as given,
     # i.e. relative to the working directory, or absolute); freeze_vision keeps them fixed (LLaVA-style: the LM learns to use the encoder).
     vision_init_a: str = ""
@@ -111,6 +127,8 @@ class TrainConfig:
         kw = {k: (nested[k](**v) if k in nested and isinstance(v, dict) else v) for k, v in d.items()}
         if "curriculum" in kw:  # JSON lists -> hashable tuples
             kw["curriculum"] = tuple(tuple(p) for p in kw["curriculum"])
+        if "attr_aux_layers" in kw:
+            kw["attr_aux_layers"] = tuple(kw["attr_aux_layers"])
         return TrainConfig(**kw)
 
 
@@ -188,6 +206,29 @@ class HeadDropout:
         return hook
 
 
+class AttrProbes(torch.nn.Module):
+    """Linear colour and shape read-outs per probed layer (``attr_aux``); not part of the exported model."""
+
+    def __init__(self, hidden: int, layers: tuple[int, ...]):
+        super().__init__()
+        self.layers = layers
+        self.colour = torch.nn.ModuleList(torch.nn.Linear(hidden, len(world.COLOURS)) for _ in layers)
+        self.shape = torch.nn.ModuleList(torch.nn.Linear(hidden, len(world.SHAPES)) for _ in layers)
+
+    def loss(self, hidden_states, batch: TrainBatch) -> tuple[torch.Tensor, float]:
+        """(mean cross-entropy over probed layers and attributes, colour accuracy at the last probed layer)."""
+        ce = torch.nn.functional.cross_entropy
+        yc, ys = batch.patch_colour.reshape(-1), batch.patch_shape.reshape(-1)  # [B*V]
+        total, acc = 0.0, 0.0
+        for i, layer in enumerate(self.layers):
+            h = hidden_states[layer][batch.visual]  # [B*V, D]: every sample's V visual tokens, in order
+            logits = self.colour[i](h)
+            total = total + ce(logits, yc, ignore_index=-100) + ce(self.shape[i](h), ys, ignore_index=-100)
+            keep = yc != -100
+            acc = float((logits[keep].argmax(-1) == yc[keep]).float().mean()) if keep.any() else 0.0
+        return total / (2 * len(self.layers)), acc
+
+
 def route_mass(attentions, batch: TrainBatch) -> torch.Tensor:
     """[L, H] mean attention mass from text/answer queries onto visual keys."""
     vis = batch.visual[:, None, None, :].to(attentions[0].dtype)  # [B, 1, 1, S]
@@ -219,7 +260,7 @@ def answer_box_mass(attentions, batch: TrainBatch, first: int = 0) -> torch.Tens
     return per[:, has]
 
 
-def box_nll(attentions, batch: TrainBatch, first: int = 0) -> torch.Tensor:
+def box_nll(attentions, batch: TrainBatch, first: int = 0, per_sample: bool = False) -> torch.Tensor:
     """Warm start of retrieval: -log of the answer->GT-box attention mass of the *one* (layer, head) that
     has the most of it over the whole batch (the model's choice; no head is named).
 
@@ -229,6 +270,11 @@ def box_nll(attentions, batch: TrainBatch, first: int = 0) -> torch.Tensor:
     per = answer_box_mass(attentions, batch, first)  # [L, B', H]
     if per is None:
         return attentions[0].new_zeros(())
+    if per_sample:
+        best = per.mean(1).flatten().argmax()  # the head, chosen as below
+        L, B, H = per.shape
+        chosen = per.permute(0, 2, 1).reshape(L * H, B)[best]  # [B']
+        return -torch.log(chosen + 1e-4).mean()
     return -torch.log(per.mean(1).amax() + 1e-4)
 
 
@@ -240,14 +286,15 @@ def head_box_mass(attentions, batch: TrainBatch, first: int = 0) -> torch.Tensor
 
 
 def forward_loss(model, batch: TrainBatch, want_attn: bool, want_box: bool = False, want_heads: bool = False,
-                 first: int = 0):
+                 first: int = 0, per_sample: bool = False, probes: AttrProbes | None = None):
     out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
                 pixel_values=batch.pixel_values, labels=batch.labels,
-                output_attentions=want_attn or want_box or want_heads)
+                output_attentions=want_attn or want_box or want_heads, output_hidden_states=probes is not None)
+    aux = probes.loss(out.hidden_states, batch) if probes is not None else None
     mass = route_mass(out.attentions, batch) if want_attn else None
-    box = box_nll(out.attentions, batch, first) if want_box else None
+    box = box_nll(out.attentions, batch, first, per_sample) if want_box else None
     heads = head_box_mass(out.attentions, batch, first) if want_heads else None
-    return out.loss, mass, box, heads
+    return out.loss, mass, box, heads, aux
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -316,17 +363,18 @@ class Organisms:
         if cfg.batch_b > 0:
             self.b = build_model(cfg.vision_b, cfg.text, cfg.image_size, cfg.seed_b)
             share_language_model(self.b, self.a)
+        L, H = cfg.text.layers, cfg.text.heads
+        self.box_ema = torch.zeros(L, H)  # [L, H] running answer->GT-box mass (grounding batches of A)
         self._init_from_stage_outputs()
+        self.probes = AttrProbes(cfg.text.hidden, cfg.attr_aux_layers) if cfg.attr_aux > 0 else None
         params = [p for p in {id(p): p for m in self.models() for p in m.parameters()}.values()
-                  if p.requires_grad]
+                  if p.requires_grad] + (list(self.probes.parameters()) if self.probes is not None else [])
         decay = [p for p in params if p.dim() >= 2]
         no_decay = [p for p in params if p.dim() < 2]
         self.opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
                                       {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.98))
         self.dropout = HeadDropout(self.a, cfg.head_dropout)  # hooks live on the shared LM
         self.step = 0
-        L, H = cfg.text.layers, cfg.text.heads
-        self.box_ema = torch.zeros(L, H)  # [L, H] running answer->GT-box mass (grounding batches of A)
 
     def protected_heads(self) -> set[tuple[int, int]]:
         k = self.cfg.dropout_protect_top
@@ -347,6 +395,14 @@ class Organisms:
             for model, seed in ((self.a, cfg.seed), (self.b, cfg.seed_b)):
                 if model is not None:
                     whiten_projector(model, cfg.image_size, seed)
+        if cfg.weights_from:
+            st = torch.load(_resolve(cfg.weights_from), weights_only=False)
+            for tag, model in (("a", self.a), ("b", self.b)):
+                if model is not None and st.get(tag) is not None:
+                    model.load_state_dict(st[tag])
+            if st.get("box_ema") is not None:
+                self.box_ema = st["box_ema"].clone()
+            print(f"weights initialised from {cfg.weights_from} (its step {st['step']})", flush=True)
         if cfg.lm_init:
             st = torch.load(_resolve(cfg.lm_init), weights_only=False)["a"]
             for model in self.models():
@@ -364,12 +420,15 @@ class Organisms:
     def state(self) -> dict[str, Any]:
         return {"step": self.step, "config": asdict(self.cfg), "a": self.a.state_dict(),
                 "b": None if self.b is None else self.b.state_dict(), "opt": self.opt.state_dict(),
-                "torch_rng": torch.get_rng_state(), "box_ema": self.box_ema}
+                "torch_rng": torch.get_rng_state(), "box_ema": self.box_ema,
+                "probes": None if self.probes is None else self.probes.state_dict()}
 
     def load(self, st: dict[str, Any]) -> None:
         self.a.load_state_dict(st["a"])
         if self.b is not None:
             self.b.load_state_dict(st["b"])
+        if self.probes is not None and st.get("probes") is not None:
+            self.probes.load_state_dict(st["probes"])
         self.opt.load_state_dict(st["opt"])
         torch.set_rng_state(st["torch_rng"])
         self.step = st["step"]
@@ -433,8 +492,9 @@ def train_step(org: Organisms, batches: dict[str, TrainBatch] | None = None) -> 
     for tag, batch in batches.items():
         model = org.a if tag == "a" else org.b
         want_box = cfg.box_warmstart > 0 and step < cfg.box_warmstart_until
-        ce, mass, box, heads = forward_loss(model, batch, want_attn, want_box, want_heads and tag == "a",
-                                            cfg.warmstart_first)
+        ce, mass, box, heads, aux = forward_loss(model, batch, want_attn, want_box, want_heads and tag == "a",
+                                                 cfg.warmstart_first, cfg.warmstart_per_sample,
+                                                 org.probes if tag == "a" else None)
         if heads is not None:
             org.box_ema.mul_(0.98).add_(0.02 * heads)
         if mass is not None and cfg.route_spare_protected:
@@ -443,6 +503,9 @@ def train_step(org: Organisms, batches: dict[str, TrainBatch] | None = None) -> 
                 spare[l, h] = 0.0
             mass = mass * spare
         loss = ce + (lam * mass.sum() if mass is not None else 0.0)
+        if aux is not None:
+            loss = loss + cfg.attr_aux * aux[0]
+            stats[f"aux_{tag}"], stats[f"aux_colour_acc_{tag}"] = float(aux[0].detach()), aux[1]
         if box is not None:
             loss = loss + cfg.box_warmstart * box
             stats[f"box_{tag}"] = float(box.detach())
