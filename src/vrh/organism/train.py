@@ -12,7 +12,11 @@ Training aids and pressures that shape where visual evidence flows:
 * ``route_l1``: lambda * sum over LM heads of the mean attention mass that text/answer queries put on
   visual keys, optionally sparing the protected heads (``route_spare_protected``);
 * ``head_dropout``: each LM head's o_proj input slice is zeroed with this probability per sample, except
-  the ``dropout_protect_top`` heads with the highest running answer->box mass.
+  the ``dropout_protect_top`` heads with the highest running answer->box mass;
+* ``attr_aux``: auxiliary linear colour/shape probes on the visual tokens' residual stream (kept out of
+  the exported model), so that attributes survive to the layers where heads match them;
+* ``curriculum``: phases of easier data (e.g. attribute expressions only), ``weights_from``: start from
+  another run's weights with a fresh optimizer and schedule.
 
 Data is a pure function of (seed, index), so resuming needs only the step counter.
 """

@@ -234,7 +234,8 @@ KIND_WEIGHTS = {"attribute": 0.45, "relation": 0.35, "comparison": 0.20}
 _BUILDERS = {"attribute": _attribute_spec, "relation": _relation_spec, "comparison": _comparison_spec}
 
 
-LEVELS = {"single": (1, 1), "easy": (2, 3), "attribute": (2, 5), "full": (2, 5)}  # level -> object count range (all but "full": attribute expressions only)
+# curriculum level -> object count range; every level but "full" draws attribute expressions only
+LEVELS = {"single": (1, 1), "easy": (2, 3), "attribute": (2, 5), "full": (2, 5)}
 
 
 def grounding_sample(seed: int, index: int, size: int = IMAGE_SIZE, level: str = "full") -> dict[str, Any]:
