@@ -139,3 +139,12 @@ def test_rope_theta_reaches_the_language_model():
     inv = m.model.language_model.rotary_emb.inv_freq
     dim = 32 // 2
     assert torch.allclose(inv, 1.0 / (1e6 ** (torch.arange(0, dim, 2).float() / dim)))
+
+
+def test_resuming_a_checkpoint_of_another_parameter_set_fails_clearly(tmp_path):
+    import pytest
+
+    cfg = replace(PRESETS["tiny"], steps=1, batch_b=0, ckpt_every=1, eval_n=2)
+    train(cfg, tmp_path / "run", workers=0)
+    with pytest.raises(SystemExit, match="move it away"):
+        train(replace(cfg, steps=2, attr_aux=0.5, attr_aux_layers=(0, 1)), tmp_path / "run", workers=0)

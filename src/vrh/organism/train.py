@@ -543,7 +543,11 @@ def train(config: TrainConfig, out_dir: str | Path, resume: bool = True, workers
     org = Organisms(config)
     ckpt = out / "ckpt.pt"
     if resume and ckpt.exists():
-        org.load(torch.load(ckpt, weights_only=False))
+        try:
+            org.load(torch.load(ckpt, weights_only=False))
+        except (ValueError, RuntimeError) as e:  # e.g. a parameter set changed since it was written
+            raise SystemExit(f"{ckpt} was written by a run with another model/parameter set than this config "
+                             f"({e}); move it away to start this run afresh") from e
         print(f"resumed from {ckpt} at step {org.step}", flush=True)
     elif config.init_from:
         org.load(torch.load(_resolve(config.init_from), weights_only=False))
