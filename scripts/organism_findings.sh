@@ -20,4 +20,5 @@ vrh sweep --model "$A" --data "$D" --heads "$OUT/det_a" --ks "0,1,$K,$((2 * K))"
 vrh dpo-pairs --model "$A" --heads "$OUT/det_a" --data "$D" --k "$K" --out "$OUT/dpo"
 vrh report "$OUT/demo" "$OUT/demo/detect" "$OUT/demo/sweep_grounding" "$OUT/demo/sweep_vqa" "$OUT/det_a" \
     "$OUT/det_b" "$OUT/transfer" "$OUT/stability" "$OUT/compare" "$OUT/sweep_uniform" --k "$K" --out "$OUT/report"
+python "$(dirname "$0")/organism_acceptance.py" "$OUT" --json "$OUT/acceptance.json"
 echo "findings in $OUT; report: $OUT/report/report.html"

@@ -6,17 +6,20 @@ import json
 import torch
 from transformers import LlavaForConditionalGeneration
 
-from vrh.organism.pipeline import build
+from vrh.organism.pipeline import LM_A6, LM_A8, STAGES, build
 
 
 def test_build_all_stages_then_resume(tmp_path):
     out, exp = tmp_path / "build", tmp_path / "ckpts"
     res = build(out, exp, tiny=True, eval_n=4)
-    assert set(res) == {"vision_a", "vision_b", "lm_a", "lm_a2", "lm_a3", "lm_a4", "lm_a5", "lm_a6", "lm_b"}
+    assert set(res) == set(STAGES) and STAGES[-1] == "lm_b"
     assert res["lm_a"] == {"step": 2}  # phase 1 stops at stop_at; lm_a2 to 3, lm_a3 to 4, lm_a4 to 5
     assert res["lm_a4"] == {"step": 5} and res["lm_a5"] == {"step": 2}  # lm_a5: A4's weights, a new schedule
     meta_a = json.loads((exp / "organism_a" / "vrh_organism.json").read_text())
-    assert meta_a["steps"] == 4 and meta_a["train_config"]["route_l1"] > 0  # lm_a6: pressures back on
+    assert res["lm_a6"] == {"step": 4} and res["lm_a7"] == {"step": 5}  # continued, not exported
+    cfg_a = meta_a["train_config"]
+    assert meta_a["steps"] == 6 and cfg_a["route_l1"] == LM_A8.route_l1 > LM_A6.route_l1  # lm_a8: stronger routing
+    assert cfg_a["route_spare_protected"] and cfg_a["dropout_protect_top"] == 3
     a = LlavaForConditionalGeneration.from_pretrained(exp / "organism_a")
     b = LlavaForConditionalGeneration.from_pretrained(exp / "organism_b")
     assert a.config.vision_config.patch_size == 16 and b.config.vision_config.patch_size == 14
@@ -24,7 +27,7 @@ def test_build_all_stages_then_resume(tmp_path):
     assert a.state_dict()[w].shape == b.state_dict()[w].shape
     assert not torch.equal(a.state_dict()[w], b.state_dict()[w])  # B fine-tuned its own copy
     meta = json.loads((exp / "organism_b" / "vrh_organism.json").read_text())
-    assert meta["lm_init"].endswith("lm_a6/ckpt.pt") and meta["heldout"]["grounding_n"] == 4
+    assert meta["lm_init"].endswith("lm_a8/ckpt.pt") and meta["heldout"]["grounding_n"] == 4
     assert a.config.text_config.rope_parameters["rope_theta"] == b.config.text_config.rope_parameters["rope_theta"] == 1e6
     mtime = (out / "vision_a" / "tower.pt").stat().st_mtime
     build(out, exp, stages=("vision_a",), tiny=True, eval_n=4)  # finished stage: not redone
