@@ -33,3 +33,26 @@ def test_build_all_stages_then_resume(tmp_path):
     build(out, exp, stages=("vision_a",), tiny=True, eval_n=4)  # finished stage: not redone
     assert (out / "vision_a" / "tower.pt").stat().st_mtime == mtime
     assert json.loads((out / "build.json").read_text())["stages"] == ["vision_a"]
+    (out / "lm_a" / "ckpt.pt").unlink()  # e.g. a clone with only the later phases' checkpoints committed
+    res = build(out, exp, stages=("lm_a", "lm_a8"), tiny=True, eval_n=4)
+    assert res["lm_a"] == {"skipped": "superseded by lm_a8/ckpt.pt"} and not (out / "lm_a" / "ckpt.pt").exists()
+
+
+def test_committed_phase_configs_are_the_pipeline_phases():
+    """The committed runs behind the shipped A (organism_runs/) used exactly the pipeline's phase configs,
+    up to where their inputs lay (paths) and the CPU threads they ran with."""
+    from dataclasses import asdict
+    from pathlib import Path
+
+    from vrh.organism.pipeline import stage_configs
+
+    root = Path(__file__).resolve().parents[2] / "organism_runs"
+    cfgs = stage_configs(root / "v2")
+    ignore = {"init_from", "weights_from", "vision_init_a", "vision_init_b", "lm_init", "threads"}
+    for phase, path in (("lm_a6", "v2/lm_a6/config.json"), ("lm_a7", "v5/config.json"),
+                        ("lm_a8", "v6/p.config.json"), ("lm_a8", "v2/lm_a8/config.json")):
+        ran = json.loads((root / path).read_text())
+        want = json.loads(json.dumps(asdict(cfgs[phase])))  # tuples -> lists, as in the JSON
+        diff = {k: (want.get(k), ran.get(k)) for k in set(want) | set(ran)
+                if k not in ignore and want.get(k) != ran.get(k)}
+        assert not diff, (phase, path, diff)

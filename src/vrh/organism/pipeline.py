@@ -128,10 +128,10 @@ def stage_configs(out: Path, tiny: bool = False) -> dict[str, TrainConfig]:
         a5 = replace(a5, vision_a=TINY["vision_a"], **{**small, "text": tiny_rope, "steps": 4,
                                                        "box_warmstart_until": 4, "curriculum": ((0, 1, "attribute"),)},
                      stop_at=2)
-        a6 = replace(a6, vision_a=TINY["vision_a"], **{**small, "text": tiny_rope, "steps": 4, "box_warmstart_until": 4})
-        a7 = replace(a7, vision_a=TINY["vision_a"], **{**small, "text": tiny_rope, "steps": 5, "box_warmstart_until": 5})
-        a8 = replace(a8, vision_a=TINY["vision_a"], **{**small, "text": tiny_rope, "steps": 6, "box_warmstart_until": 6,
-                                                       "pressure_start": 5, "route_warmup": 1})
+        late = {**small, "vision_a": TINY["vision_a"], "text": tiny_rope}
+        a6 = replace(a6, **{**late, "steps": 4, "box_warmstart_until": 4})
+        a7 = replace(a7, **{**late, "steps": 5, "box_warmstart_until": 5})
+        a8 = replace(a8, **{**late, "steps": 6, "box_warmstart_until": 6, "pressure_start": 5, "route_warmup": 1})
         b = replace(b, vision_a=TINY["vision_b"], **{**small, "text": tiny_rope, "lm_freeze_steps": 1,
                                                      "box_warmstart_until": 0})
     return {"lm_a": a, "lm_a2": a2, "lm_a3": a3, "lm_a4": a4, "lm_a5": a5, "lm_a6": a6, "lm_a7": a7, "lm_a8": a8,
@@ -143,6 +143,12 @@ def vision_stage(stage: str, tiny: bool = False) -> tuple[VisionArch, int, int]:
     if tiny:
         return TINY[stage], (0 if stage == "vision_a" else 1), TINY["vision_steps"]
     return (VISION_A, 0, VISION_STEPS) if stage == "vision_a" else (VISION_B, 1, VISION_STEPS)
+
+
+def _superseded_by(out: Path, phase: str) -> str | None:
+    """The latest phase of A after ``phase`` whose checkpoint exists under ``out``, if any."""
+    later = [p for p in A_PHASES[A_PHASES.index(phase) + 1:] if (out / p / "ckpt.pt").exists()]
+    return later[-1] if later else None
 
 
 def build(out_dir: str | Path, export_to: str | Path | None = None, stages: tuple[str, ...] = (),
@@ -168,6 +174,10 @@ def build(out_dir: str | Path, export_to: str | Path | None = None, stages: tupl
                 results[stage] = json.loads(done.read_text())
             else:
                 results[stage] = pretrain(arch, out / stage, steps=steps, bs=4 if tiny else 64, seed=seed)
+        elif stage in A_PHASES[:-1] and (later := _superseded_by(out, stage)):
+            # a later phase's checkpoint exists (e.g. the committed one): this phase's output is not needed
+            results[stage] = {"skipped": f"superseded by {later}/ckpt.pt"}
+            print(f"skipped: {later}/ckpt.pt exists", flush=True)
         elif stage in cfgs:
             org = train(cfgs[stage], out / stage)
             if stage in A_PHASES[:-1]:  # continued by the next phase, not exported
