@@ -223,13 +223,13 @@ class AttrProbes(torch.nn.Module):
         """(mean cross-entropy over probed layers and attributes, colour accuracy at the last probed layer)."""
         ce = torch.nn.functional.cross_entropy
         yc, ys = batch.patch_colour.reshape(-1), batch.patch_shape.reshape(-1)  # [B*V]
-        total, acc = 0.0, 0.0
+        total = 0.0
         for i, layer in enumerate(self.layers):
             h = hidden_states[layer][batch.visual]  # [B*V, D]: every sample's V visual tokens, in order
-            logits = self.colour[i](h)
+            logits = self.colour[i](h)  # [B*V, colours]
             total = total + ce(logits, yc, ignore_index=-100) + ce(self.shape[i](h), ys, ignore_index=-100)
-            keep = yc != -100
-            acc = float((logits[keep].argmax(-1) == yc[keep]).float().mean()) if keep.any() else 0.0
+        keep = yc != -100  # the last layer's logits remain in `logits`
+        acc = float((logits[keep].argmax(-1) == yc[keep]).float().mean()) if keep.any() else 0.0
         return total / (2 * len(self.layers)), acc
 
 

@@ -1,0 +1,36 @@
+"""What the unmasked model gets wrong, from a grounding sweep's run folder (e.g. runs/demo/sweep_grounding).
+
+    python scripts/organism_misses.py runs/demo/sweep_grounding [--show 20]
+
+Counts the outcomes of the unmasked condition and the misses whose first coordinate is right (x1 within
+6 px of the GT box's) but whose y1 is off by more than 8 px: "right column, wrong row", i.e. the
+positions after x1 found another object in the same column (docs/organism.md, run v6 r).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+from pathlib import Path
+
+from vrh.runs import read_jsonl
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("run", help="a sweep run folder (samples.jsonl)")
+    ap.add_argument("--show", type=int, default=0, help="print this many misses")
+    a = ap.parse_args()
+    rows = [r for r in read_jsonl(Path(a.run) / "samples.jsonl") if r["kind"] == "none"]
+    misses = [r for r in rows if r["outcome"] != "correct"]
+    column = [r for r in misses if r["pred_box"] and abs(r["pred_box"][0] - r["gt_box"][0]) <= 6
+              and abs(r["pred_box"][1] - r["gt_box"][1]) > 8]
+    print(f"unmasked: {len(rows)} samples, outcomes {dict(collections.Counter(r['outcome'] for r in rows))}")
+    print(f"misses with x1 right (<= 6 px) and y1 wrong (> 8 px): {len(column)} of {len(misses)}")
+    for r in misses[:a.show]:
+        print(f"  IoU {r['iou']:.2f}  {r['expression']!r}  GT {r['gt_box']}  predicted {r['pred_box']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
