@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import vrh.capture as capture_mod
+from vrh.attention import active_observers, observe_attention
 from vrh.capture import IMPL_NAME, MultipleForwardsError, capture_attention_rows
 
 TOL = 1e-5
@@ -122,6 +123,7 @@ def _eager_rows(model, inputs, positions, **kw):
 
 def _check(model, adapter, inputs, positions, sdpa_logits=None, **kw):
     """Capture vs eager rows, capture logits vs plain logits, and the restore; returns the capture."""
+    observers = active_observers()
     with torch.no_grad():
         plain = model(**inputs, **kw).logits if sdpa_logits is None else sdpa_logits
         with capture_attention_rows(model, adapter, positions) as cap:
@@ -134,7 +136,7 @@ def _check(model, adapter, inputs, positions, sdpa_logits=None, **kw):
         assert (got - w).abs().max().item() <= TOL
     assert torch.equal(logits, plain)
     assert adapter.text_config(model)._attn_implementation != IMPL_NAME
-    assert capture_mod._ACTIVE is None
+    assert active_observers() == observers  # the capture unsubscribed
     return cap
 
 
@@ -186,14 +188,13 @@ def test_softcapped_gemma2_against_eager_logits():
     assert model.config._attn_implementation == "eager"
 
 
-def test_mask_none_pure_causal(monkeypatch):
+def test_mask_none_pure_causal():
     model = qwen2_5_vl()
     ids = torch.tensor([_text(11, 11)])  # batch 1, no padding, no attention_mask -> sdpa's is_causal path
     seen = []
-    real = capture_mod._mask_rows
-    monkeypatch.setattr(capture_mod, "_mask_rows", lambda m, *a, **k: seen.append(m is None) or real(m, *a, **k))
-    _check(model, VLM, dict(input_ids=ids), [torch.tensor([0, 4, 10])])
-    assert seen and all(seen)
+    with observe_attention(lambda call: seen.append((call.attention_mask is None, call.is_causal))):
+        _check(model, VLM, dict(input_ids=ids), [torch.tensor([0, 4, 10])])
+    assert seen and all(none and causal for none, causal in seen)
 
 
 def test_kv_cache_offset_and_decode():
@@ -256,7 +257,7 @@ def test_second_forward_raises_and_state_is_restored():
             model(input_ids=ids)
             model(input_ids=ids)
     assert model.config.text_config._attn_implementation == "sdpa"
-    assert capture_mod._ACTIVE is None
+    assert active_observers() == ()
     assert sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules()) == hooks_before
     # registration is idempotent and leaves sdpa itself untouched
     from transformers.integrations.sdpa_attention import sdpa_attention_forward

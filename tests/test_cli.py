@@ -1,20 +1,45 @@
 """The CLI in-process on a tiny random-init Qwen2.5-VL checkpoint saved to disk."""
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
 from vrh import runs
-from vrh.cli import main
-
+from vrh.cli import COMMANDS, build_parser, main
 
 
 def test_help_lists_commands(capsys):
     with pytest.raises(SystemExit):
         main(["--help"])
     out = capsys.readouterr().out
-    for cmd in ("detect", "evaluate"):
-        assert cmd in out
+    for mod in COMMANDS:
+        assert mod.NAME in out
+
+
+@pytest.mark.parametrize("mod", [m for m in COMMANDS if hasattr(m, "Config")], ids=lambda m: m.NAME)
+def test_every_option_has_help_and_shows_its_default(mod):
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command").choices[mod.NAME]
+    for action in sub._actions:
+        if action.dest in ("help",):
+            continue
+        assert action.help, f"{mod.NAME} {action.option_strings} has no help"
+        if not action.required and action.nargs != 0:
+            assert "(default:" in action.help, f"{mod.NAME} {action.option_strings} does not show its default"
+
+
+def test_options_that_mask_are_on_every_masking_command():
+    parser = build_parser()
+    subs = next(a for a in parser._actions if a.dest == "command").choices
+    for name in ("evaluate", "sweep", "compare", "transfer", "stability", "dpo-pairs", "demo"):
+        flags = {s for a in subs[name]._actions for s in a.option_strings}
+        assert "--mask-mode" in flags, name
+        assert "--resume" in flags and "--overwrite" in flags, name
 
 
 def test_detect_then_evaluate_write_complete_run_folders(tmp_path, tiny_checkpoint, tiny_dataset):
@@ -38,8 +63,8 @@ def test_detect_then_evaluate_write_complete_run_folders(tmp_path, tiny_checkpoi
     assert main(["evaluate", "--model", tiny_checkpoint, "--data", tiny_dataset, "--mask-heads", str(det),
                  "--k", "2", "--out", str(ev), "--max-new-tokens", "8"]) == 0
     res = runs.read_json(ev / runs.RESULTS)
-    assert res["n"] == 6 and 0.0 <= res["accuracy"] <= 1.0
-    assert res["masked_heads"] == hs["ranking"][:2]
+    assert res["n"] == 6 and 0.0 <= res["accuracy"] <= 1.0 and res["schema_version"] == runs.SCHEMA_VERSION
+    assert sorted(res["masked_heads"]) == sorted(hs["ranking"][:2]) and res["k"] == 2
     assert {r["id"] for r in runs.read_jsonl(ev / runs.SAMPLES)} == set(cfg["eval_ids"])
 
     rnd = tmp_path / "rnd"
@@ -56,7 +81,11 @@ def test_detect_then_evaluate_write_complete_run_folders(tmp_path, tiny_checkpoi
     assert res["random"]["seeds"] == [0, 1] and all(len(a) == 2 for a in res["random"]["accuracy"])
     assert res["vrh"]["accuracy"][0] == res["baseline_accuracy"]
     lines = runs.read_jsonl(sw / runs.SAMPLES)
-    assert len(lines) == 4 * (1 + 2 * (1 + 2)) and {l["kind"] for l in lines} == {"none", "vrh", "random"}
+    assert len(lines) == 4 * (1 + 2 * (1 + 2)) and {l["kind"] for l in lines} == {"none", "top_k", "random"}
+
+    vqa = tmp_path / "sw_vqa"  # VQA samples of the detection run's own dataset (once: "no vqa samples")
+    assert main(["sweep", "--model", tiny_checkpoint, "--data", tiny_dataset, "--heads", str(det), "--ks", "0,1",
+                 "--seeds", "0", "--task", "vqa", "--out", str(vqa), "--max-new-tokens", "4", "--n", "3"]) == 0
 
     rep = tmp_path / "report"
     assert main(["report", str(det), str(ev), str(rnd), str(sw), "--out", str(rep), "--k", "2"]) == 0
@@ -68,9 +97,26 @@ def test_bad_input_is_a_clear_error(tmp_path, tiny_checkpoint, tiny_dataset, cap
     assert main(["evaluate", "--model", tiny_checkpoint, "--data", tiny_dataset, "--mask-heads", "99:0",
                  "--out", str(tmp_path / "x")]) == 2
     assert "outside" in capsys.readouterr().err
+    assert main(["evaluate", "--model", tiny_checkpoint, "--data", tiny_dataset, "--mask-heads",
+                 str(tmp_path / "no_such_run"), "--out", str(tmp_path / "y")]) == 2
+    assert "no such detection run folder" in capsys.readouterr().err
 
 
-def test_interrupted_sweep_resumes_to_the_same_result(tmp_path, tiny_checkpoint, tiny_dataset):
+def test_a_non_empty_out_is_refused_and_nothing_is_deleted(tmp_path, tiny_checkpoint, tiny_dataset, capsys):
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / runs.CONFIG).write_text("{}")
+    (other / runs.RESULTS).write_text('{"accuracy": 0.9}')
+    args = ["detect", "--model", tiny_checkpoint, "--data", tiny_dataset, "--n", "2", "--out", str(other),
+            "--max-new-tokens", "4"]
+    assert main(args) == 2
+    assert "--overwrite" in capsys.readouterr().err
+    assert json.loads((other / runs.RESULTS).read_text()) == {"accuracy": 0.9}
+    assert main(args + ["--overwrite"]) == 0
+    assert runs.read_json(other / runs.RESULTS)["n_scored"] == 2
+
+
+def test_interrupted_sweep_resumes_to_the_same_result(tmp_path, tiny_checkpoint, tiny_dataset, capsys):
     det = tmp_path / "det"
     assert main(["detect", "--model", tiny_checkpoint, "--data", tiny_dataset, "--n", "6", "--out", str(det),
                  "--max-new-tokens", "8"]) == 0
@@ -88,7 +134,40 @@ def test_interrupted_sweep_resumes_to_the_same_result(tmp_path, tiny_checkpoint,
     assert again["vrh"] == full["vrh"] and again["random"] == full["random"]
     resumed = runs.read_jsonl(sw / runs.SAMPLES)
     assert len(resumed) == len(lines) and resumed[:5] == [json.loads(l) for l in lines[:5]]
+    capsys.readouterr()
     assert main(args[:-2] + ["--n", "3", "--resume"]) == 2  # another config cannot resume this run
+    assert "config.n: 4 -> 3" in capsys.readouterr().err
+
+
+def test_killed_evaluate_resumes_with_nothing_lost_or_repeated(tmp_path):
+    """A real SIGKILL mid-run (not a simulated exception), then --resume."""
+    from vrh.organism.world import write_split
+
+    data = write_split(tmp_path / "data", 160, seed=41_000, task="grounding")
+    out = tmp_path / "ev"
+    cmd = [sys.executable, "-m", "vrh", "evaluate", "--model", "organism", "--data", str(data), "--mask-heads", "3:3",
+           "--batch-size", "4", "--max-new-tokens", "24", "--threads", "1", "--out", str(out)]
+    env = {**os.environ, "VRH_NO_PROGRESS": "1"}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and proc.poll() is None:
+            p = out / runs.SAMPLES
+            if p.exists() and len(p.read_text().splitlines()) >= 12:
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None, "the run finished before it could be killed"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    n_before = len(runs.read_jsonl(out / runs.SAMPLES))
+    assert 12 <= n_before < 160 and not (out / runs.RESULTS).exists()
+    assert subprocess.run(cmd + ["--resume"], env=env, capture_output=True).returncode == 0
+    ids = [r["id"] for r in runs.read_jsonl(out / runs.SAMPLES)]
+    assert len(ids) == len(set(ids)) == 160
+    assert runs.read_json(out / runs.RESULTS)["n"] == 160
 
 
 def test_model_argument_forms(tmp_path):

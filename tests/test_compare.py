@@ -46,3 +46,17 @@ def test_kendall_chunked_matches_unchunked(monkeypatch):
     full = kendall(a, b)
     monkeypatch.setattr(compare, "_PAIR_CHUNK", 7)
     assert kendall(a, b) == pytest.approx(full, abs=1e-12)
+
+
+def test_map_similarity_on_known_maps():
+    from vrh.compare import finite_or_none, map_similarity
+
+    a = torch.arange(8.0).reshape(2, 4)
+    same = map_similarity(a, a.clone(), k=3)
+    assert same["spearman"] == same["kendall"] == same["topk_overlap"] == same["jaccard"] == 1.0
+    rev = map_similarity(a, -a, k=3)
+    assert rev["spearman"] == pytest.approx(-1.0) and rev["kendall"] == pytest.approx(-1.0)
+    assert rev["topk_overlap"] == 0.0 and rev["jaccard"] == 0.0
+    assert rev["top20_k"] == 8 and rev["top20_overlap"] == 1.0  # top-20 capped at the 8 heads: all of them
+    flat = map_similarity(torch.ones(2, 4), a, k=2)
+    assert math.isnan(flat["spearman"]) and finite_or_none(flat["spearman"]) is None

@@ -1,4 +1,5 @@
 import math
+import time
 
 import pytest
 
@@ -93,6 +94,51 @@ def test_parse_non_string():
 def test_negative_coordinates_are_valid_if_ordered():
     # off-image coordinates are the converter's job (clipping), not the parser's
     assert parse_box("[-5, -3, 10, 10]") == ("list", (-5.0, -3.0, 10.0, 10.0))
+
+
+# Model output is untrusted text: parsing must stay linear in its length. The first case took seconds
+# (quartic in the gap) when blanks could be split between neighbouring quantifiers.
+_GAP = " " * 2400
+ADVERSARIAL = {
+    "whitespace gaps, no closing bracket": "[1" + _GAP + "2" + _GAP + "3" + _GAP + "4" + _GAP + "x",
+    "many gapped lists": ("[1" + " " * 100 + "2" + " " * 100 + "3" + " " * 100 + "4" + " " * 100 + "x") * 24,
+    "long digit run": "[" + "1" * 9999,
+    "digit runs split by blanks": ("[" + "1" * 500 + " ") * 19,
+    "many brackets": "[" * 10000,
+    "many parentheses": "(" * 10000,
+    "nested brackets": "[[[[" * 2500,
+    "bracket and blank": "[ " * 5000,
+    "repeated key": '"bbox_2d":' * 1000,
+    "repeated key and bracket": '"bbox_2d": [' * 800,
+    "key then blanks": '"bbox_2d":' + " " * 9990,
+    "unterminated numbers": "(" + "1," * 4999,
+    "point pairs": "(1,2)," * 1666,
+    "gapped point pairs": "(1 , 2) , (" * 900,
+    "invalid boxes": "[4, 3, 2, 1] " * 769,
+    "dotted numbers": "[1.1.1.1" * 1200,
+    "exponents": "[1e1e1e1e" * 1100,
+    "newlines": "[1\n\n\n" * 2000,
+}
+
+
+@pytest.mark.parametrize("name", list(ADVERSARIAL))
+def test_parse_is_fast_on_adversarial_text(name):
+    text = ADVERSARIAL[name]
+    assert len(text) <= 10_000
+    best = math.inf
+    for _ in range(3):  # the best of 3 ignores a busy machine, not a slow parser
+        t = time.perf_counter()
+        parse_box(text)
+        best = min(best, time.perf_counter() - t)
+    assert best < 0.01, f"{name}: {best * 1000:.1f} ms"
+
+
+def test_long_gaps_still_parse():
+    gap = " " * 2000
+    assert parse_box("[8" + gap + "12" + gap + "40" + gap + "44" + gap + "]") == ("list", BOX)
+    assert parse_box("[8" + gap + "," + gap + "12, 40, 44]") == ("list", BOX)
+    assert parse_box('"bbox_2d":' + gap + "[" + gap + "8,12,40,44" + gap + "]") == ("json", BOX)
+    assert parse_box("[8, 12, 40, " + gap + "x") is None
 
 
 def test_valid_box():

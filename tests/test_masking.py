@@ -315,7 +315,7 @@ def test_uniform_matches_eager_reference_left_padded(model, reference, heads):
     assert (got - logits(model, x, attn))[real].abs().max() > 1e-3  # it did something
     with mask_heads(model, FULL, heads):  # and something else than zeroing
         assert (got - logits(model, x, attn))[real].abs().max() > 1e-3
-    assert model.config.text_config._attn_implementation == impl and attention_mod._UNIFORM == {}
+    assert model.config.text_config._attn_implementation == impl and attention_mod.active_uniform_heads() == {}
     assert_clean(model, before)
 
 
@@ -335,7 +335,7 @@ def test_uniform_generate_with_kv_cache_matches_no_cache_reference(model, refere
     assert torch.equal(got.sequences, want.sequences)
     for a, b in zip(got.logits, want.logits):
         assert (a - b).abs().max() <= 1e-5
-    assert attention_mod._UNIFORM == {}
+    assert attention_mod.active_uniform_heads() == {}
 
 
 def test_uniform_nests_restores_on_error_and_rejects_bad_mode(model):
@@ -347,7 +347,7 @@ def test_uniform_nests_restores_on_error_and_rejects_bad_mode(model):
     with mask_heads(model, FULL, [(0, 1)], mode="uniform"):
         with mask_heads(model, FULL, [(2, 2)], mode="uniform"):
             nested = logits(model, x, attn)
-        assert set(attention_mod._UNIFORM) == {id(FULL.attention_module(model, 0))}
+        assert set(attention_mod.active_uniform_heads()) == {id(FULL.attention_module(model, 0))}
     assert torch.equal(nested, both)
     with pytest.raises(RuntimeError, match="boom"):
         with mask_heads(model, FULL, [(1, 0)], mode="uniform"):
@@ -358,5 +358,5 @@ def test_uniform_nests_restores_on_error_and_rejects_bad_mode(model):
     with pytest.raises(ValueError, match="mask mode"):
         with mask_heads(model, FULL, [(0, 0)], mode="mean"):
             pass
-    assert model.config.text_config._attn_implementation == impl and attention_mod._UNIFORM == {}
+    assert model.config.text_config._attn_implementation == impl and attention_mod.active_uniform_heads() == {}
     assert_clean(model, before)

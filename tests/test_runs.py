@@ -39,7 +39,7 @@ def test_resume_keeps_finished_samples_and_drops_torn_line(tmp_path):
 def test_resume_with_other_config_is_an_error(tmp_path):
     with runs.RunFolder(tmp_path / "r") as run:
         run.write_config({"command": "x", "seed": 1})
-    with pytest.raises(ValueError, match="differs"):
+    with pytest.raises(ValueError, match="seed: 1 -> 2"):
         runs.RunFolder(tmp_path / "r", resume=True).write_config({"command": "x", "seed": 2})
 
 
@@ -53,3 +53,58 @@ def test_bad_middle_line_is_an_error(tmp_path):
     p.write_text('{"id": 1}\nnot json\n{"id": 2}\n')
     with pytest.raises(ValueError, match=":2"):
         runs.read_jsonl(p)
+
+
+def test_overwrite_clears_the_whole_previous_run(tmp_path):
+    d = tmp_path / "r"
+    with runs.RunFolder(d) as run:
+        run.write_config({"command": "x"})
+        run.write_results({"a": 1})
+    (d / "old.npz").write_bytes(b"x")
+    (d / "sub").mkdir()
+    (d / "sub" / "f").write_text("y")
+    runs.RunFolder(d, overwrite=True)
+    assert list(d.iterdir()) == []
+
+
+def test_overwrite_refuses_a_folder_that_is_not_a_run(tmp_path):
+    (tmp_path / "important.txt").write_text("keep me")
+    with pytest.raises(FileExistsError, match="not a vrh run folder"):
+        runs.RunFolder(tmp_path, overwrite=True)
+    assert (tmp_path / "important.txt").exists()
+
+
+def test_non_empty_folder_error_names_both_flags(tmp_path):
+    with runs.RunFolder(tmp_path / "r") as run:
+        run.write_config({"command": "x"})
+    with pytest.raises(FileExistsError, match="--overwrite.*--resume"):
+        runs.RunFolder(tmp_path / "r")
+
+
+def test_resume_error_names_the_setting_that_differs(tmp_path):
+    with runs.RunFolder(tmp_path / "r") as run:
+        run.write_config({"command": "x", "config": {"k": 3, "seeds": [0, 1]}})
+    with pytest.raises(ValueError, match=r"config\.k: 3 -> 5"):
+        runs.RunFolder(tmp_path / "r", resume=True).write_config({"command": "x", "config": {"k": 5, "seeds": [0, 1]}})
+
+
+def test_results_carry_the_schema_version_and_mark_completion(tmp_path):
+    with runs.RunFolder(tmp_path / "r") as run:
+        run.write_config({"command": "x"})
+        assert not runs.is_finished(run.path)
+        run.write_results({"accuracy": 0.5})
+    assert runs.read_results(tmp_path / "r") == {"schema_version": runs.SCHEMA_VERSION, "accuracy": 0.5}
+    assert runs.is_finished(tmp_path / "r")
+
+
+def test_head_scores_round_trip(tmp_path):
+    hs = runs.HeadScores(scorer="a", num_layers=1, num_heads=2, n_scored=3,
+                         variants={"a": {"scores": [[0.1, 0.7]], "ranking": [[0, 1], [0, 0]]},
+                                   "b": {"scores": [[0.5, 0.2]], "ranking": [[0, 0], [0, 1]]}},
+                         extra={"capture_forwards": 2})
+    with runs.RunFolder(tmp_path / "r") as run:
+        runs.write_head_scores(run, hs)
+    back = runs.read_head_scores(tmp_path / "r")
+    assert back == hs and back.ranking("b") == [(0, 0), (0, 1)] and back.scores().tolist()[0][1] == pytest.approx(0.7)
+    with pytest.raises(ValueError, match="no scorer 'c'"):
+        back.scores("c")

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 import vrh.scoring as scoring
+from vrh.scorers import make_scorer, scorer_names
 from vrh.scoring import (
     DEFAULT_VARIANT,
     VARIANT_NAMES,
@@ -12,10 +13,8 @@ from vrh.scoring import (
     Variant,
     VariantScorer,
     argmax_in_region,
-    make_scorer,
     per_sample_score,
     region_sum,
-    scorer_names,
     select_queries,
     selection_frequency,
     top_m_mask,

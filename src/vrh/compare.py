@@ -114,3 +114,32 @@ def kendall(a, b) -> float:
         ny += float(sy.abs().sum())
     den = math.sqrt(nx * ny)
     return float("nan") if den == 0 else max(-1.0, min(1.0, num / den))
+
+
+FIG7_K = 20  # the paper's "top-20 overlap" (Fig. 7), reported next to the top-k overlap whatever k is
+
+
+def map_similarity(scores_a, scores_b, k: int) -> dict[str, float | int]:
+    """Agreement of two ``[L, H]`` score maps, as ``vrh transfer`` and ``vrh compare`` report it: rank
+    correlations over all heads, and the overlap of the top-``k`` and top-20 sets (top-20 is capped at
+    the number of heads, recorded as ``top20_k``).
+
+    >>> a = torch.arange(8.0).reshape(2, 4)
+    >>> sim = map_similarity(a, -a, k=3)
+    >>> sim["spearman"], sim["topk_overlap"], sim["top20_k"], sim["top20_overlap"]
+    (-1.0, 0.0, 8, 1.0)
+    """
+    n = torch.as_tensor(scores_a).numel()
+    k20 = min(FIG7_K, n)
+    return {"spearman": spearman(scores_a, scores_b), "kendall": kendall(scores_a, scores_b),
+            "topk_overlap": topk_overlap(scores_a, scores_b, k), "jaccard": jaccard(scores_a, scores_b, k),
+            "top20_overlap": topk_overlap(scores_a, scores_b, k20), "top20_k": k20}
+
+
+def finite_or_none(x: float | None) -> float | None:
+    """An undefined correlation (NaN) as None, so results.json stays strict JSON.
+
+    >>> finite_or_none(float("nan")), finite_or_none(0.5)
+    (None, 0.5)
+    """
+    return None if x is None or math.isnan(x) else float(x)

@@ -27,23 +27,33 @@ Box = tuple[float, float, float, float]  # (x1, y1, x2, y2)
 
 # --- parsing ---------------------------------------------------------------------------------------
 
+# Every pattern below runs in time linear in the text (a model's answer is untrusted input). Two rules
+# keep it so: each number is an atomic group (``(?>...)``: once matched it is never re-split, which is
+# safe because nothing that may follow a number can extend it), and each run of blanks is consumed by
+# exactly one possessive quantifier (``\s*+``) next to a token that cannot be a blank. The earlier
+# form, ``\s*`` on both sides of a number plus a ``\s`` separator, could split one gap of k blanks in
+# O(k) ways per separator and took seconds on "[1  ...  2  ...  3  ...  4  ...  x".
+
 # A number as models write it, plus nan/inf so such boxes are *seen* and rejected rather than skipped
 # over into a later partial match.
-_NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf(?:inity)?)"
-_N = rf"\s*({_NUM})\s*"  # one captured number with surrounding blanks
-_QN = rf"\s*\"?({_NUM})\"?\s*"  # same, optionally quoted ("bbox_2d": ["12", ...] happens)
-_SEP = r"(?:,|\s)"  # list items split by commas or just blanks: [8, 12, 40, 44] / [ 8 12 40 44 ]
+_NUM = r"(?>[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf(?:inity)?))"
+_N = rf"\s*+({_NUM})\s*+"  # one captured number with surrounding blanks
+_QN = rf"\s*+\"?({_NUM})\"?\s*+"  # same, optionally quoted ("bbox_2d": ["12", ...] happens)
+# list items split by a comma (blanks around it allowed) or by blanks alone:
+# [8, 12, 40, 44] / [ 8 12 40 44 ]
+_SEP = r"(?:\s*+,\s*+|\s++)"
+_LN = rf"({_NUM})"  # a list item: blanks belong to the separators and brackets, never to the number
 
 # JSON: the "bbox_2d" key and its 4-list, matched directly so fenced, listed, truncated or otherwise
 # ill-formed JSON (single quotes, unquoted key) parses the same as a clean object.
-_JSON_RE = re.compile(rf"[\"']?bbox_2d[\"']?\s*:\s*\[{_QN},{_QN},{_QN},{_QN}\]", re.IGNORECASE)
+_JSON_RE = re.compile(rf"[\"']?bbox_2d[\"']?\s*+:\s*+\[{_QN},{_QN},{_QN},{_QN}\]", re.IGNORECASE)
 # Qwen2-VL: <|box_start|>(x1,y1),(x2,y2)<|box_end|>; the tokens are optional because decoding with
 # skip_special_tokens=True strips them and leaves the bare point pair.
 _BOX_TOKENS_RE = re.compile(
-    rf"(?:<\|box_start\|>\s*)?\({_N},{_N}\)\s*,\s*\({_N},{_N}\)(?:\s*<\|box_end\|>)?", re.IGNORECASE)
+    rf"(?:<\|box_start\|>\s*+)?\({_N},{_N}\)\s*+,\s*+\({_N},{_N}\)(?:\s*+<\|box_end\|>)?", re.IGNORECASE)
 # A bare 4-list in brackets or parentheses. The closing bracket must follow the 4th number, so
 # "[1, 2, 3, 4, 5]" is not a box; a 4-list nested in a longer list still matches on its own brackets.
-_LIST_RE = re.compile(rf"[\[(]{_N}{_SEP}{_N}{_SEP}{_N}{_SEP}{_N}[\])]", re.IGNORECASE)
+_LIST_RE = re.compile(rf"[\[(]\s*+{_LN}{_SEP}{_LN}{_SEP}{_LN}{_SEP}{_LN}\s*+[\])]", re.IGNORECASE)
 
 # At equal start positions the more specific format wins.
 _PATTERNS = (("json", _JSON_RE), ("box_tokens", _BOX_TOKENS_RE), ("list", _LIST_RE))

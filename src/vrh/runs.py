@@ -1,9 +1,15 @@
-"""Run folders: the hand-off between vrh's stages.
+"""Run folders: the hand-off between vrh's stages, and the one place their contents are defined.
 
 A run folder holds ``config.json`` (fully resolved settings plus versions, git hash, model and data
 identity), ``samples.jsonl`` (one line per finished sample, appended and flushed as it finishes, so a crash
-loses nothing that finished), and stage outputs such as ``results.json`` and ``head_scores.json``.
-Every write either succeeds or raises: a failed write fails the run.
+loses nothing that finished), ``results.json`` (written last: a folder without it did not finish) and
+stage outputs: ``head_scores.json``, ``sample_scores.npz``, ``overlays.npz`` (detection), ``pairs.jsonl``
+(dpo-pairs). Every artefact name lives here, with a typed reader and writer; every write either succeeds
+or raises (a failed write fails the run). The report reads run folders only through this module.
+
+Folder policy (:class:`RunFolder`): a new run refuses a non-empty folder unless told ``overwrite``
+(the whole folder is cleared, stale ``.npz`` files included; only a vrh run folder is ever cleared) or
+``resume`` (finished samples are kept and the config must match).
 """
 
 from __future__ import annotations
@@ -11,11 +17,14 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import vrh
 
@@ -23,6 +32,15 @@ CONFIG = "config.json"
 SAMPLES = "samples.jsonl"
 RESULTS = "results.json"
 HEAD_SCORES = "head_scores.json"
+SAMPLE_SCORES = "sample_scores.npz"  # detection: per-sample [N, L, H] maps, one array per scorer
+OVERLAYS = "overlays.npz"  # detection: "<id>" -> (L, H, V) mean attention on visual tokens, "<id>/rects" -> (V, 4)
+PAIRS = "pairs.jsonl"  # dpo-pairs: TRL vision preference pairs
+ARTEFACTS = (CONFIG, SAMPLES, RESULTS, HEAD_SCORES, SAMPLE_SCORES, OVERLAYS, PAIRS)
+
+# results.json / head_scores.json carry this; bump when a key changes meaning or moves.
+# 2: Condition-tagged samples ("condition" label on every masked record), k always an int in a
+#    condition and a list only where a command sweeps it, "random_control" block with distinct sets.
+SCHEMA_VERSION = 2
 
 
 def git_hash() -> str | None:
@@ -56,6 +74,7 @@ def environment() -> dict[str, Any]:
     }
 
 
+# --- plain files --------------------------------------------------------------------------------------
 def write_json(path: str | os.PathLike, obj: Any) -> None:
     """Atomic JSON write (temp file + rename): readers never see half a file."""
     path = Path(path)
@@ -89,28 +108,49 @@ def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
     return out
 
 
+def _jsonable(obj: Any) -> Any:
+    """As JSON sees it (tuples become lists), for comparing configs."""
+    return json.loads(json.dumps(obj))
+
+
+# --- the folder being written -------------------------------------------------------------------------
 class RunFolder:
-    """A run folder being written. ``resume=True`` keeps finished samples of an interrupted run."""
+    """A run folder being written.
+
+    ``overwrite=True`` clears a previous run's folder completely; ``resume=True`` keeps its finished
+    samples (and requires the same config, see :meth:`write_config`). Without either, a non-empty folder
+    is refused with a message naming both flags.
+    """
 
     def __init__(self, path: str | os.PathLike, *, resume: bool = False, overwrite: bool = False):
+        if resume and overwrite:
+            raise ValueError("--resume and --overwrite exclude each other: resume keeps the run, overwrite deletes it")
         self.path = Path(path)
-        if self.path.exists() and any(self.path.iterdir()) and not (resume or overwrite):
-            raise FileExistsError(f"run folder {self.path} is not empty; pass --resume or --overwrite")
+        self.resume = resume
+        if self.path.exists() and not self.path.is_dir():
+            raise FileExistsError(f"--out {self.path} is a file, not a folder")
+        non_empty = self.path.exists() and any(self.path.iterdir())
+        if non_empty and not (resume or overwrite):
+            raise FileExistsError(f"run folder {self.path} is not empty; pass --overwrite to replace it "
+                                  "or --resume to continue the run in it")
+        if non_empty and overwrite:
+            clear_run_folder(self.path)
+        if resume and not (self.path / CONFIG).exists():
+            resume = False  # nothing to continue: a fresh run in an empty (or new) folder
         self.path.mkdir(parents=True, exist_ok=True)
-        if overwrite and not resume:
-            for name in (CONFIG, SAMPLES, RESULTS, HEAD_SCORES):
-                (self.path / name).unlink(missing_ok=True)
         self._samples = None
 
     def write_config(self, config: dict[str, Any]) -> dict[str, Any]:
+        """Write ``config.json``; on resume, refuse a config that differs, naming the settings that do."""
         full = {**config, "environment": environment()}
         if (self.path / CONFIG).exists():
             old = read_json(self.path / CONFIG)
-            # compared as JSON sees them (tuples become lists)
-            mine = json.loads(json.dumps({k: v for k, v in full.items() if k != "environment"}))
+            mine = _jsonable({k: v for k, v in full.items() if k != "environment"})
             theirs = {k: v for k, v in old.items() if k != "environment"}
-            if mine != theirs:
-                raise ValueError(f"cannot resume {self.path}: its config.json differs from this command's")
+            diffs = config_differences(theirs, mine)
+            if diffs:
+                raise ValueError(f"cannot resume {self.path}: these settings differ from the interrupted run's: "
+                                 + "; ".join(diffs) + " (rerun with the same settings, or --overwrite to start over)")
         write_json(self.path / CONFIG, full)
         return full
 
@@ -134,6 +174,10 @@ class RunFolder:
         write_json(self.path / name, obj)
         return self.path / name
 
+    def write_results(self, results: dict[str, Any]) -> Path:
+        """``results.json`` with the schema version; written last, so its presence marks a finished run."""
+        return self.write(RESULTS, {"schema_version": SCHEMA_VERSION, **results})
+
     def close(self) -> None:
         if self._samples is not None:
             os.fsync(self._samples.fileno())
@@ -147,9 +191,198 @@ class RunFolder:
         self.close()
 
 
+def clear_run_folder(path: Path) -> None:
+    """Delete everything in a previous vrh run folder (sub-runs, npz, plots); refuse any other folder."""
+    if not (path / CONFIG).exists():
+        raise FileExistsError(f"{path} is not empty and is not a vrh run folder (no {CONFIG}); refusing to "
+                              "delete its contents for --overwrite: choose another --out")
+    for child in path.iterdir():
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child)
+        else:
+            child.unlink()
+
+
+def config_differences(old: Mapping[str, Any], new: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """Human-readable differences between two JSON configs: ``"config.k: 3 -> 5"`` per differing leaf.
+
+    >>> config_differences({"a": 1, "b": {"c": 2}}, {"a": 1, "b": {"c": 3}, "d": 0})
+    ['b.c: 2 -> 3', 'd: (absent) -> 0']
+    """
+    out = []
+    for key in sorted(set(old) | set(new), key=str):
+        a, b = old.get(key, "(absent)"), new.get(key, "(absent)")
+        name = f"{prefix}{key}"
+        if isinstance(a, Mapping) and isinstance(b, Mapping):
+            out += config_differences(a, b, name + ".")
+        elif a != b:
+            short = lambda v: (json.dumps(v) if not isinstance(v, str) else v)[:80]  # noqa: E731
+            out.append(f"{name}: {short(a)} -> {short(b)}")
+    return out
+
+
+# --- typed readers ------------------------------------------------------------------------------------
+def read_config(run_dir: str | os.PathLike) -> dict[str, Any]:
+    path = Path(run_dir) / CONFIG
+    if not path.is_file():
+        if not Path(run_dir).exists():
+            raise FileNotFoundError(f"run folder {run_dir} does not exist")
+        raise FileNotFoundError(f"{run_dir} is not a vrh run folder (no {CONFIG})")
+    return read_json(path)
+
+
+def read_results(run_dir: str | os.PathLike) -> dict[str, Any] | None:
+    """``results.json`` or None when the run did not finish."""
+    path = Path(run_dir) / RESULTS
+    return read_json(path) if path.is_file() else None
+
+
+def read_samples(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
+    path = Path(run_dir) / SAMPLES
+    return read_jsonl(path) if path.is_file() else []
+
+
+def is_finished(run_dir: str | os.PathLike) -> bool:
+    return (Path(run_dir) / RESULTS).is_file()
+
+
+@dataclass
+class DetectionSplit:
+    """Which samples of which dataset a detection run scored, and which it held out for evaluation."""
+
+    data_path: str | None
+    data_sha256: str | None
+    detect_ids: list[str]
+    eval_ids: list[str]
+    task: str = "grounding"
+
+
+def read_detection_split(run_dir: str | os.PathLike) -> DetectionSplit:
+    cfg = read_config(run_dir)
+    if "eval_ids" not in cfg:
+        raise ValueError(f"{run_dir} is not a detection run (its {CONFIG} has no eval_ids)")
+    data = cfg.get("data") or {}
+    detect_ids = cfg.get("detect_ids")
+    if detect_ids is None:  # runs written before detect_ids was recorded: the scored samples
+        detect_ids = [r["id"] for r in read_samples(run_dir)]
+    return DetectionSplit(data.get("path"), data.get("sha256"), list(detect_ids), list(cfg["eval_ids"]),
+                          data.get("task", "grounding"))
+
+
+@dataclass
+class HeadScores:
+    """``head_scores.json`` of a detection run: every scorer's ``[L][H]`` map and ranking.
+
+    ``scorer`` is the primary scorer (the first requested); ``variants`` maps every scorer name to
+    ``{"scores": [L][H], "ranking": [[l, h], ...], "n_positive_heads": n}``.
+    """
+
+    scorer: str
+    num_layers: int
+    num_heads: int
+    n_scored: int
+    variants: dict[str, dict[str, Any]]
+    skipped: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)  # forward counts, timing, ...
+
+    def scores(self, scorer: str | None = None):
+        """The ``[L, H]`` score map (float tensor) of ``scorer`` (default: the primary one)."""
+        import torch
+
+        name = scorer or self.scorer
+        if name not in self.variants:
+            raise ValueError(f"detection run has no scorer {name!r}; it has {sorted(self.variants)} "
+                             f"(detect with --scorers to add one)")
+        return torch.tensor(self.variants[name]["scores"], dtype=torch.float32)
+
+    def ranking(self, scorer: str | None = None) -> list[tuple[int, int]]:
+        return [tuple(h) for h in self.variants[scorer or self.scorer]["ranking"]]
+
+    def to_json(self) -> dict[str, Any]:
+        primary = self.variants[self.scorer]
+        return {"schema_version": SCHEMA_VERSION, "scorer": self.scorer, "num_layers": self.num_layers,
+                "num_heads": self.num_heads, "n_scored": self.n_scored, "scores": primary["scores"],
+                "ranking": primary["ranking"], "variants": self.variants, "skipped": self.skipped,
+                "warnings": self.warnings, **self.extra}
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> "HeadScores":
+        known = {"schema_version", "scorer", "num_layers", "num_heads", "n_scored", "scores", "ranking",
+                 "variants", "skipped", "warnings"}
+        variants = obj.get("variants") or {obj["scorer"]: {"scores": obj["scores"], "ranking": obj["ranking"]}}
+        return cls(scorer=obj["scorer"], num_layers=int(obj["num_layers"]), num_heads=int(obj["num_heads"]),
+                   n_scored=int(obj.get("n_scored", 0)), variants=variants, skipped=list(obj.get("skipped", [])),
+                   warnings=list(obj.get("warnings", [])), extra={k: v for k, v in obj.items() if k not in known})
+
+
+def write_head_scores(run: RunFolder, hs: HeadScores) -> Path:
+    return run.write(HEAD_SCORES, hs.to_json())
+
+
+def read_head_scores(run_dir: str | os.PathLike) -> HeadScores:
+    path = Path(run_dir) / HEAD_SCORES
+    if not path.is_file():
+        if not (Path(run_dir) / CONFIG).is_file():
+            raise FileNotFoundError(f"{run_dir} is not a vrh run folder (no {CONFIG}); a detection run "
+                                    "folder (vrh detect --out) is expected")
+        raise FileNotFoundError(f"{run_dir} has no {HEAD_SCORES}: not a detection run, or it did not finish")
+    return HeadScores.from_json(read_json(path))
+
+
+def write_sample_scores(run: RunFolder, per_sample: Mapping[str, Any]) -> Path:
+    """Per-sample ``[N, L, H]`` maps keyed by scorer name (``/`` and ``:`` are stored as ``|`` and ``;``)."""
+    import numpy as np
+
+    path = run.path / SAMPLE_SCORES
+    np.savez(path, **{_npz_key(k): np.asarray(v) for k, v in per_sample.items()})
+    return path
+
+
+def _npz_key(name: str) -> str:
+    return name.replace("/", "|").replace(":", ";")
+
+
+def read_sample_scores(run_dir: str | os.PathLike, scorer: str):
+    """The ``[N, L, H]`` per-sample maps (float tensor) of one scorer of a detection run."""
+    import numpy as np
+    import torch
+
+    path = Path(run_dir) / SAMPLE_SCORES
+    if not path.exists():
+        raise FileNotFoundError(f"{path} not found: a detection run's per-sample maps are needed")
+    with np.load(path) as z:
+        key = _npz_key(scorer)
+        if key not in z.files:
+            have = sorted(f.replace("|", "/").replace(";", ":") for f in z.files)
+            raise ValueError(f"{path} has no scorer {scorer!r}; it has {have}")
+        return torch.from_numpy(z[key])
+
+
+def write_overlays(run: RunFolder, overlays: Mapping[str, Any]) -> Path | None:
+    """Overlay arrays: ``"<id>"`` -> ``(L, H, V)`` mean attention of the output tokens on the visual tokens,
+    ``"<id>/rects"`` -> ``(V, 4)`` image rectangles of those tokens."""
+    import numpy as np
+
+    if not overlays:
+        return None
+    path = run.path / OVERLAYS
+    np.savez(path, **{k: np.asarray(v) for k, v in overlays.items()})
+    return path
+
+
+def read_overlays(run_dir: str | os.PathLike) -> dict[str, tuple[Any, Any]]:
+    """``{sample id: ((L, H, V) attention, (V, 4) rects)}`` of a detection run (empty when none)."""
+    import numpy as np
+
+    path = Path(run_dir) / OVERLAYS
+    if not path.is_file():
+        return {}
+    with np.load(path) as z:
+        ids = [f for f in z.files if not f.endswith("/rects")]
+        return {i: (z[i], z[i + "/rects"]) for i in ids if i + "/rects" in z.files}
+
+
 def iter_runs(paths: list[str | os.PathLike]) -> Iterator[tuple[Path, dict[str, Any]]]:
     for p in paths:
-        p = Path(p)
-        if not (p / CONFIG).exists():
-            raise FileNotFoundError(f"{p} is not a vrh run folder (no {CONFIG})")
-        yield p, read_json(p / CONFIG)
+        yield Path(p), read_config(p)

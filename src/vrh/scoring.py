@@ -8,9 +8,10 @@ Eq. 1 writes every retrieval-head score as
 and methods differ only in the query set ``Q`` ("out" answer tokens vs "in" expression tokens), the key
 aggregation ``Phi`` (``sum`` of attention on the region vs ``argmax`` indicator) and the sample aggregation
 ``Omega`` (``mean`` vs selection ``freq``). This module keeps the three axes as separate pure functions on
-tensors, so every variant (and the prior-method baselines in :mod:`vrh.baselines`) is a composition of the
-same checked pieces, and exposes them as named *variants* ``"QUERY/PHI/OMEGA"`` (default
-``"out/sum/mean"``, the paper's VRH score).
+tensors, so every variant (and the prior methods in :mod:`vrh.scorers`) is a composition of the same
+checked pieces, and exposes them as named *variants* ``"QUERY/PHI/OMEGA"`` (default ``"out/sum/mean"``,
+the paper's VRH score). This module imports nothing from :mod:`vrh.scorers`: the registry entry for the
+variants lives in :mod:`vrh.scorers.design_space`, and :func:`vrh.scorers.make_scorer` builds scorers.
 
 Inputs, per sample: ``rows`` ``[L, H, Q, S]`` softmax attention rows (captured once for the union of all
 query tokens any scorer needs); key index sets (``K`` = visual tokens overlapping the GT box, ``V`` = all
@@ -26,7 +27,7 @@ tallies it in ``n_empty_keys`` / ``n_empty_queries``. An all-zero attention row 
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -41,6 +42,10 @@ _OMEGA_ALIASES = {"avg": "mean"}  # the paper writes both Omega^avg and Omega^me
 QUERY_KINDS = ("out", "in", "coord", "last_prompt", "null_out", "null_in")
 DEFAULT_VARIANT = "out/sum/mean"
 DEFAULT_M = 20
+# The extra capture pass QRHead calibrates against: same images and answers, the expression replaced by a
+# content-free query. A scorer lists the passes it needs in ``extra_passes``; its rows arrive in
+# ``update(..., extra={NULL_QUERY_PASS: rows})``.
+NULL_QUERY_PASS = "null_query"
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -239,7 +244,7 @@ class SampleInfo:
     ``key_positions`` (K) and ``visual_positions`` (V) index the key axis ``S``; ``queries`` maps a query
     kind in :data:`QUERY_KINDS` (``out`` answer tokens, ``in`` expression tokens, ``coord`` coordinate
     tokens of the answer, ``last_prompt`` the last prompt token, ``null_in`` / ``null_out`` the null-query
-    tokens of a QRHead calibration pass, which index THAT pass's rows) to indices into the query axis ``Q``.
+    tokens of the ``null_query`` extra pass, which index THAT pass's rows) to indices into the query axis ``Q``.
     ``grid`` is the visual token grid ``(rows, cols)``, V in row-major order (Localization Heads only).
     ``index`` seeds the ``rand1`` query set; when None the scorer uses its running sample count.
     ``null_key_positions``: K inside the null pass (defaults to ``key_positions``; the image precedes the
@@ -340,8 +345,10 @@ def parse_variant(name: str) -> Variant:
 @runtime_checkable
 class Scorer(Protocol):
     name: str
+    extra_passes: tuple[str, ...]
 
-    def update(self, sample_rows: torch.Tensor, sample_info: SampleInfo) -> None: ...
+    def update(self, sample_rows: torch.Tensor, sample_info: SampleInfo,
+               extra: Mapping[str, torch.Tensor] | None = None) -> None: ...
     def result(self) -> torch.Tensor: ...
     def per_sample(self) -> torch.Tensor: ...
 
@@ -352,9 +359,10 @@ class AccumulatingScorer:
 
     name = "scorer"
     omega = "mean"
-    # True when update() also needs the rows of a null-query pass (``null_rows=``, QRHead's calibration):
-    # the detection loop then runs one extra capture forward per batch, only if some scorer asks for it.
-    needs_null_rows = False
+    # Names of the extra capture passes update() needs besides the main one (e.g. ``(NULL_QUERY_PASS,)``):
+    # detection runs the union over its scorers, one more forward per batch each, and hands the rows of
+    # every pass it ran to every scorer as ``extra[name]`` (``[L, H, Q', S']``, that pass's own positions).
+    extra_passes: tuple[str, ...] = ()
 
     def __init__(self, *, m: int = DEFAULT_M, seed: int = 0):
         self.m = m
@@ -396,7 +404,8 @@ class AccumulatingScorer:
         """The ``[L, H]`` head scores over the included samples (zeros if none is included)."""
         return aggregate(self.per_sample(), self.omega, self.m, include=self.included())
 
-    def update(self, sample_rows: torch.Tensor, sample_info: SampleInfo) -> None:  # pragma: no cover
+    def update(self, sample_rows: torch.Tensor, sample_info: SampleInfo,
+               extra: Mapping[str, torch.Tensor] | None = None) -> None:  # pragma: no cover
         raise NotImplementedError
 
 
@@ -417,35 +426,11 @@ class VariantScorer(AccumulatingScorer):
         self.name = self.variant.name
         self.omega = self.variant.omega
 
-    def update(self, sample_rows: torch.Tensor, sample_info: SampleInfo) -> None:
+    def update(self, sample_rows: torch.Tensor, sample_info: SampleInfo,
+               extra: Mapping[str, torch.Tensor] | None = None) -> None:
         _check_rows(sample_rows)
         q = select_queries(sample_info, self.variant.query, seed=self.seed,
                            sample_index=self._sample_index(sample_info))
         self._count_empty(sample_rows, sample_info.key_positions, q)
         self._add(per_sample_score(sample_rows, sample_info.key_positions, q, self.variant.phi))
 
-
-def scorer_names() -> tuple[str, ...]:
-    """Every name :func:`make_scorer` accepts: the design-space variants, then the baselines."""
-    from vrh.baselines import BASELINES
-
-    return VARIANT_NAMES + tuple(BASELINES)
-
-
-def make_scorer(name: str, **kwargs) -> AccumulatingScorer:
-    """A fresh scorer by name: a variant ``"QUERY/PHI/OMEGA"`` or a baseline (:data:`vrh.baselines.BASELINES`).
-
-    ``kwargs`` (e.g. ``seed``, ``m``) go to the scorer's constructor; unknown ones raise TypeError.
-
-    >>> make_scorer("out/sum/mean").name, make_scorer("vera").name
-    ('out/sum/mean', 'vera')
-    """
-    from vrh.baselines import BASELINES
-
-    key = str(name).strip().lower()
-    if key in BASELINES:
-        return BASELINES[key](**kwargs)
-    if "/" not in key:
-        raise ValueError(f"unknown scorer {name!r}: expected a variant QUERY/PHI/OMEGA (e.g. {DEFAULT_VARIANT!r}) "
-                         f"or a baseline in {sorted(BASELINES)}")
-    return VariantScorer(key, **kwargs)

@@ -120,6 +120,12 @@ def test_check_images_off(folder):
     (grounding(box=[-2, 6, 40, 30]), "outside the 64x48 image"),
     (grounding(image="images/missing.png"), "image file not found"),
     ({k: v for k, v in vqa().items() if k != "answer"}, "needs 'answer'"),
+    (vqa(answer_type="fuzzy"), "unknown answer_type 'fuzzy'"),
+    (vqa(answer_type=None), "unknown answer_type None"),
+    (vqa(answer="two", answer_type="number"), "answer 'two' does not fit answer_type 'number'"),
+    (vqa(answer="AB", answer_type="choice"), "one option letter A-Z"),
+    (vqa(answer="?"), "answer '\\?' does not fit answer_type 'exact'"),
+    (grounding(answer_type="exact"), "'answer_type' applies to vqa samples only"),
 ])
 def test_errors_name_file_and_line(folder, line, reason):
     path = write_lines(folder, [vqa("ok"), line])
@@ -179,6 +185,22 @@ def test_skip_mode_reports_lines(folder):
     assert "not found" in report.skipped[3][1]
 
 
+def test_answer_type(folder):
+    path = write_lines(folder, [vqa("q1"), vqa("q2", answer="B", answer_type="choice"),
+                                vqa("q3", answer=" -2.5", answer_type="number"), vqa("q4", answer_type="exact")])
+    samples = load_dataset(path)
+    assert [s.answer_type for s in samples] == ["exact", "choice", "number", "exact"]
+    assert all("answer_type" not in s.meta for s in samples)
+    assert samples[2].answer == " -2.5"  # kept as written; only its form was checked
+
+
+def test_answer_type_checked_on_construction():
+    with pytest.raises(ValueError, match="unknown answer_type 'multi'"):
+        Sample(id="q", image_path=Path("x.png"), task="vqa", question="q", answer="a", answer_type="multi")
+    with pytest.raises(ValueError, match="does not fit answer_type 'choice'"):
+        Sample(id="q", image_path=Path("x.png"), task="vqa", question="q", answer="cat", answer_type="choice")
+
+
 # --- writing and hashing -----------------------------------------------------------------------------
 
 
@@ -193,6 +215,16 @@ def test_write_round_trip(folder):
     assert first["source"] == "x"
     assert load_dataset(out) == samples
     assert not (folder / "copy.jsonl.tmp").exists()
+
+
+def test_write_round_trips_answer_type(folder):
+    src = write_lines(folder, [vqa("q1"), vqa("q2", answer="3", answer_type="number")])
+    out = write_dataset(load_dataset(src), folder / "copy.jsonl")
+    lines = [json.loads(l) for l in out.read_text().splitlines()]
+    assert "answer_type" not in lines[0]  # the default stays implicit: old files are rewritten byte for byte
+    assert lines[1]["answer_type"] == "number"
+    assert [s.answer_type for s in load_dataset(out)] == ["exact", "number"]
+    assert out.read_bytes() == write_dataset(load_dataset(out), folder / "again.jsonl").read_bytes()
 
 
 def test_write_outside_folder_uses_absolute_paths(folder, tmp_path_factory):

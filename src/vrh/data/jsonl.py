@@ -10,6 +10,12 @@ A VQA line::
     {"id": "vqa-3", "image": "/data/img/3.jpg", "task": "vqa", "question": "What color is the mug?",
      "answer": "red"}
 
+A VQA line may say how its ``answer`` is judged with ``"answer_type"`` (default ``"exact"``): ``"exact"``
+(normalised full-string match; the answer needs a letter or digit), ``"choice"`` (the answer is one option
+letter ``A``-``Z``) or ``"number"`` (the answer is a number in digits, e.g. ``3`` or ``-2.5``). The rules
+for reading a *prediction* of each type live in :func:`vrh.tasks.vqa.judge_answer`; this module only
+checks that the gold answer fits its type, so a bad line fails at load time rather than mid-run.
+
 ``image`` is relative to the JSONL file's folder, or absolute. ``box_format`` (``"xyxy"`` or ``"xywh"``,
 original-image pixels) is required wherever ``box`` is given: guessing it from the numbers is how
 datasets silently get corrupted. Any other field is kept in :attr:`Sample.meta`.
@@ -24,6 +30,7 @@ import json
 import math
 import os
 import random
+import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -35,11 +42,36 @@ from vrh.grounding import Box, xywh_to_xyxy
 TASKS = ("grounding", "vqa")
 BOX_FORMATS = ("xyxy", "xywh")
 BOUNDS_TOLERANCE = 1.0  # pixels a GT box may stick out of the image (rounding in annotation tools)
-_KNOWN = ("id", "image", "task", "expression", "box", "box_format", "question", "answer")
+ANSWER_TYPES = ("exact", "choice", "number")  # how a VQA answer is judged; see vrh.tasks.vqa.judge_answer
+_KNOWN = ("id", "image", "task", "expression", "box", "box_format", "question", "answer", "answer_type")
+# What a gold answer of each type must look like, and the rule in words for the error message.
+_GOLD_FORMS = {
+    "exact": (re.compile(r".*[^\W_].*", re.DOTALL), "contain a letter or digit"),
+    "choice": (re.compile(r"[A-Z]"), "be one option letter A-Z"),
+    "number": (re.compile(r"[-+]?(?:\d+(?:\.\d+)?|\.\d+)"), "be a number in digits, e.g. 3 or -2.5"),
+}
 
 
 class DatasetError(ValueError):
     """A dataset line failed validation; the message starts with ``file:line:``."""
+
+
+def check_answer(answer: str, answer_type: str) -> None:
+    """Raise ValueError unless ``answer`` is a valid gold answer of ``answer_type`` (surrounding blanks
+    are ignored).
+
+    >>> check_answer("B", "choice"), check_answer(" -2.5 ", "number")
+    (None, None)
+    >>> check_answer("two", "number")
+    Traceback (most recent call last):
+    ...
+    ValueError: answer 'two' does not fit answer_type 'number': it must be a number in digits, e.g. 3 or -2.5
+    """
+    if answer_type not in ANSWER_TYPES:
+        raise ValueError(f"unknown answer_type {answer_type!r}; expected one of {ANSWER_TYPES}")
+    pattern, rule = _GOLD_FORMS[answer_type]
+    if not isinstance(answer, str) or not pattern.fullmatch(answer.strip()):
+        raise ValueError(f"answer {answer!r} does not fit answer_type {answer_type!r}: it must {rule}")
 
 
 @dataclass(frozen=True)
@@ -59,6 +91,13 @@ class Sample:
     answer: str | None = None
     image_size: tuple[int, int] | None = None
     meta: dict[str, Any] = field(default_factory=dict, hash=False)  # hash=False keeps Sample hashable
+    answer_type: str = "exact"  # VQA: how `answer` is judged, one of ANSWER_TYPES
+
+    def __post_init__(self):
+        if self.answer_type not in ANSWER_TYPES:
+            raise ValueError(f"unknown answer_type {self.answer_type!r}; expected one of {ANSWER_TYPES}")
+        if self.task == "vqa" and self.answer is not None:
+            check_answer(self.answer, self.answer_type)
 
     def read_image_size(self) -> tuple[int, int]:
         """``image_size`` if known, else read from the file header (no pixel decoding)."""
@@ -162,6 +201,8 @@ def _parse_line(rec: Any, folder: Path, check_images: bool) -> Sample:
     answer = _text(rec, "answer", required=not grounding)
     if rec.get("box_format") is not None and rec["box_format"] not in BOX_FORMATS:
         raise ValueError(f"unknown box_format {rec['box_format']!r}; expected one of {BOX_FORMATS}")
+    if grounding and "answer_type" in rec:
+        raise ValueError("'answer_type' applies to vqa samples only")
     if grounding and "box" not in rec:
         raise ValueError("grounding sample needs 'box'")
     box = _box(rec) if rec.get("box") is not None else None
@@ -178,7 +219,8 @@ def _parse_line(rec: Any, folder: Path, check_images: bool) -> Sample:
             box = _check_bounds(box, size)
     meta = {k: v for k, v in rec.items() if k not in _KNOWN}
     return Sample(id=rec["id"], image_path=image_path, task=task, expression=expression, box=box,
-                  question=question, answer=answer, image_size=size, meta=meta)
+                  question=question, answer=answer, image_size=size, meta=meta,
+                  answer_type=rec.get("answer_type", "exact"))
 
 
 def load_dataset(path: str | os.PathLike, *, limit: int | None = None, check_images: bool = True,
@@ -245,6 +287,8 @@ def _record(sample: Sample, folder: Path) -> dict[str, Any]:
         rec["question"] = sample.question
     if sample.answer is not None:
         rec["answer"] = sample.answer
+    if sample.answer_type != "exact":  # the default stays implicit, so existing files round-trip byte for byte
+        rec["answer_type"] = sample.answer_type
     rec.update(sample.meta)
     return rec
 

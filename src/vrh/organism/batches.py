@@ -81,8 +81,6 @@ def train_batch(samples: list[dict[str, Any]], tok: PreTrainedTokenizerFast, spe
         if s["task"] == "grounding" or s.get("kind") == "caption":
             inside = patches_overlapping(s["box"], spec)  # [V] bool
             box_keys[b, visual[b].nonzero().squeeze(1)[inside]] = True
-    from vrh.organism.pretrain_vision import dense_targets  # (pretrain_vision imports this module)
-
     dense = [dense_targets(s["scene"], spec) for s in samples]
     colour = torch.from_numpy(np.stack([d["colour"] for d in dense]))  # [B, V]
     shape = torch.from_numpy(np.stack([d["shape"] for d in dense]))  # [B, V]
@@ -105,3 +103,32 @@ def prompt_batch(samples: list[dict[str, Any]], tok: PreTrainedTokenizerFast,
     enc = tok(prompts, add_special_tokens=True, padding=True, return_tensors="pt")
     enc["pixel_values"] = pixels([world.render(s["scene"]) for s in samples], spec)
     return dict(enc)
+
+
+# --- dense per-patch targets (vision pretraining and the attribute probes) ---------------------------
+COLOUR_IDX = {c: i for i, c in enumerate(world.COLOURS)}
+SHAPE_IDX = {s: i for i, s in enumerate(world.SHAPES)}
+SIZE_IDX = {s: i for i, s in enumerate(world.SIZES)}
+
+
+def dense_targets(scene: world.Scene, spec: ImageSpec) -> dict[str, np.ndarray]:
+    """Per patch (row-major, [G*G]): the object overlapping it most (-1: none) and that object's facts."""
+    g, p = spec.grid, spec.patch_size
+    owner = np.full(g * g, -1, dtype=np.int64)
+    best = np.zeros(g * g)
+    for i, o in enumerate(scene.objects):
+        x1, y1, x2, y2 = o.box
+        for r in range(g):
+            oy = max(0, min(y2, (r + 1) * p) - max(y1, r * p))
+            if oy <= 0:
+                continue
+            for c in range(g):
+                ox = max(0, min(x2, (c + 1) * p) - max(x1, c * p))
+                if ox * oy > best[r * g + c]:
+                    best[r * g + c], owner[r * g + c] = ox * oy, i
+    colour = np.array([COLOUR_IDX[scene.objects[i].colour] if i >= 0 else -100 for i in owner])
+    shape = np.array([SHAPE_IDX[scene.objects[i].shape] if i >= 0 else -100 for i in owner])
+    size = np.array([SIZE_IDX[scene.objects[i].size] if i >= 0 else -100 for i in owner])
+    box = np.array([scene.objects[i].box if i >= 0 else (0, 0, 0, 0) for i in owner], dtype=np.float32)
+    return {"obj": (owner >= 0).astype(np.float32), "colour": colour, "shape": shape, "size": size,
+            "box": box / spec.image_size}  # box: [G*G, 4] in [0, 1]

@@ -1,6 +1,7 @@
 """Held-out evaluation of an organism during training: greedy answers, IoU >= 0.5, optionally with heads
-masked. Parsing, IoU and masking are vrh's own (:mod:`vrh.grounding`, :func:`vrh.masking.mask_heads`), so
-training-time numbers are measured exactly as ``vrh evaluate`` measures them.
+masked. Parsing, IoU, VQA judging and masking are vrh's own (:mod:`vrh.grounding`,
+:func:`vrh.tasks.judge_answer`, :func:`vrh.masking.mask_heads`), so training-time numbers are measured
+exactly as ``vrh evaluate`` measures them.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from vrh.adapters import get_adapter
 from vrh.masking import mask_heads
 from vrh.organism.batches import prompt_batch
 from vrh.organism.processor import ImageSpec
+from vrh.tasks.vqa import judge_answer
 
 
 def zero_heads(model, heads: Iterable[tuple[int, int]]):
@@ -56,6 +58,8 @@ def grounding_accuracy(model, tok, samples: list[dict[str, Any]], spec: ImageSpe
 
 def vqa_accuracy(model, tok, samples: list[dict[str, Any]], spec: ImageSpec,
                  heads: Iterable[tuple[int, int]] = ()) -> float:
+    """Accuracy under the VQA task's ``exact`` rule (normalised full-string match)."""
     with zero_heads(model, heads):
         texts = generate_answers(model, tok, samples, spec, max_new_tokens=3)
-    return sum(t.strip() == s["answer"] for s, t in zip(samples, texts)) / max(1, len(samples))
+    hits = sum(judge_answer(t, s["answer"], "exact") == "correct" for s, t in zip(samples, texts))
+    return hits / max(1, len(samples))

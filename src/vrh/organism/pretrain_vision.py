@@ -29,37 +29,9 @@ import torch
 from torch import nn
 
 from vrh.organism import world
-from vrh.organism.batches import pixels
+from vrh.organism.batches import COLOUR_IDX, SHAPE_IDX, SIZE_IDX, dense_targets, pixels  # noqa: F401 (re-exported)
 from vrh.organism.model import VisionArch, build_model
 from vrh.organism.processor import ImageSpec
-
-COLOUR_IDX = {c: i for i, c in enumerate(world.COLOURS)}
-SHAPE_IDX = {s: i for i, s in enumerate(world.SHAPES)}
-SIZE_IDX = {s: i for i, s in enumerate(world.SIZES)}
-
-
-def dense_targets(scene: world.Scene, spec: ImageSpec) -> dict[str, np.ndarray]:
-    """Per patch (row-major, [G*G]): the object overlapping it most (-1: none) and that object's facts."""
-    g, p = spec.grid, spec.patch_size
-    owner = np.full(g * g, -1, dtype=np.int64)
-    best = np.zeros(g * g)
-    for i, o in enumerate(scene.objects):
-        x1, y1, x2, y2 = o.box
-        for r in range(g):
-            oy = max(0, min(y2, (r + 1) * p) - max(y1, r * p))
-            if oy <= 0:
-                continue
-            for c in range(g):
-                ox = max(0, min(x2, (c + 1) * p) - max(x1, c * p))
-                if ox * oy > best[r * g + c]:
-                    best[r * g + c], owner[r * g + c] = ox * oy, i
-    colour = np.array([COLOUR_IDX[scene.objects[i].colour] if i >= 0 else -100 for i in owner])
-    shape = np.array([SHAPE_IDX[scene.objects[i].shape] if i >= 0 else -100 for i in owner])
-    size = np.array([SIZE_IDX[scene.objects[i].size] if i >= 0 else -100 for i in owner])
-    box = np.array([scene.objects[i].box if i >= 0 else (0, 0, 0, 0) for i in owner], dtype=np.float32)
-    return {"obj": (owner >= 0).astype(np.float32), "colour": colour, "shape": shape, "size": size,
-            "box": box / spec.image_size}  # box: [G*G, 4] in [0, 1]
-
 
 class DenseHeads(nn.Module):
     """Linear read-outs from each patch feature (discarded after pretraining)."""

@@ -1,4 +1,4 @@
-"""A quick, self-contained VRH check on a trained organism (the full experiment lives in vrh.experiments).
+"""A quick, self-contained VRH check on a trained organism (the full experiment lives in vrh.commands).
 
 VRH score of head (l, h) = mean over held-out grounding samples of the attention mass that the
 teacher-forced answer tokens put on the visual tokens whose patch overlaps the GT box. Then held-out

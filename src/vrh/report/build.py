@@ -1,13 +1,19 @@
 """``vrh report``: turn run folders into one readable report, without touching a model.
 
-:func:`build_report` reads only what runs wrote (``config.json``, ``results.json``, ``head_scores.json``,
-``samples.jsonl``, ``overlays.npz``) and writes into ``out_dir``:
+:func:`build_report` reads only what runs wrote, through the typed readers of :mod:`vrh.runs` (config,
+results, head scores, samples, overlays), and writes into ``out_dir``:
 
 * ``report.html``: a single self-contained page (inline CSS, every figure a base64 ``data:`` URI, no
   scripts, fonts or external URLs) that can be mailed or archived and still shows everything;
 * ``report.md`` with its figures as PNGs in ``out_dir/figures/``, for reading in a repository.
 
-Runs are dispatched on ``config.json["command"]``. Sections (each left out when no run feeds it):
+A run whose results were not written did not finish: it is marked INCOMPLETE in the summary and in a
+warning at the top, and a report of nothing but unfinished runs is refused (ValueError). Results of a newer
+schema than :data:`vrh.runs.SCHEMA_VERSION` get a warning; runs without ``schema_version`` are version 1.
+A ``random_control`` block (:func:`vrh.kcurves.random_control_report`) is shown next to the run's figure:
+how many distinct random head sets were evaluated, and its warnings (e.g. every seed drew the same heads).
+
+Runs are dispatched on the config's ``command``. Sections (each left out when no run feeds it):
 Summary (+ provenance), Head scores and sparsity (``detect``), k-curves and Tab. A1-style tables
 (``sweep``), Outcome breakdown (``sweep``, ``evaluate``), Attention overlays (``detect`` with
 ``overlays.npz``), Transfer, Stability, Method comparison, Other runs (any other command: its results.json
@@ -53,6 +59,7 @@ from pathlib import Path
 from vrh.report import characterize, sections
 from vrh.report.document import Section, Text, figures, render_html, render_markdown
 from vrh.report.load import load_runs
+from vrh.report.notes import report_notices
 
 HTML_NAME = "report.html"
 MD_NAME = "report.md"
@@ -74,18 +81,24 @@ def build_report(run_dirs: Sequence[str | Path], out_dir: str | Path, *, k: int 
 
     ``k`` is the number of top heads marked on heat maps and averaged in overlays (default: 20, capped at
     an eighth of a small model's heads). Returns ``{"html": ..., "md": ..., "figures": ...}`` paths.
-    A path without ``config.json`` raises FileNotFoundError; anything odd inside a run is reported, not raised.
+    A path that is not a run folder raises FileNotFoundError; run folders none of which finished raise
+    ValueError (a report of partial numbers only would read like a result); anything odd inside a run is
+    reported, not raised.
     """
     if not run_dirs:
         raise ValueError("vrh report needs at least one run folder")
     if k is not None and k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
     runs = load_runs(list(run_dirs))
+    if not any(r.finished for r in runs):
+        raise ValueError("no finished run to report: " + "; ".join(f"{r.path} did not finish ({r.progress()})"
+                                                                   for r in runs)
+                         + " -- a run is finished once it has written its results; wait for it or --resume it")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     secs = build_sections(runs, k)
     intro = [Text(f"{len(runs)} run folder(s): " + ", ".join(f"{r.name} ({r.command})" for r in runs) + ". "
-                  "Heads are (layer, head), 0-based. Accuracies in %."),]
+                  "Heads are (layer, head), 0-based. Accuracies in %."), *report_notices(runs)]
     html_path, md_path, fig_dir = out_dir / HTML_NAME, out_dir / MD_NAME, out_dir / FIG_DIR
     md = render_markdown(title, intro, secs, fig_dir, FIG_DIR)
     _write_text(md_path, md)
@@ -110,7 +123,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def report_main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
     """CLI entry: ``args`` is the parsed namespace (``runs``, ``out``, optional ``k`` / ``title``) or an
-    argv list. Prints where the report went; returns 0."""
+    argv list. Prints where the report went; returns 0. Only unfinished runs raise ValueError (exit code 2
+    in the CLI)."""
     if args is None or not isinstance(args, argparse.Namespace):
         p = argparse.ArgumentParser(prog="vrh report", description="Build an HTML + Markdown report from run folders")
         add_arguments(p)

@@ -11,7 +11,9 @@ from __future__ import annotations
 from vrh.report import plots
 from vrh.report.document import Fig, Section, Table, Text, slug
 from vrh.report.load import Run, at, describe_model, is_num, num, pct, pm, short
+from vrh.report.notes import random_control_blocks
 from vrh.report.style import RANDOM_COLOR, VRH_COLOR, VRH_LIGHT
+from vrh.runs import RESULTS
 
 KNOWN = {"detect", "evaluate", "sweep", "transfer", "stability", "compare", "demo"}
 
@@ -39,6 +41,7 @@ def demo_section(runs: list[Run]) -> Section | None:
         s.add(Text(f"{run.name}: {k} of {total} heads masked; top-{k} heads (layer, head): "
                    + " ".join(f"({l},{h})" for l, h in r.get("top_k_heads") or [])))
         s.add(Table(["condition", "accuracy (%)", "note"], rows))
+        s.add(*random_control_blocks(run))
         fr = sp.get("fraction_above") or {}
         if fr:
             s.add(Table(["sparsity: score above", "heads (%)"], [[str(t), pct(v)] for t, v in fr.items()]))
@@ -63,6 +66,8 @@ def transfer_section(runs: list[Run]) -> Section | None:
         groups = [f"{_pair(r.res)}\n(k={r.res.get('k', '?')})" for r in scalar]
         s.add(Fig("transfer-bars", plots.transfer_bars(groups, [r.res for r in scalar], title="Cross-model masking"),
                   "Accuracy of model B: unmasked, k random heads, its own top-k VRHs, and A's top-k VRHs."))
+        for run in scalar:
+            s.add(*random_control_blocks(run))
     for run in (r for r in trs if isinstance(r.res.get("own_heads_accuracy"), list)):
         r = run.res  # per-k variant: lists aligned with r["k"]
         ks = r.get("k") if isinstance(r.get("k"), list) else list(range(len(r["own_heads_accuracy"])))
@@ -71,6 +76,7 @@ def transfer_section(runs: list[Run]) -> Section | None:
         s.add(Fig(f"{slug(run.name)}-transfer", plots.curve_family(
             ks, {n: c for n, c in curves.items() if c}, baseline=r.get("baseline_accuracy"),
             title=f"{run.name}: {_pair(r)}"), "Accuracy of model B vs k."))
+        s.add(*random_control_blocks(run))
     rows = []
     for run in trs:
         r = run.res
@@ -117,7 +123,8 @@ def stability_section(runs: list[Run]) -> Section | None:
         if r.get("token_choice_skipped"):
             sub.add(Text(f"Token-choice comparison skipped: {r['token_choice_skipped']}", muted=True))
         if len(sub.blocks) == 0:
-            sub.add(Text(f"No stability series in results.json (keys: {', '.join(sorted(r))}).", muted=True))
+            sub.add(Text(f"No stability series in {RESULTS} (keys: {', '.join(sorted(r))}).", muted=True))
+        sub.add(*random_control_blocks(run))
         s.add(sub)
     return s
 
@@ -144,6 +151,7 @@ def compare_section(runs: list[Run]) -> Section | None:
             sub.add(Fig(f"{slug(run.name)}-compare", plots.curve_family(
                 ks, curves, baseline=r.get("baseline_accuracy"), title=run.title()),
                 "Accuracy vs k per method."))
+        sub.add(*random_control_blocks(run))
         rstd = (r.get("random") or {}).get("std") or []
         rows = [[n] + [pct(at(a, i)) for i in range(len(ks))] for n, a in methods.items()]
         if rnd is not None:
@@ -164,15 +172,17 @@ def other_section(runs: list[Run]) -> Section | None:
     for run in others:
         sub = Section(f"{run.name} ({run.command})", level=3)
         if run.results is None:
-            sub.add(Text("No results.json.", muted=True))
+            why = "." if run.finished else f" yet: the run did not finish ({run.progress()})."
+            sub.add(Text(f"No {RESULTS}{why}", muted=run.finished, warn=not run.finished))
         elif not isinstance(run.results, dict):
-            sub.add(Text(f"results.json holds a {type(run.results).__name__}, not an object.", muted=True))
+            sub.add(Text(f"{RESULTS} holds a {type(run.results).__name__}, not an object.", muted=True))
         else:
-            sub.add(Text(f"vrh report has no renderer for '{run.command}' runs yet. results.json keys: "
+            sub.add(Text(f"vrh report has no renderer for '{run.command}' runs yet. {RESULTS} keys: "
                          + ", ".join(sorted(map(str, run.results))) + "."))
             flat = [[str(k), num(v, ".4g") if is_num(v) else short(v)] for k, v in run.results.items()
                     if is_num(v) or isinstance(v, str)]
             if flat:
                 sub.add(Table(["key", "value"], flat[:20]))
+            sub.add(*random_control_blocks(run))
         s.add(sub)
     return s

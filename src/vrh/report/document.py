@@ -20,6 +20,7 @@ from pathlib import Path
 class Text:
     text: str
     muted: bool = False
+    warn: bool = False  # something the reader must not miss (an unfinished run, a control that is not random)
 
 
 @dataclass
@@ -82,6 +83,7 @@ figure{margin:.8em 0 1.6em}
 figure img{max-width:100%;border:1px solid #eee}
 figcaption{font-size:.85em;color:#555;margin-top:.3em}
 .muted{color:#777;font-size:.9em}
+.warn{background:#fff4e5;border-left:4px solid #d62728;padding:.4em .8em;font-weight:600}
 nav ul{columns:2;font-size:.9em}
 code{background:#f5f5f5;padding:0 .2em}
 """
@@ -89,6 +91,8 @@ code{background:#f5f5f5;padding:0 .2em}
 
 def _html_block(b) -> str:
     if isinstance(b, Text):
+        if b.warn:
+            return f'<p class="warn">Warning: {html.escape(b.text)}</p>'
         cls = ' class="muted"' if b.muted else ""
         return f"<p{cls}>{html.escape(b.text)}</p>"
     if isinstance(b, Table):
@@ -130,7 +134,7 @@ def _md_cell(text) -> str:
 
 def _md_block(b, fig_dir: Path, rel: str, out: list[str]) -> None:
     if isinstance(b, Text):
-        out.append(f"*{b.text}*" if b.muted else b.text)
+        out.append(f"> **Warning:** {b.text}" if b.warn else f"*{b.text}*" if b.muted else b.text)
     elif isinstance(b, Table):
         if b.caption:
             out.append(f"**{_md_cell(b.caption)}**\n")

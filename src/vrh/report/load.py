@@ -1,15 +1,21 @@
-"""Read run folders for the report, forgivingly.
+"""Read run folders for the report, forgivingly, and only through :mod:`vrh.runs`.
 
-A report is often built while runs are still going or after one crashed, and from runs written by commands
-the report predates. So loading never raises on a run's *content*: a missing or unreadable
-``results.json`` / ``head_scores.json`` becomes ``None`` plus a note in ``Run.problems`` that the report
-shows. Only a path that is not a run folder at all (no ``config.json``) is an error, because that is a typo.
+A report is often built while runs are still going or after one crashed, and from runs written by older
+commands. So loading never raises on a run's *content*: an unreadable results or head-score file becomes
+``None`` plus a note in ``Run.problems`` that the report shows. Only a path that is not a run folder at all
+(no config) is an error, because that is a typo.
+
+Every artefact is read with the typed readers of :mod:`vrh.runs` (the run-folder contract); this package
+never names an artefact file itself (a test enforces it). Whether a run finished follows the contract too:
+the results file is written last, so a folder without it did not finish (:attr:`Run.finished`).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import zipfile
+from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -17,15 +23,26 @@ from typing import Any
 
 from vrh import runs
 
+# sample-record kinds written by sweeps before conditions were typed ("vrh": a sweep's top-k, "method": a
+# comparison's top-k of a named method), as the kinds of vrh.conditions.KINDS
+_OLD_KINDS = {"vrh": "top_k", "method": "top_k"}
+
+
+def sample_kind(record: dict[str, Any]) -> str | None:
+    """The condition kind of a sample record (none / top_k / random / list), old sweep kinds mapped."""
+    kind = record.get("kind")
+    return _OLD_KINDS.get(kind, kind) if isinstance(kind, str) else None
+
 
 @dataclass
 class Run:
     path: Path
     name: str  # display label, unique within one report
     config: dict[str, Any]
-    results: dict[str, Any] | None = None
-    head_scores: dict[str, Any] | None = None
+    results: Any = None  # results.json as written (normally a dict), None when absent or unreadable
+    head_scores: dict[str, Any] | None = None  # runs.HeadScores.to_json(), for rendering
     problems: list[str] = field(default_factory=list)
+    finished: bool = True
 
     @property
     def command(self) -> str:
@@ -33,12 +50,20 @@ class Run:
 
     @cached_property
     def samples(self) -> list[dict[str, Any]]:
-        p = self.path / runs.SAMPLES
         try:
-            return runs.read_jsonl(p) if p.exists() else []
+            return runs.read_samples(self.path)
         except (OSError, ValueError) as e:
             self.problems.append(f"{runs.SAMPLES}: {e}")
             return []
+
+    @cached_property
+    def overlays(self) -> dict[str, tuple[Any, Any]]:
+        """``{sample id: ((L, H, V) attention, (V, 4) rects)}``; empty when none (or unreadable: see problems)."""
+        try:
+            return runs.read_overlays(self.path)
+        except (OSError, ValueError, KeyError, zipfile.BadZipFile) as e:  # torn or foreign .npz
+            self.problems.append(f"{runs.OVERLAYS} unreadable: {e}")
+            return {}
 
     @property
     def model(self) -> str:
@@ -61,6 +86,44 @@ class Run:
         """results.json, or an empty dict when there is none (so renderers can ``.get`` freely)."""
         return self.results if isinstance(self.results, dict) else {}
 
+    @property
+    def schema_version(self) -> int:
+        """Schema of the results (runs without the key predate versioning: 1)."""
+        v = self.res.get("schema_version", 1)
+        return v if isinstance(v, int) and not isinstance(v, bool) else 1
+
+    @property
+    def newer_schema(self) -> bool:
+        """Written by a newer vrh than this one: some keys may have moved or changed meaning."""
+        return self.schema_version > runs.SCHEMA_VERSION
+
+    @property
+    def random_control(self) -> dict[str, Any] | None:
+        """The ``random_control`` block (:func:`vrh.kcurves.random_control_report`), normalised to
+        ``{"per_k": [...], "warnings": [...]}``; None when the run drew no random heads or predates it."""
+        rc = self.res.get("random_control")
+        if isinstance(rc, list):  # a bare per-k list
+            rc = {"per_k": rc, "warnings": [w for e in rc if isinstance(e, dict) for w in e.get("warnings") or []]}
+        if not isinstance(rc, dict):
+            return None
+        per_k = [e for e in rc.get("per_k") or [] if isinstance(e, dict)]
+        warnings = [str(w) for w in rc.get("warnings") or []]
+        return {"per_k": per_k, "warnings": warnings}
+
+    def progress(self) -> str:
+        """What an unfinished run has written so far: sample records, by condition kind."""
+        recs = self.samples
+        if not recs:
+            return "no sample records yet"
+        kinds = Counter(sample_kind(r) for r in recs if sample_kind(r))
+        conds = {r.get("condition") for r in recs if r.get("condition")}
+        out = f"{len(recs)} sample records so far"
+        if conds:
+            out += f" over {len(conds)} conditions"
+        if kinds:
+            out += " (" + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())) + ")"
+        return out
+
 
 def describe_model(model: Any) -> str:
     """Short model label: the checkpoint folder's name (+ model type), whatever form config.json holds."""
@@ -73,30 +136,47 @@ def describe_model(model: Any) -> str:
     return Path(str(model)).name or str(model)
 
 
-def _read(path: Path, problems: list[str]) -> Any:
-    if not path.exists():
-        return None
-    try:
-        return runs.read_json(path)
-    except (OSError, ValueError) as e:
-        problems.append(f"{path.name} unreadable: {e}")
-        return None
+def _finished(run: Run) -> bool:
+    """The contract: the results file is written last. Detection runs written before detection recorded
+    results (their config has no ``detect_ids``) finished when their head scores exist."""
+    if runs.is_finished(run.path):
+        return True
+    return run.command == "detect" and run.head_scores is not None and "detect_ids" not in run.config
 
 
 def load_run(path: str | Path, name: str | None = None) -> Run:
     path = Path(path)
-    if not (path / runs.CONFIG).is_file():
-        raise FileNotFoundError(f"{path} is not a vrh run folder (no {runs.CONFIG})")
     problems: list[str] = []
-    config = _read(path / runs.CONFIG, problems)
+    try:
+        config = runs.read_config(path)
+    except FileNotFoundError:
+        raise  # not a run folder at all: a typo
+    except (ValueError, OSError) as e:
+        problems.append(f"{runs.CONFIG} unreadable: {e}")
+        config = {}
     if not isinstance(config, dict):
         problems.append(f"{runs.CONFIG} is not a JSON object")
         config = {}
     run = Run(path=path, name=name or path.name, config=config, problems=problems)
-    run.results = _read(path / runs.RESULTS, problems)
-    run.head_scores = _read(path / runs.HEAD_SCORES, problems)
-    if run.results is None and run.head_scores is None:
-        problems.append("no results yet (unfinished or crashed run?)")
+    try:
+        run.results = runs.read_results(path)
+    except (OSError, ValueError) as e:
+        problems.append(f"{runs.RESULTS} unreadable: {e}")
+    try:
+        run.head_scores = runs.read_head_scores(path).to_json()
+    except FileNotFoundError:
+        pass  # not a detection run, or detection did not finish
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:  # not the schema
+        problems.append(f"{runs.HEAD_SCORES} unreadable: {e}")
+    if run.command == "detect":
+        _ = run.samples, run.overlays  # read now, so that a read problem is in the summary, which comes first
+    run.finished = _finished(run)
+    if not run.finished:
+        problems.insert(0, f"INCOMPLETE: no results yet (no {runs.RESULTS}: still running, interrupted or "
+                           f"crashed); {run.progress()}")
+    if run.newer_schema:
+        problems.append(f"{runs.RESULTS} has schema_version {run.schema_version}, newer than this vrh reads "
+                        f"({runs.SCHEMA_VERSION}): some values may be missing or misread; upgrade vrh")
     return run
 
 

@@ -14,7 +14,8 @@ import numpy as np
 
 from vrh.report import plots
 from vrh.report.document import Fig, Section, Table, Text, slug
-from vrh.report.load import Run, at, is_num, num, pct, pm
+from vrh.report.load import Run, at, is_num, num, pct, pm, sample_kind
+from vrh.report.notes import random_control_blocks
 from vrh.sparsity import DEFAULT_THRESHOLDS, sparsity_summary
 
 MAX_OVERLAYS = 4  # samples drawn per detection run; more adds bytes, not insight
@@ -34,14 +35,23 @@ def _outcome_accuracy(records: list[dict]) -> float | None:
 
 
 def _mask_label(run: Run) -> str:
-    """What an evaluate run masked, in words: 'no masking', 'top-20 VRHs', 'random k=20 (seed 1)'."""
+    """What an evaluate run masked, in words: 'no masking', 'top-20 VRHs', 'random k=20 (seed 1)'.
+
+    From the run's ``condition`` (its kind; old sweep kinds accepted) or, for older runs, its heads info."""
     info = run.config.get("heads") or run.res.get("heads") or {}
-    k = run.res.get("k", len(run.config.get("masked_heads") or []))
-    if info.get("source") == "none" or k == 0:
+    cond = run.res.get("condition") or next(iter(run.config.get("conditions") or []), None)
+    cond = cond if isinstance(cond, dict) else {}
+    k = run.res.get("k", cond.get("k", len(run.config.get("masked_heads") or [])))
+    kind = sample_kind(cond)
+    if kind is None:  # before conditions were recorded
+        source = info.get("source")
+        kind = ("none" if source == "none" else "random" if info.get("random") or source == "random"
+                else "list" if source == "list" else "top_k")
+    if kind == "none" or k == 0:
         return "no masking"
-    if info.get("random") or info.get("source") == "random":
-        return f"random k={k} (seed {info.get('seed', '?')})"
-    if info.get("source") == "list":
+    if kind == "random":
+        return f"random k={k} (seed {cond.get('seed', info.get('seed', '?'))})"
+    if kind == "list":
         return f"{k} listed heads"
     return f"top-{k} VRHs"
 
@@ -55,9 +65,11 @@ def summary_row(run: Run) -> list[str]:
     note = ""
     if cmd == "detect":
         hs = run.head_scores or {}
-        n = hs.get("n_scored", len(run.samples))
+        n = hs.get("n_scored", r.get("n_scored", len(run.samples)))
         acc = _outcome_accuracy(run.samples)
-        note = f"scorer {hs.get('scorer', '?')}; accuracy of unmasked answers on the detection split"
+        note = f"scorer {hs.get('scorer', r.get('scorer', '?'))}; accuracy of unmasked answers on the detection split"
+        if is_num(r.get("n_skipped")) and r["n_skipped"]:
+            note += f"; {r['n_skipped']} samples skipped"
     elif cmd == "evaluate":
         note = _mask_label(run)
     elif cmd == "sweep":
@@ -67,16 +79,23 @@ def summary_row(run: Run) -> list[str]:
     elif cmd == "stability":
         n = max(r["n_values"]) if r.get("n_values") else n
         note = "n = largest scoring-set size"
+    rc = run.random_control
+    if rc and rc["warnings"]:
+        note = ((note + "; " if note else "")
+                + f"{len(rc['warnings'])} random-control warning(s), shown with its figures")
     if run.problems:
         note = (note + "; " if note else "") + "; ".join(run.problems)
-    return [run.name, cmd, run.model, run.data, num(n, "d") if is_num(n) else "–", pct(acc), note]
+    return [run.name, cmd, "finished" if run.finished else "INCOMPLETE", run.model, run.data,
+            num(n, "d") if is_num(n) else "–", pct(acc), note]
 
 
 def summary_section(runs: list[Run]) -> Section:
     s = Section("Summary")
-    s.add(Table(["run", "command", "model", "data", "n", "accuracy (%)", "notes"],
+    s.add(Table(["run", "command", "status", "model", "data", "n", "accuracy (%)", "notes"],
                 [summary_row(r) for r in runs],
-                "Accuracy = IoU >= 0.5 for grounding, exact match for VQA; unmasked unless the notes say so."))
+                "Accuracy = IoU >= 0.5 for grounding, exact match for VQA; unmasked unless the notes say so."
+                + ("" if all(r.finished for r in runs)
+                   else " INCOMPLETE runs did not finish: their numbers are missing or partial.")))
     prov = []
     for r in runs:
         env = r.config.get("environment") or {}
@@ -133,6 +152,8 @@ def scores_section(runs: list[Run], k: int | None) -> Section | None:
                            f"top-{kk} overlap with primary (%)"], vrows, "Scorer variants of this run"))
         if hs.get("skipped"):
             sub.add(Text(f"{len(hs['skipped'])} samples skipped (e.g. {hs['skipped'][0]}).", muted=True))
+        for w in hs.get("warnings") or []:
+            sub.add(Text(f"{run.name}: detection: {w}", warn=True))
         s.add(sub)
     return s
 
@@ -156,17 +177,20 @@ def kcurve_section(runs: list[Run]) -> Section | None:
                     plots.k_curve(ks, [at(v.get("accuracy"), i) for i in range(len(ks))], per_seed,
                                   baseline=r.get("baseline_accuracy"), title=title),
                     "Accuracy vs number of masked heads k."))
+        sub.add(*random_control_blocks(run))
         base = r.get("baseline_accuracy")
+        distinct = rnd.get("n_distinct_sets")  # fold_curves: distinct random head sets per k
         rows = []
         for i, kv in enumerate(ks):
             va = at(v.get("accuracy"), i)
             rows.append([str(kv), pct(va), (f"{100 * (va - base):+.1f}" if is_num(va) and is_num(base) else "–"),
                          pm(at(rnd.get("mean"), i), at(rnd.get("std"), i)),
-                         pct(at(v.get("parse_failure_rate"), i)), pct(at(rnd.get("parse_failure_rate_mean"), i))])
+                         pct(at(v.get("parse_failure_rate"), i)), pct(at(rnd.get("parse_failure_rate_mean"), i))]
+                        + ([num(at(distinct, i), "d")] if isinstance(distinct, list) else []))
         n = (run.config.get("data") or {}).get("n", "?") if isinstance(run.config.get("data"), dict) else "?"
         sub.add(Table(["k", "VRH acc (%)", "Δ vs unmasked", "random acc (%) mean ± std", "VRH parse fail (%)",
-                       "random parse fail (%)"], rows,
-                      f"{run.name}: n = {n} samples, {len(rnd.get('seeds') or [])} random seeds"))
+                       "random parse fail (%)"] + (["distinct random sets"] if isinstance(distinct, list) else []),
+                      rows, f"{run.name}: n = {n} samples, {len(rnd.get('seeds') or [])} random seeds"))
         s.add(sub)
     return s
 
@@ -217,20 +241,12 @@ def overlay_section(runs: list[Run], k: int | None) -> Section | None:
     s = Section("Attention overlays")
     s.add(Text("Mean attention from the output tokens onto the image (Fig. A1): all heads, the top-k VRHs, "
                "and all other heads. Green: ground-truth box; cyan dashed: the model's predicted box."))
-    for run in (r for r in runs if r.command == "detect" and (r.path / "overlays.npz").is_file()):
-        try:
-            with np.load(run.path / "overlays.npz") as z:
-                arrays = {key: z[key] for key in z.files}
-        except (OSError, ValueError) as e:
-            s.add(Text(f"{run.name}: overlays.npz unreadable ({e}).", muted=True))
-            continue
+    for run in (r for r in runs if r.command == "detect" and r.overlays):
         records = {str(rec.get("id")): rec for rec in run.samples}
         ranking = (run.head_scores or {}).get("ranking") or []
-        ids = [key for key in arrays if not key.endswith("/rects")][:MAX_OVERLAYS]
-        for sid in ids:
-            att, rects = arrays[sid], arrays.get(sid + "/rects")
+        for sid, (att, rects) in list(run.overlays.items())[:MAX_OVERLAYS]:
             rec = records.get(sid, {})
-            if rects is None or att.ndim != 3:
+            if att.ndim != 3:
                 s.add(Text(f"{run.name}/{sid}: no visual-token cells stored; skipped.", muted=True))
                 continue
             kk = default_k(att.shape[0] * att.shape[1], k)

@@ -1,0 +1,212 @@
+"""``vrh demo``: the whole method on the shipped model organism, offline, on a laptop CPU.
+
+Writes the synthetic world's grounding set (detection + held-out) and a VQA set under ``--out``/data,
+detects heads on the detection samples (``detect/``), sweeps k for the top-k detected heads vs k random
+heads outside them on the held-out grounding samples (``sweep_grounding/``), evaluates the VQA set under
+the same masks (``sweep_vqa/``, cross-task), measures sparsity, and builds the report (``report/``).
+Every sub-run is an ordinary run folder (what ``vrh detect`` / ``vrh sweep`` write); the top-level
+``results.json`` carries the headline figures, every one measured in this run.
+
+Rerunning ``vrh demo --out runs/demo`` replaces the previous *demo* run in that folder (the README's
+one-liner must work twice); any other non-empty folder is refused unless ``--overwrite``. ``--resume``
+keeps what an interrupted demo finished: a finished detection is reused and a sweep continues where it
+stopped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from vrh.options import (GenerationOptions, MaskOptions, ModelOptions, RunOptions, ints, option,
+                         optional_int)
+
+NAME = "demo"
+HELP = "the whole method on the shipped model organism, offline (the README's main command)"
+
+DEMO_WORLD_SEED = 20_000  # disjoint from the organism's training streams and its held-out seed
+SUBRUNS = ("detect", "sweep_grounding", "sweep_vqa")
+
+
+def _redefault(group: type, name: str, default: Any) -> Any:
+    """``group``'s option ``name`` with another default: help, flag and parser stay declared once, there."""
+    f = next(f for f in dataclasses.fields(group) if f.name == name)
+    meta = {k: v for k, v in f.metadata["vrh_option"].items()}
+    return option(default, **meta)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Config(ModelOptions, MaskOptions, GenerationOptions, RunOptions):
+    out: str = option("runs/demo", help="run folder to write; a previous demo run in it is replaced (other "
+                                        "non-empty folders need --overwrite; --resume continues an interrupted demo)")
+    batch_size: int = _redefault(GenerationOptions, "batch_size", 64)
+    max_new_tokens: int = _redefault(GenerationOptions, "max_new_tokens", 24)
+    n_detect: int = option(200, help="grounding samples heads are detected on")
+    n_eval: int = option(200, help="held-out grounding samples the k-sweep is evaluated on")
+    n_vqa: int = option(200, help="VQA samples evaluated under the same masks")
+    k: int | None = option(None, parse=optional_int,
+                           help="headline k: how many top heads to mask (none: 10% of all heads)")
+    ks: tuple[int, ...] | None = option(None, parse=ints, metavar="K,K",
+                                        help="k values of the grounding sweep (none: 0, 1, k/2, k, 2k); 0 and k are "
+                                             "always included")
+    seeds: tuple[int, ...] = option((0, 1, 2), parse=ints, metavar="S,S",
+                                    help="random-head seeds: one random control per (k, seed)")
+    world_seed: int = option(DEMO_WORLD_SEED, cli=False, help="seed of the synthetic world's samples (VQA: +1)")
+    sparsity_thresholds: tuple[float, ...] = option((0.05, 0.1), cli=False,
+                                                    help="score thresholds of the sparsity figure")
+
+
+def default_ks(k: int, num_heads_total: int) -> tuple[int, ...]:
+    """0, 1, k/2, k and 2k, less any k that leaves no room for k random heads outside the top-k."""
+    return tuple(sorted(kk for kk in {0, 1, max(1, k // 2), k, 2 * k} if 2 * kk <= num_heads_total))
+
+
+def is_demo_run(path: str | Path) -> bool:
+    """Whether ``path`` holds a (finished or interrupted) ``vrh demo`` run, which a plain rerun replaces."""
+    import json
+
+    from vrh import runs
+
+    cfg = Path(path) / runs.CONFIG
+    if not cfg.is_file():
+        return False
+    try:
+        return runs.read_json(cfg).get("command") == NAME
+    except (json.JSONDecodeError, AttributeError):
+        return False
+
+
+def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
+    import time
+
+    from vrh import runs
+    from vrh.commands._common import load
+    from vrh.conditions import check_k
+    from vrh.console import console
+    from vrh.detection import run_detection
+    from vrh.evaluation import select_eval_samples
+    from vrh.kcurves import run_sweep
+    from vrh.options import DetectOptions, config_record
+    from vrh.organism.world import write_split
+    from vrh.sparsity import sparsity_summary
+    from vrh.tasks import get_task
+
+    t0 = time.time()
+    out = Path(cfg.out)
+    for name in ("n_detect", "n_eval", "n_vqa"):
+        if getattr(cfg, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(cfg, name)}")
+    lm = load(cfg, lm)
+    total = lm.num_layers * lm.num_heads
+    k = cfg.k if cfg.k is not None else max(1, round(0.1 * total))
+    if k < 1:
+        raise ValueError(f"--k must be >= 1 (the headline masks heads), got {k}")
+    ks = tuple(sorted(set(cfg.ks or default_ks(k, total)) | {0, k}))
+    for kk, opt in [(k, "--k"), *((kk, "--ks") for kk in ks)]:  # refused before --out is touched
+        check_k(kk, lm.num_layers, lm.num_heads, opt)
+        if 2 * kk > total:
+            raise ValueError(f"{opt} {kk}: no room for {kk} random heads outside the top {kk} of {total} heads")
+    replace = not cfg.resume and not cfg.overwrite and is_demo_run(out)
+    run = runs.RunFolder(out, overwrite=cfg.overwrite or replace, resume=cfg.resume)
+    if replace:
+        console.print(f"demo: replaced the previous demo run in {out}")
+    console.print(f"[bold]vrh demo[/bold]: model {cfg.model}, k = {k} of {total} heads, writing {out}")
+    with run:
+        run.write_config({"command": NAME, "config": config_record(cfg), "model": lm.describe(), "k": k,
+                          "ks": list(ks), "subruns": list(SUBRUNS)})
+        grounding = write_split(out / "data", cfg.n_detect + cfg.n_eval, cfg.world_seed, "grounding")
+        vqa = write_split(out / "data", cfg.n_vqa, cfg.world_seed + 1, "vqa")
+        gen = dict(batch_size=cfg.batch_size, max_new_tokens=cfg.max_new_tokens)
+
+        det_dir = out / "detect"
+        scorers = DetectOptions.scorers if cfg.scorer is None else tuple(dict.fromkeys((cfg.scorer,
+                                                                                        *DetectOptions.scorers)))
+        hs = run_detection(lm, grounding, det_dir, DetectOptions(n=cfg.n_detect, n_eval=cfg.n_eval, seed=0,
+                                                                 scorers=scorers),
+                           resume=cfg.resume, **gen)
+        method = hs.scorer  # --scorer, when given, was detected first: the primary
+        scores = hs.scores(method)  # (L, H)
+
+        sweeps = {}
+        for sub, data, task_name, sweep_ks in (("sweep_grounding", grounding, "grounding", ks),
+                                               ("sweep_vqa", vqa, "vqa", (0, k))):
+            task = get_task(task_name)
+            samples, data_info = select_eval_samples(data, task_name, None, [det_dir])
+            sweep_cfg = {"model": cfg.model, "device": cfg.device, "dtype": cfg.dtype, "data": str(data),
+                         "heads": str(det_dir), "task": task_name, "ks": list(sweep_ks), "seeds": list(cfg.seeds),
+                         "scorer": method, "mask_mode": cfg.mask_mode, "exclude_layers": list(cfg.exclude_layers),
+                         "disjoint": True, "out": str(out / sub), **gen}
+            sweeps[task_name] = run_sweep(
+                lm, task, samples, scores, out / sub, ks=sweep_ks, seeds=cfg.seeds, method=method,
+                source=str(det_dir), exclude_layers=cfg.exclude_layers, mask_mode=cfg.mask_mode, resume=cfg.resume,
+                description=f"sweep {task_name}", **gen,
+                config={"command": "sweep", "config": sweep_cfg, "model": lm.describe(), "data": data_info,
+                        "task": task.config(), "scorer": method, "part_of": str(out)})
+        result = headline(sweeps["grounding"], sweeps["vqa"], k, cfg.seeds, hs.ranking(method)[:k],
+                          sparsity_summary(scores, cfg.sparsity_thresholds), n_detect=cfg.n_detect)
+        result["mask_mode"] = cfg.mask_mode
+        result["elapsed_seconds"] = time.time() - t0
+        run.write_results(result)  # before the report, which reads it
+        result["report"] = str(_report(out, k) / "report.html")
+        run.write_results(result)
+    _print_summary(result)
+    return result
+
+
+def headline(g: dict[str, Any], v: dict[str, Any], k: int, seeds, top_heads, sparsity: dict[str, Any], *,
+             n_detect: int) -> dict[str, Any]:
+    """The top-level ``results.json`` of a demo from its two sweeps' results (same keys since v0.1)."""
+    i, vi = g["k"].index(k), v["k"].index(k)
+    return {
+        "baseline_accuracy": g["baseline_accuracy"],
+        "k": k,
+        "num_heads_total": g["num_heads_total"],
+        "vrh_masked_accuracy": g["vrh"]["accuracy"][i],
+        "random_masked_accuracy_mean": g["random"]["mean"][i],
+        "random_masked_accuracy_std": g["random"]["std"][i],
+        "random_seeds": list(seeds),
+        "vrh_parse_failure_rate": g["vrh"]["parse_failure_rate"][i],
+        "random_parse_failure_rate_mean": g["random"]["parse_failure_rate_mean"][i],
+        "top_k_heads": [list(h) for h in top_heads],
+        "sparsity": sparsity,
+        "vqa": {"baseline_accuracy": v["baseline_accuracy"], "vrh_masked_accuracy": v["vrh"]["accuracy"][vi],
+                "random_masked_accuracy_mean": v["random"]["mean"][vi]},
+        "k_curve": {"k": g["k"], "vrh": g["vrh"]["accuracy"], "random_mean": g["random"]["mean"]},
+        "n_detect": n_detect,
+        "n_eval": g["conditions"][0]["n"],
+        "random_control": {"grounding": g["random_control"], "vqa": v["random_control"]},
+        "subruns": list(SUBRUNS),
+    }
+
+
+def _report(out: Path, k: int) -> Path:
+    from vrh.report.build import build_report
+
+    build_report([out, *(out / s for s in SUBRUNS)], out / "report", k=k)
+    return out / "report"
+
+
+def _print_summary(r: dict[str, Any]) -> None:
+    from vrh.console import console, print_table
+
+    pct = lambda x: f"{100 * x:.1f}%" if x is not None else "-"  # noqa: E731
+    rows = [
+        ["grounding, unmasked", pct(r["baseline_accuracy"]), ""],
+        [f"grounding, top-{r['k']} VRHs masked", pct(r["vrh_masked_accuracy"]),
+         f"parse failures {pct(r['vrh_parse_failure_rate'])}"],
+        [f"grounding, {r['k']} random heads masked", pct(r["random_masked_accuracy_mean"]),
+         f"mean of seeds {r['random_seeds']}"],
+        ["VQA, unmasked", pct(r["vqa"]["baseline_accuracy"]), ""],
+        [f"VQA, top-{r['k']} VRHs masked", pct(r["vqa"]["vrh_masked_accuracy"]), ""],
+        [f"VQA, {r['k']} random heads masked", pct(r["vqa"]["random_masked_accuracy_mean"]), ""],
+    ]
+    s = r["sparsity"]
+    print_table(f"vrh demo: {r['k']} of {r['num_heads_total']} heads masked ({r['elapsed_seconds']:.0f} s)",
+                ["condition", "accuracy", "note"], rows)
+    console.print("sparsity: " + ", ".join(f"{100 * f:.0f}% of heads score above {t}"
+                                           for t, f in s["fraction_above"].items())
+                  + f" (max {s['max']:.3f}, median {s['median']:.3f})")
+    if r.get("report"):
+        console.print(f"report: {r['report']}")

@@ -1,0 +1,82 @@
+"""``vrh evaluate``: answer with heads masked and measure accuracy (paper Sec. 4).
+
+One condition: no masking, the top ``--k`` heads of a detection run (or an explicit ``LAYER:HEAD`` list),
+or ``--random``: k random heads drawn outside that set (the paper's control).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from vrh.options import (DataOptions, EvalOptions, GenerationOptions, MaskOptions, ModelOptions, RunOptions,
+                         option)
+
+NAME = "evaluate"
+HELP = "answer with heads masked and measure accuracy (IoU >= 0.5)"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Config(ModelOptions, DataOptions, EvalOptions, MaskOptions, GenerationOptions, RunOptions):
+    mask_heads: str | None = option(None, metavar="RUN|L:H,...",
+                                    help="detection run folder (its top --k heads) or a head list LAYER:HEAD,...; "
+                                         "omit for no masking")
+    k: int = option(20, help="how many top heads of the detection run to mask (or random heads to draw)")
+    random: bool = option(False, help="mask --k random heads drawn outside the detected set instead")
+    seed: int = option(0, help="seed of the random heads")
+
+
+def resolve_condition(cfg: Config, num_layers: int, num_heads: int):
+    """The one masking condition of this evaluation, and where its heads came from."""
+    from vrh import conditions as cond
+    from vrh.conditions import head_source
+
+    src = head_source(cfg.mask_heads, cfg.scorer, num_layers, num_heads)
+    if src.kind == "none":
+        if cfg.random:
+            return cond.random_outside(num_layers, num_heads, cfg.k, cfg.seed, exclude_layers=cfg.exclude_layers,
+                                       mask_mode=cfg.mask_mode), {"source": "random", "seed": cfg.seed}
+        return cond.none(cfg.mask_mode), {"source": "none"}
+    if src.kind == "run":
+        detected = cond.top_k(src.scores, cfg.k, method=src.scorer, mask_mode=cfg.mask_mode, source=src.path)
+    else:
+        detected = cond.explicit(src.heads, mask_mode=cfg.mask_mode)
+    info = {"source": src.path or "list", "scorer": src.scorer}
+    if cfg.random:
+        c = cond.random_outside(num_layers, num_heads, len(detected.heads) if src.kind == "list" else cfg.k,
+                                cfg.seed, outside=detected.heads, exclude_layers=cfg.exclude_layers,
+                                method=src.scorer, mask_mode=cfg.mask_mode)
+        return c, {**info, "random": True, "seed": cfg.seed, "detected": [list(h) for h in detected.heads]}
+    return detected, info
+
+
+def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
+    import time
+
+    from vrh import runs
+    from vrh.commands._common import load
+    from vrh.console import console
+    from vrh.evaluation import select_eval_samples
+    from vrh.options import config_record
+    from vrh.runner import run_conditions
+    from vrh.tasks import get_task
+
+    t0 = time.time()
+    task = get_task(cfg.task, **({"tau": cfg.tau} if cfg.task == "grounding" else {}))
+    samples, data_info = select_eval_samples(cfg.data, cfg.task, cfg.n, [cfg.mask_heads] if cfg.mask_heads else [],
+                                             cfg.disjoint)
+    lm = load(cfg, lm)
+    condition, head_info = resolve_condition(cfg, lm.num_layers, lm.num_heads)
+    run = runs.RunFolder(cfg.out, resume=cfg.resume, overwrite=cfg.overwrite)
+    run.write_config({"command": NAME, "config": config_record(cfg), "model": lm.describe(), "data": data_info,
+                      "task": task.config(), "conditions": [condition.to_json()], "heads": head_info})
+    with run:
+        res = run_conditions(lm, task, samples, [condition], run, batch_size=cfg.batch_size,
+                             max_new_tokens=cfg.max_new_tokens, description=NAME)
+        result = {**res.summary(condition.label), "k": condition.k, "mask_mode": cfg.mask_mode,
+                  "masked_heads": [list(h) for h in condition.heads], "heads": head_info,
+                  "condition": condition.to_json(), "elapsed_seconds": time.time() - t0}
+        run.write_results(result)
+    console.print(f"evaluate: accuracy {result['accuracy']:.3f} on {result['n']} samples "
+                  f"({len(condition.heads)} heads masked) -> {cfg.out}")
+    return result

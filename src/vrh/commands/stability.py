@@ -1,0 +1,139 @@
+"""``vrh stability``: how many scoring samples detection needs, and which output tokens to score (Sec. 5.4).
+
+The sample-size curve (Fig. 8c) is computed from a detection run's per-sample maps alone (no model). With
+``--model``, the token-choice comparison (Fig. 8b: top-k of ``rand1/sum/mean`` vs ``out/sum/mean`` vs
+random heads) and, with ``--accuracy-draws``, the top-k of the first draws at each n are masked on the
+run's held-out samples -- all in one :func:`vrh.runner.run_conditions` call, so identical head sets are
+evaluated once and ``--resume`` continues an interrupted run. The math lives in :mod:`vrh.stability`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from vrh.options import (GenerationOptions, MaskOptions, ModelOptions, RunOptions, ints, option,
+                         optional_int)
+
+NAME = "stability"
+HELP = "top-k stability vs number of scoring samples, and which output tokens to score"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Config(ModelOptions, MaskOptions, GenerationOptions, RunOptions):
+    model: str | None = option(None, help="checkpoint folder, hub id, or 'organism'; needed only for the "
+                                          "token-choice comparison and --accuracy-draws (none: only the "
+                                          "sample-size curve)")
+    heads: str = option(help="detection run folder (its sample_scores.npz and held-out split)")
+    data: str | None = option(None, help="dataset whose held-out samples are masked (none: the detection run's)")
+    k: int = option(20, help="size of the top-k head set compared and masked")
+    n_values: tuple[int, ...] = option((1, 2, 5, 10, 20, 50, 100, 200), parse=ints, metavar="N,N",
+                                       help="scoring-set sizes of the curve")
+    bootstrap: int = option(10, help="draws (without replacement) per scoring-set size")
+    seed: int = option(0, help="seed of the first draw (draw b uses seed + b)")
+    seeds: tuple[int, ...] = option((0, 1, 2), parse=ints, metavar="S,S",
+                                    help="random-head seeds of the token-choice control")
+    accuracy_draws: int = option(0, help="per n, also mask the top-k of this many draws and report accuracy "
+                                         "(needs --model; at most --bootstrap)")
+    n_eval: int | None = option(None, parse=optional_int, help="evaluate at most this many held-out samples "
+                                                                "(none: all)")
+
+    def __post_init__(self):
+        if self.k < 1:
+            raise ValueError(f"--k must be >= 1, got {self.k}")
+        if self.bootstrap < 1:
+            raise ValueError(f"--bootstrap must be >= 1, got {self.bootstrap}")
+        if not self.n_values or any(n < 1 for n in self.n_values):
+            raise ValueError(f"--n-values must be integers >= 1, got {self.n_values}")
+        if not 0 <= self.accuracy_draws <= self.bootstrap:
+            raise ValueError(f"--accuracy-draws {self.accuracy_draws} must lie in [0, --bootstrap {self.bootstrap}]")
+        if self.accuracy_draws and self.model is None:
+            raise ValueError("--accuracy-draws masks heads and needs --model")
+
+
+def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
+    """Writes a stability run folder; returns results.json. ``lm`` is used only when ``cfg.model`` is set."""
+    import time
+
+    import torch
+
+    from vrh import runs
+    from vrh import stability as st
+    from vrh.commands._common import load
+    from vrh.conditions import none
+    from vrh.console import console
+    from vrh.evaluation import select_eval_samples
+    from vrh.heads import top_k
+    from vrh.kcurves import conditions_table, random_control_report
+    from vrh.options import config_record
+    from vrh.runner import run_conditions
+    from vrh.scorers import make_scorer
+    from vrh.tasks import get_task
+
+    t0 = time.time()
+    hs = runs.read_head_scores(cfg.heads)
+    scorer = make_scorer(cfg.scorer or hs.scorer)
+    per_sample = runs.read_sample_scores(cfg.heads, scorer.name)  # (N, L, H)
+    curve = st.overlap_curve(per_sample, scorer.omega, scorer.m, cfg.k, cfg.n_values, cfg.bootstrap, cfg.seed)
+    reference, drawn = curve.pop("reference"), curve.pop("heads")
+    result: dict[str, Any] = {
+        "scorer": scorer.name, "omega": scorer.omega, "k": cfg.k, "bootstrap": cfg.bootstrap,
+        "n_total": int(per_sample.shape[0]), **curve, "mask_mode": cfg.mask_mode,
+        "reference_heads": [list(h) for h in top_k(reference, cfg.k)],
+        "reference_matches_head_scores": bool(torch.allclose(reference, hs.scores(scorer.name), atol=1e-5))}
+
+    missing = [s for s in st.TOKEN_CHOICE_SCORERS if s not in hs.variants]
+    skip = None
+    if missing:
+        skip = (f"detection run has no {' / '.join(missing)} scorer (detect with --scorers "
+                f"{st.OUT_SCORER},{st.RAND1_SCORER})")
+    elif cfg.model is None:
+        skip = "no --model given"
+    task = get_task("grounding")
+    samples, data_info, conditions, control = [], None, [], None
+    if cfg.model is not None and (skip is None or cfg.accuracy_draws):
+        data = cfg.data or runs.read_detection_split(cfg.heads).data_path
+        samples, data_info = select_eval_samples(data, task.name, cfg.n_eval, [cfg.heads], disjoint=True)
+        lm = load(cfg, lm)
+        if tuple(per_sample.shape[1:]) != (lm.num_layers, lm.num_heads):
+            raise ValueError(f"--heads {cfg.heads} scored a model with {tuple(per_sample.shape[1:])} (layers, heads); "
+                             f"--model {cfg.model} has ({lm.num_layers}, {lm.num_heads})")
+        conditions = [none(cfg.mask_mode)]
+        if skip is None:
+            tc, control = st.token_choice_conditions(hs.scores(st.RAND1_SCORER), hs.scores(st.OUT_SCORER), cfg.k,
+                                                     cfg.seeds, exclude_layers=cfg.exclude_layers,
+                                                     mask_mode=cfg.mask_mode, source=cfg.heads)
+            conditions += tc
+        conditions += st.draw_conditions(drawn, curve["n_values"], cfg.k, cfg.accuracy_draws, method=scorer.name,
+                                         seed=cfg.seed, mask_mode=cfg.mask_mode, source=cfg.heads)
+    else:
+        lm = None
+
+    run = runs.RunFolder(cfg.out, resume=cfg.resume, overwrite=cfg.overwrite)
+    run.write_config({"command": NAME, "config": config_record(cfg), "scorer": scorer.name, "data": data_info,
+                      "model": lm.describe() if lm is not None else None, "task": task.config(),
+                      "conditions": [c.to_json() for c in conditions], "token_choice_skipped": skip})
+    with run:
+        if conditions:
+            res = run_conditions(lm, task, samples, conditions, run, batch_size=cfg.batch_size,
+                                 max_new_tokens=cfg.max_new_tokens, description=NAME)
+            result["n_eval"] = len(samples)
+            result["baseline_accuracy"] = res.summary("none")["accuracy"]
+            result["conditions"] = conditions_table(res)
+            if skip is None:
+                result["token_choice"] = st.fold_token_choice(res, cfg.k)
+                result["random_control"] = random_control_report([control])
+                for w in control.warnings:
+                    console.print(f"[yellow]warning:[/yellow] {w}")
+            if cfg.accuracy_draws:
+                result.update(st.fold_draw_accuracy(res, curve["n_values"], cfg.accuracy_draws))
+                result["accuracy_draws"] = cfg.accuracy_draws
+        if skip is not None:
+            result["token_choice"] = None
+            result["token_choice_skipped"] = skip
+        result["elapsed_seconds"] = time.time() - t0
+        run.write_results(result)
+    means = ", ".join(f"n={n}: {m:.2f}" for n, m in zip(result["n_values"], result["topk_overlap_mean"]))
+    console.print(f"stability: top-{cfg.k} overlap {means}"
+                  + (f"; token choice skipped ({skip})" if skip else "") + f" -> {cfg.out}")
+    return result

@@ -1,0 +1,60 @@
+"""``vrh sweep``: accuracy vs k, the top-k detected heads masked vs k random heads outside them (paper
+Fig. 4, Tab. A1), over several k and random seeds, with the failure decomposition of every condition.
+
+``samples.jsonl`` gets one line per (condition, sample), tagged ``none`` / ``top{k}`` / ``random{k}:s{seed}``;
+``results.json`` holds the k-curves (:func:`vrh.kcurves.run_sweep`). A k outside [0, L * H], or one that
+leaves fewer than k heads outside the top-k for the random control, is refused up front.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from vrh.options import (DataOptions, EvalOptions, GenerationOptions, MaskOptions, ModelOptions, RunOptions, ints,
+                         option)
+
+NAME = "sweep"
+HELP = "accuracy vs k: top-k detected heads vs k random heads over seeds"
+
+DEFAULT_KS = (0, 1, 3, 5, 10, 20, 50)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Config(ModelOptions, DataOptions, EvalOptions, MaskOptions, GenerationOptions, RunOptions):
+    heads: str = option(metavar="RUN", help="detection run folder whose ranking is swept (vrh detect --out)")
+    ks: tuple[int, ...] = option(DEFAULT_KS, parse=ints, metavar="K,K",
+                                 help="k values: mask the top-k detected heads, and k random heads outside them "
+                                      "(0 = unmasked)")
+    seeds: tuple[int, ...] = option((0, 1, 2), parse=ints, metavar="S,S",
+                                    help="random-head seeds: one random control per (k, seed)")
+
+
+def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
+    from vrh.commands._common import load
+    from vrh.conditions import head_source
+    from vrh.console import console
+    from vrh.evaluation import select_eval_samples
+    from vrh.kcurves import run_sweep
+    from vrh.options import config_record
+    from vrh.tasks import get_task
+
+    task = get_task(cfg.task, **({"tau": cfg.tau} if cfg.task == "grounding" else {}))
+    src = head_source(cfg.heads, cfg.scorer, option="--heads")  # before loading the model: fail fast
+    if src.kind != "run":
+        raise FileNotFoundError(f"--heads {cfg.heads}: a detection run folder is expected (vrh detect --out), "
+                                "not a head list")
+    samples, data_info = select_eval_samples(cfg.data, cfg.task, cfg.n, [cfg.heads], cfg.disjoint)
+    lm = load(cfg, lm)
+    if tuple(src.scores.shape) != (lm.num_layers, lm.num_heads):
+        raise ValueError(f"--heads {cfg.heads} scored a model with {tuple(src.scores.shape)} (layers, heads); this "
+                         f"model has ({lm.num_layers}, {lm.num_heads})")
+    result = run_sweep(lm, task, samples, src.scores, cfg.out, ks=cfg.ks, seeds=cfg.seeds, method=src.scorer,
+                       source=src.path, exclude_layers=cfg.exclude_layers, mask_mode=cfg.mask_mode,
+                       batch_size=cfg.batch_size, max_new_tokens=cfg.max_new_tokens, overwrite=cfg.overwrite,
+                       resume=cfg.resume, description=f"sweep {cfg.task}",
+                       config={"command": NAME, "config": config_record(cfg), "model": lm.describe(),
+                               "data": data_info, "task": task.config(), "scorer": src.scorer})
+    console.print(f"sweep ({cfg.task}): {len(result['conditions'])} conditions x {len(samples)} samples "
+                  f"-> {cfg.out}")
+    return result

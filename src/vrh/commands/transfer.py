@@ -1,0 +1,152 @@
+"""``vrh transfer``: cross-model masking (paper Sec. 5.3, Fig. 7): mask the top-k heads detected in model A
+at the same (layer, head) indices of model B and judge B's answers.
+
+Why each condition: B unmasked (``none``) is the ceiling; k random heads drawn outside A's top-k
+(``random:s{seed}``, mean over seeds) is the floor a non-specific ablation reaches; B's ``own`` top-k (when
+B's detection run is given with ``--heads-b``) is what a perfect transfer would reach. If A's heads
+(``transferred``) hurt B about as much as B's own, the heads live in the shared language backbone rather
+than in one VLM's vision stack. The score-map agreement (Spearman, Kendall tau-b, top-k and top-20
+overlap, :func:`vrh.compare.map_similarity`) says the same without running B.
+
+Transfer only makes sense between models with the same decoder grid: a different (layers, heads) shape is
+refused up front with both shapes in the message. Samples are held out from both detection runs.
+``results.json`` uses the keys the report reads (:mod:`vrh.report.characterize`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from vrh.options import (DataOptions, EvalOptions, GenerationOptions, MaskOptions, ModelOptions, RunOptions, ints,
+                         option)
+
+NAME = "transfer"
+HELP = "mask model A's top-k heads in model B (same layer x head grid) vs B's own and random"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Config(ModelOptions, DataOptions, EvalOptions, MaskOptions, GenerationOptions, RunOptions):
+    heads: str = option(metavar="RUN", help="model A's detection run folder: its top --k heads are masked in "
+                                            "--model (model B)")
+    heads_b: str | None = option(None, metavar="RUN", help="model B's own detection run folder (adds the "
+                                                           "own-heads condition and the score-map similarity)")
+    k: int = option(20, help="how many of A's (and B's) top heads to mask, and random heads to draw")
+    seeds: tuple[int, ...] = option((0, 1, 2), parse=ints, metavar="S,S",
+                                    help="random-head seeds: one random control each")
+
+    def __post_init__(self):
+        if self.k < 1:
+            raise ValueError(f"--k: transfer masks at least one head, got {self.k}")
+        if not self.seeds:
+            raise ValueError("--seeds: transfer needs at least one random seed")
+
+
+def check_same_grid(run_dir: str, shape: tuple[int, ...], num_layers: int, num_heads: int, model: str) -> None:
+    """Refuse a transfer between different decoder grids (clear message with both shapes)."""
+    if tuple(shape) != (num_layers, num_heads):
+        raise ValueError(f"cannot transfer heads: {run_dir} scored a model with {tuple(shape)} (layers, heads) but "
+                         f"model B ({model}) has ({num_layers}, {num_heads}); transfer needs the same layer x head "
+                         "grid (same language backbone)")
+
+
+def _run_source(spec: str, scorer: str | None, option: str):
+    from vrh.conditions import head_source
+
+    src = head_source(spec, scorer, option=option)
+    if src.kind != "run":
+        raise FileNotFoundError(f"{option} {spec}: a detection run folder is expected (vrh detect --out), not a "
+                                "head list")
+    return src
+
+
+def _model_name(run_dir: str) -> str | None:
+    from vrh import runs
+
+    cfg = runs.read_config(run_dir)
+    return (cfg.get("model") or {}).get("path") or (cfg.get("config") or {}).get("model")
+
+
+def fold(res: Any, k: int) -> dict[str, Any]:
+    """Accuracies and outcome fractions per condition (``res``: :class:`vrh.runner.ConditionResults`);
+    random ones as mean / std / list over seeds."""
+    import numpy as np
+
+    by = {c.label: s for c, s in res.by_condition()}
+    rnd = [s for c, s in res.by_condition() if c.kind == "random"]
+    acc = [s["accuracy"] for s in rnd]
+    get = lambda label: by[label]["accuracy"] if label in by else None  # noqa: E731
+    keys = sorted({key for s in rnd for key in s["fractions"]})
+    fractions = {name: by[label]["fractions"] for label, name in
+                 (("none", "baseline"), ("transferred", "transferred"), ("own", "own")) if label in by}
+    fractions["random_mean"] = {key: float(np.mean([s["fractions"].get(key, 0.0) for s in rnd])) for key in keys}
+    return {"k": k, "baseline_accuracy": get("none"), "own_heads_accuracy": get("own"),
+            "transferred_heads_accuracy": get("transferred"), "random_accuracy_mean": float(np.mean(acc)),
+            "random_accuracy_std": float(np.std(acc)), "random_accuracy": acc, "fractions": fractions}
+
+
+def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
+    """Writes a transfer run folder; returns results.json."""
+    import time
+
+    from vrh import conditions as cond
+    from vrh import runs
+    from vrh.commands._common import load
+    from vrh.compare import finite_or_none, map_similarity
+    from vrh.console import console
+    from vrh.evaluation import select_eval_samples
+    from vrh.kcurves import conditions_table, random_control_report
+    from vrh.options import config_record
+    from vrh.runner import run_conditions
+    from vrh.tasks import get_task
+
+    t0 = time.time()
+    task = get_task(cfg.task, **({"tau": cfg.tau} if cfg.task == "grounding" else {}))
+    src_a = _run_source(cfg.heads, cfg.scorer, "--heads")  # before loading the model: fail fast
+    src_b = _run_source(cfg.heads_b, cfg.scorer, "--heads-b") if cfg.heads_b else None
+    samples, data_info = select_eval_samples(cfg.data, cfg.task, cfg.n,
+                                             [p for p in (cfg.heads_b, cfg.heads) if p], cfg.disjoint)
+    lm = load(cfg, lm)
+    L, H = lm.num_layers, lm.num_heads
+    for src in (src_a, src_b):
+        if src is not None:
+            check_same_grid(src.path, src.scores.shape, L, H, lm.path)
+
+    transferred = cond.top_k(src_a.scores, cfg.k, method=src_a.scorer, mask_mode=cfg.mask_mode,
+                             label="transferred", source=src_a.path)
+    conds = [cond.none(cfg.mask_mode), transferred]
+    similarity = None
+    if src_b is not None:
+        conds.append(cond.top_k(src_b.scores, cfg.k, method=src_b.scorer, mask_mode=cfg.mask_mode, label="own",
+                                source=src_b.path))
+        similarity = {name: finite_or_none(v) if isinstance(v, float) else v
+                      for name, v in map_similarity(src_a.scores, src_b.scores, cfg.k).items()}
+    rc = cond.random_controls(L, H, cfg.k, cfg.seeds, outside=transferred.heads, exclude_layers=cfg.exclude_layers,
+                              method=src_a.scorer, mask_mode=cfg.mask_mode, label="random:s{seed}")
+    if not rc.conditions:
+        raise ValueError(f"--k: {rc.warnings[0]}; use a smaller k (or fewer --exclude-layers)")
+    conds += rc.conditions
+    control = random_control_report([rc])
+    for w in control["warnings"]:
+        console.print(f"[yellow]warning:[/yellow] {w}")
+
+    model_a = _model_name(cfg.heads)
+    run = runs.RunFolder(cfg.out, resume=cfg.resume, overwrite=cfg.overwrite)
+    run.write_config({"command": NAME, "config": config_record(cfg), "model": lm.describe(), "data": data_info,
+                      "task": task.config(), "model_a": model_a, "scorer": src_a.scorer,
+                      "conditions": [c.to_json() for c in conds]})
+    with run:
+        res = run_conditions(lm, task, samples, conds, run, batch_size=cfg.batch_size,
+                             max_new_tokens=cfg.max_new_tokens, description=NAME)
+        sim = similarity or {}
+        result = {"model_a": model_a, "model_b": lm.path, **fold(res, cfg.k), "spearman": sim.get("spearman"),
+                  "kendall": sim.get("kendall"), "topk_overlap": sim.get("topk_overlap"), "similarity": similarity,
+                  "transferred_heads": [list(h) for h in transferred.heads], "mask_mode": cfg.mask_mode,
+                  "conditions": conditions_table(res), "random_control": control, "n": len(samples),
+                  "elapsed_seconds": time.time() - t0}
+        run.write_results(result)
+    own = result["own_heads_accuracy"]
+    console.print(f"transfer: B unmasked {result['baseline_accuracy']:.3f}, A's top-{cfg.k} "
+                  f"{result['transferred_heads_accuracy']:.3f}, own {'-' if own is None else f'{own:.3f}'}, "
+                  f"random {result['random_accuracy_mean']:.3f} -> {cfg.out}")
+    return result

@@ -1,0 +1,248 @@
+"""Detection (paper Sec. 3): answer each grounding sample, re-run teacher-forced over prompt + answer with
+one capture pass, and feed the captured rows to every requested scorer.
+
+One main capture forward per batch serves every scorer. A scorer may declare extra capture passes it needs
+(``extra_passes``, by name, see :data:`EXTRA_PASSES`; QRHead's calibration asks for ``"null_query"``: the
+same images and answers with the expression replaced by :data:`NULL_QUERY`); each requested pass runs once
+per batch and only when some scorer asks for it. The head scores count the forwards
+(``capture_forwards`` main, ``extra_capture_forwards`` per pass) next to the number of batches, so the
+one-pass claim is checked, not assumed.
+
+:func:`detect_heads` is the computation (returns a :class:`Detection`); :func:`run_detection` writes a
+detection run folder (``config.json``, ``samples.jsonl``, ``head_scores.json``, ``sample_scores.npz``,
+``overlays.npz``, names and schemas in :mod:`vrh.runs`); ``vrh detect``, ``vrh compare`` and ``vrh demo``
+all call it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from vrh import runs
+from vrh.capture import capture_attention_rows
+from vrh.console import console, progress
+from vrh.data import Sample, dataset_hash, split_detect_eval
+from vrh.evaluation import load_task_samples
+from vrh.heads import rank_heads
+from vrh.inference import LoadedModel, generate_answers, query_sets
+from vrh.options import DetectOptions, config_record
+from vrh.regions import box_token_mask
+from vrh.scorers import SampleInfo, make_scorer
+from vrh.tasks import Task, get_task
+
+NULL_QUERY = "N/A"  # QRHead's content-free query, in place of the referring expression
+
+
+def grid_shape(rects: torch.Tensor) -> tuple[int, int]:
+    """(rows, cols) of a row-major visual token grid, read off the adapter's rectangles."""
+    rows = len(torch.unique(rects[:, 1]))
+    cols = len(torch.unique(rects[:, 0]))
+    if rows * cols != len(rects):
+        raise ValueError(f"visual tokens do not form a grid: {len(rects)} tokens, {rows} rows x {cols} cols")
+    return rows, cols
+
+
+@dataclass
+class Detection:
+    """What :func:`detect_heads` measured."""
+
+    head_scores: runs.HeadScores
+    per_sample: dict[str, np.ndarray]  # scorer -> (N, L, H)
+    overlays: dict[str, np.ndarray] = field(default_factory=dict)  # see runs.write_overlays
+    records: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class _Capture:
+    batch: Any
+    queries: list
+    rows: Any  # RowCapture
+
+
+def _capture(lm: LoadedModel, images, prompts, answers, expressions) -> _Capture:
+    """One teacher-forced capture forward over (image, prompt + answer)."""
+    batch = lm.adapter.build_batch(lm.processor, images, prompts, answers=answers, expressions=expressions)
+    qs = [query_sets(batch, b, lm.processor) for b in range(len(images))]
+    inputs = {k: (v.to(lm.device) if isinstance(v, torch.Tensor) else v) for k, v in batch.inputs.items()}
+    with torch.no_grad(), capture_attention_rows(lm.model, lm.adapter, [q.positions for q in qs]) as cap:
+        lm.model(**inputs)
+    return _Capture(batch, qs, cap)
+
+
+def _null_query_pass(lm: LoadedModel, samples: Sequence[Sample], images, answers) -> _Capture:
+    """Same images and answers, the referring expression replaced by :data:`NULL_QUERY`."""
+    return _capture(lm, images, [lm.adapter.grounding_prompt(NULL_QUERY) for _ in samples], answers,
+                    [NULL_QUERY] * len(samples))
+
+
+# name -> pass builder; a scorer's ``extra_passes`` name entries of this table
+EXTRA_PASSES: dict[str, Callable[..., _Capture]] = {"null_query": _null_query_pass}
+
+
+def detect_heads(lm: LoadedModel, samples: Sequence[Sample], *, scorers: Sequence[str] = ("out/sum/mean",),
+                 answer: str = "model", min_overlap: float = 0.0, seed: int = 0, n_overlays: int = 8,
+                 batch_size: int = 16, max_new_tokens: int = 64, task: Task | None = None,
+                 on_record: Callable[[dict[str, Any]], None] | None = None) -> Detection:
+    """Score every head on grounding ``samples`` with every scorer (specs, see :mod:`vrh.scorers`)."""
+    if answer not in ("model", "gt"):
+        raise ValueError(f"answer must be 'model' or 'gt', got {answer!r}")
+    if not scorers:
+        raise ValueError("at least one scorer is needed")
+    t0 = time.time()
+    task = task or get_task("grounding")
+    made = {}
+    for spec in scorers:
+        sc = make_scorer(spec, seed=seed)
+        if sc.name in made:
+            raise ValueError(f"scorer {spec!r} is listed twice (as {sc.name!r})")
+        made[sc.name] = sc
+    passes = sorted({p for sc in made.values() for p in sc.extra_passes})
+    unknown = [p for p in passes if p not in EXTRA_PASSES]
+    if unknown:
+        raise ValueError(f"scorers ask for capture passes {unknown} that detection does not know; it knows "
+                         f"{sorted(EXTRA_PASSES)}")
+    overlays: dict[str, np.ndarray] = {}
+    skipped: list[dict[str, str]] = []
+    records: list[dict[str, Any]] = []
+    forwards = {"main": 0, "batches": 0, **{p: 0 for p in passes}}
+    n_scored = 0
+    with progress(len(samples), "detect") as advance:
+        for start in range(0, len(samples), batch_size):
+            chunk = list(samples[start:start + batch_size])
+            images = [s.load_image() for s in chunk]
+            prompts = [task.prompt(lm.adapter, s) for s in chunk]
+            if answer == "model":
+                answers, metas = generate_answers(lm, images, prompts, max_new_tokens)
+            else:
+                metas = lm.adapter.build_batch(lm.processor, images, prompts).meta
+                answers = [lm.adapter.format_box(s.box, m, s.image_size) for s, m in zip(chunk, metas)]
+            recs = [task.judge(lm.adapter, s, a, m) for s, a, m in zip(chunk, answers, metas)]
+            keep = [i for i, a in enumerate(answers) if a.strip()]
+            skipped += [{"id": chunk[i].id, "reason": "empty answer"} for i in range(len(chunk)) if i not in keep]
+            if keep:
+                _score_batch(lm, [chunk[i] for i in keep], [images[i] for i in keep], [prompts[i] for i in keep],
+                             [answers[i] for i in keep], [recs[i] for i in keep], made, passes, min_overlap,
+                             overlays, n_overlays, n_scored, forwards)
+                n_scored += len(keep)
+            for r in recs:
+                records.append(r)
+                if on_record is not None:
+                    on_record(r)
+            advance(len(chunk))
+    return _finish(lm, made, overlays, skipped, records, forwards, time.time() - t0)
+
+
+def _score_batch(lm, chunk, images, prompts, answers, records, scorers, passes, min_overlap, overlays, n_overlays,
+                 first_index, forwards) -> None:
+    main = _capture(lm, images, prompts, answers, [s.expression for s in chunk])
+    extra = {p: EXTRA_PASSES[p](lm, chunk, images, answers) for p in passes}
+    forwards["main"] += main.rows.num_forwards
+    forwards["batches"] += 1
+    for p, cap in extra.items():
+        forwards[p] += cap.rows.num_forwards
+    for b, (s, rec) in enumerate(zip(chunk, records)):
+        rows = main.rows.rows(b)  # (L, H, Q, S)
+        vis = main.batch.visual_positions[b]  # (V,)
+        rects = main.batch.visual_rects[b]  # (V, 4)
+        in_box = box_token_mask(rects, s.box, min_overlap)  # (V,)
+        q = main.queries[b]
+        info = SampleInfo(key_positions=vis[in_box], visual_positions=vis, grid=grid_shape(rects),
+                          queries={"out": q.out, "in": q.inp, "coord": q.coord, "last_prompt": q.last_prompt},
+                          correct=rec.get("outcome") == "correct", iou=rec.get("iou"), index=first_index + b)
+        extra_rows = {}
+        for p, cap in extra.items():
+            if not torch.equal(cap.batch.visual_rects[b], rects):  # same image -> same visual tokens expected
+                raise RuntimeError(f"{s.id}: the {p} pass tokenized the image differently")
+            if p == "null_query":
+                info.queries.update(null_in=cap.queries[b].inp, null_out=cap.queries[b].out)
+                info.null_key_positions = cap.batch.visual_positions[b][in_box]  # (|K|,) in that pass's sequence
+            extra_rows[p] = cap.rows.rows(b)  # (L, H, Q', S')
+        for scorer in scorers.values():
+            scorer.update(rows, info, extra={p: extra_rows[p] for p in scorer.extra_passes})
+        rec.update(n_visual_tokens=int(len(vis)), n_key_tokens=int(in_box.sum()), scored_answer=answers[b])
+        if len(overlays) // 2 < n_overlays:  # two arrays per sample: the maps and their rectangles
+            vis_rows = rows[:, :, q.out][..., vis]  # (L, H, Q_out, V)
+            overlays[s.id] = vis_rows.mean(dim=2).numpy()  # (L, H, V)
+            overlays[s.id + "/rects"] = rects.numpy()  # (V, 4)
+
+
+def _finish(lm, scorers, overlays, skipped, records, forwards, elapsed) -> Detection:
+    variants, per_sample, warnings = {}, {}, []
+    for name, scorer in scorers.items():
+        scores = scorer.result()  # (L, H)
+        variants[name] = {"scores": scores.tolist(), "ranking": [list(h) for h in rank_heads(scores)],
+                          "n_positive_heads": int((scores > 0).sum())}
+        per_sample[name] = scorer.per_sample().numpy()  # (N, L, H)
+        if len(torch.unique(scores)) == 1:
+            # e.g. expression-token queries on a model that reads the request before the image: causal
+            # attention can never reach the visual tokens, and the ranking is the (layer, head) tie order
+            warnings.append(f"scorer {name!r} gives every head the same score ({float(scores.flatten()[0]):.3g}); "
+                            "its ranking is only the (layer, head) tie order")
+    for w in warnings:
+        console.print(f"[yellow]warning:[/yellow] {w}")
+    primary = next(iter(scorers))
+    extra = {"capture_forwards": forwards["main"],  # main capture passes: one per batch, shared by every scorer
+             "extra_capture_forwards": {p: n for p, n in forwards.items() if p not in ("main", "batches")},
+             "capture_batches": forwards["batches"], "elapsed_seconds": elapsed}
+    hs = runs.HeadScores(scorer=primary, num_layers=lm.num_layers, num_heads=lm.num_heads,
+                         n_scored=int(per_sample[primary].shape[0]), variants=variants, skipped=skipped,
+                         warnings=warnings, extra=extra)
+    return Detection(hs, per_sample, overlays, records)
+
+
+def write_detection(run: runs.RunFolder, det: Detection) -> None:
+    runs.write_head_scores(run, det.head_scores)
+    runs.write_sample_scores(run, det.per_sample)
+    runs.write_overlays(run, det.overlays)
+
+
+def detection_split(data: str | Path, opts: DetectOptions) -> tuple[list[Sample], list[Sample], dict[str, Any]]:
+    samples, info = load_task_samples(data, "grounding")
+    if opts.n < 1:
+        raise ValueError(f"--n must be >= 1, got {opts.n}")
+    if opts.n + (opts.n_eval or 0) > len(samples):
+        raise ValueError(f"--n {opts.n}" + (f" + --n-eval {opts.n_eval}" if opts.n_eval else "")
+                         + f" asks for more samples than {data} has: {len(samples)} grounding samples; lower "
+                         + ("--n or --n-eval" if opts.n_eval else "--n"))
+    det, held_out = split_detect_eval(samples, opts.n, opts.n_eval, opts.seed)
+    return det, held_out, info
+
+
+def run_detection(lm: LoadedModel, data: str | Path, out: str | Path, opts: DetectOptions, *,
+                  batch_size: int = 16, max_new_tokens: int = 64, overwrite: bool = False, resume: bool = False,
+                  command: str = "detect", extra_config: dict[str, Any] | None = None) -> runs.HeadScores:
+    """Detect on the ``opts.n`` detection samples of ``data`` and write the run folder ``out``.
+
+    With ``resume``, a finished detection run with the same settings is reused as it is (detection
+    accumulates over all samples, so an unfinished one is redone)."""
+    det, held_out, data_info = detection_split(data, opts)
+    config = {"command": command, "config": {**config_record(opts), "data": str(data), "batch_size": batch_size,
+                                             "max_new_tokens": max_new_tokens, **(extra_config or {})},
+              "model": lm.describe(),
+              "data": {**data_info, "n_detect": len(det), "n_eval": len(held_out)},
+              "detect_ids": [s.id for s in det], "eval_ids": [s.id for s in held_out]}
+    if resume and runs.is_finished(out) and (Path(out) / runs.HEAD_SCORES).exists():
+        runs.RunFolder(out, resume=True).write_config(config)  # raises, naming the setting, if it differs
+        console.print(f"detect: reusing the finished detection in {out}")
+        return runs.read_head_scores(out)
+    # detection accumulates over all samples: an unfinished one is redone from scratch
+    run = runs.RunFolder(out, overwrite=overwrite or resume)
+    run.write_config(config)
+    with run:
+        found = detect_heads(lm, det, scorers=opts.scorers, answer=opts.answer, min_overlap=opts.min_overlap,
+                             seed=opts.seed, n_overlays=opts.n_overlays, batch_size=batch_size,
+                             max_new_tokens=max_new_tokens, on_record=run.append_sample)
+        write_detection(run, found)
+        hs = found.head_scores
+        run.write_results({"n_scored": hs.n_scored, "n_skipped": len(hs.skipped), "scorer": hs.scorer,
+                           "top_heads": hs.variants[hs.scorer]["ranking"][:20],
+                           "elapsed_seconds": hs.extra["elapsed_seconds"]})
+    console.print(f"detect: {hs.n_scored} samples scored, {len(hs.skipped)} skipped -> {out}")
+    return hs

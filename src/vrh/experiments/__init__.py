@@ -1,1 +1,0 @@
-"""Experiments: each one a function that writes a run folder (detect, evaluate, sweep, ...)."""

@@ -1,0 +1,19 @@
+"""The design space of Eq. 1 as one registry entry: every ``QUERY/PHI/OMEGA`` name is a
+:class:`vrh.scoring.VariantScorer` (the functions themselves live in :mod:`vrh.scoring`)."""
+
+from __future__ import annotations
+
+from vrh.scorers.registry import Option, register_scorer
+from vrh.scoring import DEFAULT_M, VARIANT_NAMES, OMEGAS, PHIS, QUERY_SETS, Variant, VariantScorer
+
+OPTIONS = (
+    Option("m", int, DEFAULT_M, "OMEGA=freq: how many top heads of each sample count as selected"),
+    Option("seed", int, 0, "QUERY=rand1: seed of the random output token drawn per sample"),
+)
+
+register_scorer(
+    "QUERY/PHI/OMEGA", options=OPTIONS, pattern=r".*/.*", names=VARIANT_NAMES,
+    canonical=lambda name: Variant.parse(name).name,
+    help=f"design-space variant (Eq. 1): QUERY in {' | '.join(QUERY_SETS)}, PHI in {' | '.join(PHIS)}, "
+         f"OMEGA in {' | '.join(OMEGAS)}; the paper's VRH score is out/sum/mean",
+)(VariantScorer)

@@ -1,0 +1,55 @@
+"""Grounding (referring expressions): the model answers a box; correct when IoU with the GT >= ``tau``.
+
+Parsing the box is the adapter's job (each family writes boxes in its own frame and format, see
+:mod:`vrh.grounding`); this task only asks for the prompt, reads the box back in original-image pixels
+and scores it with :func:`vrh.grounding.judge`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from vrh import grounding
+from vrh.data import Sample
+from vrh.tasks.base import Task, TaskAdapter, register_task
+
+
+@register_task
+@dataclass(frozen=True)
+class GroundingTask(Task):
+    """Prompt: ``adapter.grounding_prompt(expression)``. Record: the shared keys plus ``expression``,
+    ``gt_box``, ``pred_box`` (original pixels, or ``None`` when no valid box was found), ``iou`` and
+    ``outcome`` (correct / mislocated / parse_failure). Summary: the shared one plus ``mean_iou``
+    (unparsed answers count as IoU 0, so it does not flatter a model that often fails to answer)."""
+
+    name: ClassVar[str] = "grounding"
+    outcomes: ClassVar[tuple[str, ...]] = grounding.Outcome.ALL  # correct, mislocated, parse_failure
+
+    tau: float = 0.5  # IoU threshold for "correct" (paper: 0.5), inclusive
+
+    def __post_init__(self):
+        if (isinstance(self.tau, bool) or not isinstance(self.tau, (int, float)) or not math.isfinite(self.tau)
+                or not 0.0 < self.tau <= 1.0):
+            raise ValueError(f"grounding option 'tau' (IoU threshold) must be a number in (0, 1], got {self.tau!r}")
+        object.__setattr__(self, "tau", float(self.tau))  # 1 and 1.0 are one setting; config.json agrees
+
+    def prompt(self, adapter: TaskAdapter, sample: Sample) -> str:
+        self.check_sample(sample)
+        return adapter.grounding_prompt(sample.expression)
+
+    def judge(self, adapter: TaskAdapter, sample: Sample, text: str, meta: dict[str, Any] | None = None
+              ) -> dict[str, Any]:
+        rec = self.record(sample, text)
+        box = adapter.parse_box(text, meta or {}, sample.read_image_size())
+        outcome, iou = grounding.judge(box, sample.box, self.tau)
+        rec.update(expression=sample.expression, gt_box=list(sample.box),
+                   pred_box=list(box) if box is not None else None, iou=iou, outcome=outcome)
+        return rec
+
+    def summarize(self, records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        out = super().summarize(records)
+        out["mean_iou"] = sum(float(r["iou"]) for r in records) / len(records) if records else None
+        return out

@@ -1,0 +1,142 @@
+"""``vrh demo`` on the shipped organism with small n: the run folder and its sub-runs, rerunning into the
+same folder, refusing a foreign folder, and resuming an interrupted demo."""
+
+import argparse
+import json
+
+import pytest
+
+from vrh import runs
+from vrh.commands import demo
+from vrh.options import add_options, parse_config
+
+SMALL = dict(n_detect=8, n_eval=8, n_vqa=4, batch_size=4)
+HEADLINE_KEYS = ("baseline_accuracy", "k", "num_heads_total", "vrh_masked_accuracy", "random_masked_accuracy_mean",
+                 "random_masked_accuracy_std", "random_seeds", "vrh_parse_failure_rate",
+                 "random_parse_failure_rate_mean", "top_k_heads", "sparsity", "vqa", "k_curve", "n_detect", "n_eval",
+                 "subruns", "elapsed_seconds", "report")
+SWEEP_KEYS = {"schema_version", "task", "num_heads_total", "k", "baseline_accuracy", "vrh", "random", "conditions",
+              "random_control", "elapsed_seconds"}  # what `vrh sweep` writes (tests/commands/test_sweep.py)
+
+
+@pytest.fixture
+def no_report(monkeypatch):
+    """The report (matplotlib, ~3 s) is tested once, in the finished demo; later runs only record the call."""
+    import vrh.report.build
+
+    calls = []
+    monkeypatch.setattr(vrh.report.build, "build_report", lambda dirs, out, k=None: calls.append((dirs, out, k)))
+    return calls
+
+
+def comparable(result):
+    """A result without what differs between two identical runs (wall time, where the report went)."""
+    return {k: v for k, v in result.items() if k not in ("elapsed_seconds", "report")}
+
+
+@pytest.fixture(scope="module")
+def organism():
+    from vrh.inference import load_model
+
+    return load_model("organism")
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory, organism):
+    out = tmp_path_factory.mktemp("demo") / "demo"
+    return out, demo.run(demo.Config(out=str(out), **SMALL), organism)
+
+
+def test_cli_defaults_are_todays():
+    p = argparse.ArgumentParser()
+    add_options(p, demo.Config)
+    cfg = parse_config(demo.Config, p.parse_args([]))
+    assert (cfg.out, cfg.model, cfg.n_detect, cfg.n_eval, cfg.n_vqa, cfg.k, cfg.seeds) == \
+        ("runs/demo", "organism", 200, 200, 200, None, (0, 1, 2))
+    assert (cfg.batch_size, cfg.max_new_tokens, cfg.mask_mode) == (64, 24, "zero")
+    assert parse_config(demo.Config, p.parse_args(["--k", "2", "--mask-mode", "uniform"])).k == 2
+    assert demo.default_ks(3, 32) == (0, 1, 3, 6) and demo.default_ks(3, 8) == (0, 1, 3)
+
+
+def test_demo_writes_headline_subruns_and_report(finished):
+    out, r = finished
+    assert runs.read_results(out) == json.loads(json.dumps({**r, "schema_version": runs.SCHEMA_VERSION}))
+    for key in HEADLINE_KEYS:
+        assert key in r, key
+    assert r["k"] == 3 and r["num_heads_total"] == 32 and r["random_seeds"] == [0, 1, 2]
+    assert r["n_detect"] == 8 and r["n_eval"] == 8 and r["k_curve"]["k"] == [0, 1, 3, 6]
+    for key in ("baseline_accuracy", "vrh_masked_accuracy", "random_masked_accuracy_mean"):
+        assert 0.0 <= r[key] <= 1.0
+    assert runs.read_config(out)["command"] == "demo"
+    det = runs.read_head_scores(out / "detect")
+    assert r["top_k_heads"] == [list(h) for h in det.ranking()[:3]]
+    for sub, task in (("sweep_grounding", "grounding"), ("sweep_vqa", "vqa")):
+        res = runs.read_results(out / sub)
+        assert set(res) == SWEEP_KEYS and res["task"] == task
+        cfg = runs.read_config(out / sub)
+        assert cfg["command"] == "sweep" and cfg["config"]["heads"] == str(out / "detect")
+        lines = runs.read_samples(out / sub)
+        assert len({(l["condition"], l["id"]) for l in lines}) == len(lines) > 0
+    g = runs.read_results(out / "sweep_grounding")
+    assert g["k"] == [0, 1, 3, 6] and r["vrh_masked_accuracy"] == g["vrh"]["accuracy"][2]
+    assert runs.read_results(out / "sweep_vqa")["k"] == [0, 3]
+    assert (out / "report" / "report.html").exists() and r["report"] == str(out / "report" / "report.html")
+
+
+def test_rerun_replaces_a_previous_demo_run(finished, organism, no_report):
+    out, r = finished
+    stale = out / "sweep_grounding" / "stale.txt"
+    stale.write_text("from an older run")
+    again = demo.run(demo.Config(out=str(out), **SMALL), organism)  # no flag: the README's one-liner, twice
+    assert comparable(again) == comparable(r) and not stale.exists()
+    assert no_report == [([out, out / "detect", out / "sweep_grounding", out / "sweep_vqa"], out / "report", 3)]
+
+
+def test_a_foreign_non_empty_folder_is_refused(tmp_path, organism):
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="--overwrite"):
+        demo.run(demo.Config(out=str(tmp_path), **SMALL), organism)
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+def test_interrupted_demo_resumes(tmp_path, monkeypatch, finished, organism, no_report):
+    import vrh.detection
+    import vrh.evaluation
+
+    out = tmp_path / "demo"
+    real = vrh.evaluation.answer_and_judge
+    calls = {"n": 0}
+
+    def crash_in_the_grounding_sweep(*args, **kwargs):  # 2 batches per condition: crash in the 3rd evaluation
+        calls["n"] += 1
+        if calls["n"] > 5:
+            raise KeyboardInterrupt("simulated crash")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(vrh.evaluation, "answer_and_judge", crash_in_the_grounding_sweep)
+    with pytest.raises(KeyboardInterrupt):
+        demo.run(demo.Config(out=str(out), **SMALL), organism)
+    monkeypatch.setattr(vrh.evaluation, "answer_and_judge", real)
+    partial = runs.read_samples(out / "sweep_grounding")
+    assert 0 < len(partial) < 13 * 8 and not runs.is_finished(out / "sweep_grounding") and not runs.is_finished(out)
+    detected = (out / "detect" / runs.HEAD_SCORES).read_text()
+
+    def no_detection(*args, **kwargs):
+        raise AssertionError("the finished detection should be reused")
+
+    monkeypatch.setattr(vrh.detection, "detect_heads", no_detection)
+    again = demo.run(demo.Config(out=str(out), resume=True, **SMALL), organism)
+    assert (out / "detect" / runs.HEAD_SCORES).read_text() == detected
+    lines = runs.read_samples(out / "sweep_grounding")
+    assert lines[:len(partial)] == partial  # nothing finished was redone
+    assert len({(l["condition"], l["id"]) for l in lines}) == len(lines) == 13 * 8
+    assert comparable(again) == comparable(finished[1])
+
+
+def test_a_k_without_room_is_refused_before_the_previous_run_is_touched(finished, organism):
+    out, _ = finished
+    with pytest.raises(ValueError, match="--k 20: no room"):  # 20 top heads leave 12 of 32
+        demo.run(demo.Config(out=str(out), k=20, **SMALL), organism)
+    with pytest.raises(ValueError, match=r"--ks 40 is outside \[0, 32\]"):
+        demo.run(demo.Config(out=str(out), ks=(0, 40), **SMALL), organism)
+    assert runs.is_finished(out) and runs.is_finished(out / "sweep_vqa")

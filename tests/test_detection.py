@@ -1,0 +1,107 @@
+"""Detection (vrh.detection): the extra capture pass runs once per batch only when a scorer asks for it,
+QRHead's calibrated scores match a recomputation from separate captures, overlays count samples, and a
+constant score map is flagged."""
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+
+from vrh import runs
+from vrh.capture import capture_attention_rows
+from vrh.data import load_dataset
+from vrh.detection import NULL_QUERY, _finish, detect_heads
+from vrh.inference import load_model
+from vrh.regions import box_token_mask
+from vrh.scorers.qrhead import qrhead_sample
+
+
+def _expression_rows(lm, images, prompts, answers, expressions):
+    """Rows of the expression tokens only, captured in a forward of this test's own."""
+    batch = lm.adapter.build_batch(lm.processor, images, prompts, answers=answers, expressions=expressions)
+    pos = batch.expression_positions
+    with torch.no_grad(), capture_attention_rows(lm.model, lm.adapter, pos) as cap:
+        lm.model(**batch.inputs)
+    return batch, [cap.rows(b) for b in range(len(images))]  # per sample (L, H, E, S)
+
+
+def _varied_expressions(tiny_dataset, tmp_path):
+    """The tiny grounding samples with expressions of different lengths: the main pass then left-pads each
+    sample differently from the null pass, so the null pass's key positions differ from the main ones."""
+    rows = [json.loads(line) for line in Path(tiny_dataset).read_text().splitlines()]
+    for i, r in enumerate(rows):
+        r["image"] = str(Path(tiny_dataset).parent / r["image"])
+        if r["task"] == "grounding":
+            r["expression"] = "the red box" + " that sits in the picture" * (i % 3)
+    path = tmp_path / "varied.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def test_qrhead_null_pass_through_detection(tmp_path, tiny_checkpoint, tiny_dataset):
+    lm = load_model(tiny_checkpoint)
+    data = _varied_expressions(tiny_dataset, tmp_path)
+    samples = [s for s in load_dataset(data) if s.task == "grounding"][:3]
+    det = detect_heads(lm, samples, scorers=("out/sum/mean", "qrhead"), batch_size=2, max_new_tokens=8)
+    hs = det.head_scores
+    assert (hs.extra["capture_batches"], hs.extra["capture_forwards"], hs.extra["extra_capture_forwards"]) == \
+        (2, 2, {"null_query": 2})
+
+    chunk, recs = samples[:2], det.records[:2]  # the first batch
+    images = [s.load_image() for s in chunk]
+    answers = [r["scored_answer"] for r in recs]
+    batch, rows = _expression_rows(lm, images, [lm.adapter.grounding_prompt(s.expression) for s in chunk], answers,
+                                   [s.expression for s in chunk])
+    nbatch, nrows = _expression_rows(lm, images, [lm.adapter.grounding_prompt(NULL_QUERY)] * 2, answers,
+                                     [NULL_QUERY] * 2)
+    got = det.per_sample["qrhead"]  # (N, L, H)
+    shifted = 0
+    for b, s in enumerate(chunk):
+        in_box = box_token_mask(batch.visual_rects[b], s.box, 0.0)
+        keys, null_keys = batch.visual_positions[b][in_box], nbatch.visual_positions[b][in_box]
+        shifted += not torch.equal(keys, null_keys)
+        E, En = rows[b].shape[2], nrows[b].shape[2]
+        want = qrhead_sample(rows[b], keys, range(E), nrows[b], null_keys, range(En))
+        raw = qrhead_sample(rows[b], keys, range(E), calibrate=False)
+        assert torch.allclose(torch.from_numpy(got[b]), want, atol=1e-6)
+        assert (want - raw).abs().max() > 1e-4  # the null pass really entered the score
+    assert shifted  # the null pass's own key positions were needed
+
+    plain = detect_heads(lm, samples[:2], scorers=("out/sum/mean", "qrhead:calibrate=false"), batch_size=2,
+                         max_new_tokens=8, n_overlays=1).head_scores
+    assert (plain.extra["capture_batches"], plain.extra["capture_forwards"], plain.extra["extra_capture_forwards"]) \
+        == (1, 1, {})
+    assert set(plain.variants) == {"out/sum/mean", "qrhead:calibrate=false"}
+
+
+def test_n_overlays_counts_samples_not_arrays(tiny_checkpoint, tiny_dataset):
+    lm = load_model(tiny_checkpoint)
+    samples = [s for s in load_dataset(tiny_dataset) if s.task == "grounding"][:4]
+    det = detect_heads(lm, samples, batch_size=4, max_new_tokens=8, n_overlays=3)
+    ids = [k for k in det.overlays if not k.endswith("/rects")]
+    assert len(ids) == 3 and all(i + "/rects" in det.overlays for i in ids)
+
+
+class _Stub:
+    extra_passes = ()
+
+    def __init__(self, scores):
+        self.scores = scores
+
+    def result(self):
+        return self.scores
+
+    def per_sample(self):
+        return self.scores[None]
+
+
+def test_constant_map_is_warned_about(tmp_path):
+    scorers = {"out/sum/mean": _Stub(torch.tensor([[0.1, 0.3], [0.0, 0.2]])), "in/sum/mean": _Stub(torch.zeros(2, 2))}
+    det = _finish(SimpleNamespace(num_layers=2, num_heads=2), scorers, {}, [], [], {"main": 1, "batches": 1}, 0.0)
+    hs = det.head_scores
+    assert len(hs.warnings) == 1 and "'in/sum/mean'" in hs.warnings[0]
+    assert hs.variants["out/sum/mean"]["n_positive_heads"] == 3
+    with runs.RunFolder(tmp_path / "run") as run:
+        runs.write_head_scores(run, hs)
+    assert runs.read_head_scores(tmp_path / "run").warnings == hs.warnings

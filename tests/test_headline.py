@@ -1,0 +1,48 @@
+"""The headline claim, guarded on the SHIPPED organism: the top-3 heads detected on a few dozen grounding
+samples carry grounding (masking them costs >= 40 points on held-out samples) while 3 random heads drawn
+outside them do not (<= 15 points). The demo measures 92.0 -> 16.5% vs 90.0% (n = 200); this is the same
+pipeline (world data, detection split, detection, conditions, runner) at a size that runs in seconds, so a
+change that silently breaks capture, scoring, masking or the judge fails here.
+"""
+
+from vrh import conditions as cond
+from vrh.commands.demo import DEMO_WORLD_SEED
+from vrh.detection import detect_heads, detection_split
+from vrh.inference import load_model
+from vrh.options import DetectOptions
+from vrh.organism.world import write_split
+from vrh.runner import run_conditions
+from vrh.tasks import get_task
+
+N_DETECT, N_EVAL, K = 48, 40, 3
+GEN = dict(batch_size=48, max_new_tokens=24)  # the demo's answer length
+
+
+def test_top3_heads_carry_grounding_and_random_heads_do_not(tmp_path, monkeypatch):
+    import vrh.evaluation
+
+    lm = load_model("organism")
+    data = write_split(tmp_path, N_DETECT + N_EVAL, DEMO_WORLD_SEED, "grounding")
+    detect, held_out, _ = detection_split(data, DetectOptions(n=N_DETECT, n_eval=N_EVAL))
+    assert len(held_out) == N_EVAL and not {s.id for s in detect} & {s.id for s in held_out}
+
+    found = detect_heads(lm, detect, **GEN)
+    top = cond.top_k(found.head_scores.scores(), K, method=found.head_scores.scorer)
+    rnd = cond.random_outside(lm.num_layers, lm.num_heads, K, 0, outside=top.heads)
+    assert len(top.heads) == K and len(rnd.heads) == K
+    assert not set(rnd.heads) & set(top.heads)
+
+    masked = []  # what the runner really masked, per evaluation
+    real_mask = vrh.evaluation.mask_heads
+
+    def recording_mask(model, adapter, heads, **kw):
+        masked.append(tuple(sorted(tuple(h) for h in heads)))
+        return real_mask(model, adapter, heads, **kw)
+
+    monkeypatch.setattr(vrh.evaluation, "mask_heads", recording_mask)
+    res = run_conditions(lm, get_task("grounding"), held_out, [cond.none(), top, rnd], **GEN)
+    assert masked == [(), top.heads, rnd.heads]
+
+    base, top_acc, rnd_acc = (res.summary(c.label)["accuracy"] for c in (cond.none(), top, rnd))
+    assert base - top_acc >= 0.40, (base, top_acc, top.heads)
+    assert base - rnd_acc <= 0.15, (base, rnd_acc, rnd.heads)

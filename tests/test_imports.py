@@ -1,0 +1,101 @@
+"""The package's import graph: no cycles (imports inside functions count too), and no command module
+imports another command module (commands are thin wiring over library modules)."""
+
+import ast
+from pathlib import Path
+
+import vrh
+
+SRC = Path(vrh.__file__).resolve().parent
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(SRC.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in SRC.rglob("*.py")}
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> vrh modules it imports anywhere in its source (``from pkg import mod`` resolves to the module)."""
+    mods = _modules()
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    for name, path in mods.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base for a in node.names]
+            for t in targets:
+                while t and t not in mods:
+                    t = t.rpartition(".")[0]
+                if t.startswith("vrh") and t != name and t != "vrh":
+                    graph[name].add(t)
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle as a list of modules, or None."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(m: str) -> list[str] | None:
+        state[m] = 1
+        stack.append(m)
+        for n in sorted(graph.get(m, ())):
+            if state.get(n) == 1:
+                return stack[stack.index(n):] + [n]
+            if n not in state:
+                found = visit(n)
+                if found:
+                    return found
+        stack.pop()
+        state[m] = 2
+        return None
+
+    for m in sorted(graph):
+        if m not in state:
+            found = visit(m)
+            if found:
+                return found
+    return None
+
+
+def test_cycle_finder_finds_a_planted_cycle():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_no_import_cycles_in_vrh():
+    cycle = find_cycle(import_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_commands_do_not_import_each_other():
+    graph = import_graph()
+    commands = {m for m in graph if m.startswith("vrh.commands.") and not m.rpartition(".")[2].startswith("_")}
+    assert {"vrh.commands.detect", "vrh.commands.evaluate", "vrh.commands.demo"} <= commands
+    bad = {m: sorted(graph[m] & commands) for m in commands if graph[m] & commands}
+    assert not bad, f"command modules import other commands: {bad}"
+
+
+def test_command_modules_import_only_options_at_module_level():
+    """So that ``vrh --help`` does not import torch: library imports live inside ``run``."""
+    for path in (SRC / "commands").glob("*.py"):
+        if path.name.startswith("_"):
+            continue
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("vrh"):
+                assert node.module == "vrh.options", f"{path.name} imports {node.module} at module level"
+            if isinstance(node, ast.Import):
+                assert not any(a.name.startswith(("vrh", "torch")) for a in node.names), path.name

@@ -1,0 +1,95 @@
+"""The condition runner's bookkeeping, with the model call replaced by a recording fake (the masked
+generation itself is tested in tests/commands and tests/test_masking.py)."""
+
+import pytest
+
+import vrh.runner as runner
+from vrh import conditions as cond
+from vrh import runs
+from vrh.data import Sample
+from vrh.tasks import get_task
+
+SAMPLES = [Sample(id=f"s{i}", image_path="x.png", task="vqa", question="q?", answer="a") for i in range(5)]
+
+
+class _Fake:
+    """Stands in for evaluate_samples: answers 'a' unless heads are masked; records each call."""
+
+    def __init__(self, fail_after: int | None = None):
+        self.calls: list[tuple] = []
+        self.generated = 0
+        self.fail_after = fail_after
+
+    def __call__(self, lm, task, samples, heads=(), *, mask_mode, batch_size, max_new_tokens, on_record, advance,
+                 finished):
+        self.calls.append((tuple(heads), mask_mode))
+        out = []
+        for s in samples:
+            if s.id in finished:
+                out.append(finished[s.id])
+                continue
+            if self.fail_after is not None and self.generated >= self.fail_after:
+                raise KeyboardInterrupt  # a kill mid-run
+            rec = {"id": s.id, "task": "vqa", "pred_text": "b" if heads else "a", "answer": "a",
+                   "outcome": "wrong" if heads else "correct"}
+            self.generated += 1
+            on_record(rec)
+            out.append(rec)
+        return out
+
+
+def _conditions():
+    scores = __import__("torch").tensor([[0.9, 0.1], [0.5, 0.0]])
+    return [cond.none(), cond.top_k(scores, 1, method="m", label="top1"),
+            cond.explicit([(0, 0)], label="same-as-top1"),
+            cond.random_outside(2, 2, 1, 0, outside=[(0, 0)], label="random1:s0")]
+
+
+def test_each_distinct_head_set_once_and_every_record_tagged(tmp_path, monkeypatch):
+    fake = _Fake()
+    monkeypatch.setattr(runner, "evaluate_samples", fake)
+    conds = _conditions()
+    with runs.RunFolder(tmp_path / "r") as run:
+        res = runner.run_conditions(None, get_task("vqa"), SAMPLES, conds, run)
+    assert len(fake.calls) == 3 and res.n_evaluations == 3 and res.n_generated == 15
+    lines = runs.read_jsonl(tmp_path / "r" / runs.SAMPLES)
+    assert sorted((l["condition"], l["id"]) for l in lines) == sorted((c.label, s.id) for c in conds for s in SAMPLES)
+    assert res.summary("none")["accuracy"] == 1.0 and res.summary("same-as-top1")["accuracy"] == 0.0
+    assert {l["kind"] for l in lines} == {"none", "top_k", "list", "random"}
+
+
+def test_resume_generates_only_what_is_missing(tmp_path, monkeypatch):
+    conds = _conditions()
+    monkeypatch.setattr(runner, "evaluate_samples", _Fake(fail_after=7))
+    with pytest.raises(KeyboardInterrupt):
+        with runs.RunFolder(tmp_path / "r") as run:
+            runner.run_conditions(None, get_task("vqa"), SAMPLES, conds, run)
+    fake = _Fake()
+    monkeypatch.setattr(runner, "evaluate_samples", fake)
+    with runs.RunFolder(tmp_path / "r", resume=True) as run:
+        res = runner.run_conditions(None, get_task("vqa"), SAMPLES, conds, run)
+    assert fake.generated == 15 - 7 and res.n_generated == 8
+    lines = runs.read_jsonl(tmp_path / "r" / runs.SAMPLES)
+    keys = [(l["condition"], l["id"]) for l in lines]
+    assert len(keys) == len(set(keys)) == 20  # every (condition, sample) exactly once
+
+
+def test_duplicate_labels_are_refused():
+    with pytest.raises(ValueError, match="unique"):
+        runner.run_conditions(None, get_task("vqa"), SAMPLES, [cond.none(), cond.none()])
+
+
+def test_subsets_restrict_a_condition_to_some_samples(tmp_path, monkeypatch):
+    fake = _Fake()
+    monkeypatch.setattr(runner, "evaluate_samples", fake)
+    conds = _conditions()
+    with runs.RunFolder(tmp_path / "r") as run:
+        res = runner.run_conditions(None, get_task("vqa"), SAMPLES, conds, run,
+                                    subsets={"top1": ["s0", "s1"], "same-as-top1": ["s1", "s2"], "random1:s0": ["s4"]})
+    assert [r["id"] for r in res.records["top1"]] == ["s0", "s1"]
+    assert [r["id"] for r in res.records["same-as-top1"]] == ["s1", "s2"]
+    assert res.n_generated == 5 + 3 + 1  # the shared head set answers s0..s2 once
+    lines = runs.read_jsonl(tmp_path / "r" / runs.SAMPLES)
+    assert len(lines) == 5 + 2 + 2 + 1
+    with pytest.raises(ValueError, match="not given"):
+        runner.run_conditions(None, get_task("vqa"), SAMPLES, conds, subsets={"top1": ["zz"]})
