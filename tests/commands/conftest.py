@@ -31,3 +31,26 @@ def det_run(tmp_path_factory, tiny_checkpoint, tiny_dataset, tiny_lm):
                              **FAST), tiny_lm)
     assert (out / runs.HEAD_SCORES).exists() and (out / runs.SAMPLE_SCORES).exists()
     return out
+
+
+@pytest.fixture
+def crash_after(monkeypatch):
+    """``restore = crash_after(n)``: answering the (n+1)-th batch raises KeyboardInterrupt (a run killed
+    mid-way, after n batches were judged and appended); ``restore()`` puts the real function back."""
+    import vrh.evaluation
+
+    real = vrh.evaluation.answer_and_judge
+
+    def install(n: int):
+        calls = {"n": 0}
+
+        def crashing(*args, **kwargs):
+            calls["n"] += 1
+            if calls["n"] > n:
+                raise KeyboardInterrupt("simulated crash")
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(vrh.evaluation, "answer_and_judge", crashing)
+        return lambda: monkeypatch.setattr(vrh.evaluation, "answer_and_judge", real)
+
+    return install

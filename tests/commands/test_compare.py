@@ -93,28 +93,18 @@ def test_compare_writes_a_complete_run(cmp_run):
     assert "qrhead" in table and "**" in table
 
 
-def test_interrupted_compare_resumes_without_loss_or_duplicates(tmp_path, monkeypatch, cmp_run, tiny_checkpoint,
+def test_interrupted_compare_resumes_without_loss_or_duplicates(tmp_path, monkeypatch, crash_after, cmp_run, tiny_checkpoint,
                                                                 tiny_dataset, tiny_lm):
     import vrh.detection
-    import vrh.evaluation
-
-    real = vrh.evaluation.answer_and_judge
-    calls = {"n": 0}
-
-    def dies_after_five_batches(*args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] > 5:
-            raise KeyboardInterrupt("interrupted")
-        return real(*args, **kwargs)
 
     out = tmp_path / "cmp"
-    monkeypatch.setattr(vrh.evaluation, "answer_and_judge", dies_after_five_batches)
+    restore = crash_after(5)
     with pytest.raises(KeyboardInterrupt):
         compare.run(_config(tiny_checkpoint, tiny_dataset, out), tiny_lm)
     assert not runs.is_finished(out) and 0 < len(runs.read_samples(out))
 
     # resume: the finished detection is reused (not redone), only missing samples are generated
-    monkeypatch.setattr(vrh.evaluation, "answer_and_judge", real)
+    restore()
     monkeypatch.setattr(vrh.detection, "detect_heads", lambda *a, **k: pytest.fail("detection was redone"))
     with pytest.raises(FileExistsError, match="--resume"):
         compare.run(_config(tiny_checkpoint, tiny_dataset, out), tiny_lm)

@@ -99,24 +99,15 @@ def test_a_foreign_non_empty_folder_is_refused(tmp_path, organism):
     assert (tmp_path / "notes.txt").read_text() == "mine"
 
 
-def test_interrupted_demo_resumes(tmp_path, monkeypatch, finished, organism, no_report):
+def test_interrupted_demo_resumes(tmp_path, monkeypatch, crash_after, finished, organism, no_report):
     import vrh.detection
-    import vrh.evaluation
 
     out = tmp_path / "demo"
-    real = vrh.evaluation.answer_and_judge
-    calls = {"n": 0}
 
-    def crash_in_the_grounding_sweep(*args, **kwargs):  # 2 batches per condition: crash in the 3rd evaluation
-        calls["n"] += 1
-        if calls["n"] > 5:
-            raise KeyboardInterrupt("simulated crash")
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(vrh.evaluation, "answer_and_judge", crash_in_the_grounding_sweep)
+    restore = crash_after(5)
     with pytest.raises(KeyboardInterrupt):
         demo.run(demo.Config(out=str(out), **SMALL), organism)
-    monkeypatch.setattr(vrh.evaluation, "answer_and_judge", real)
+    restore()
     partial = runs.read_samples(out / "sweep_grounding")
     assert 0 < len(partial) < 13 * 8 and not runs.is_finished(out / "sweep_grounding") and not runs.is_finished(out)
     detected = (out / "detect" / runs.HEAD_SCORES).read_text()

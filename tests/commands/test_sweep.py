@@ -90,26 +90,16 @@ def test_vqa_on_the_detection_runs_own_dataset(tmp_path, tiny_checkpoint, tiny_d
     assert data["task"] == "vqa" and "removed" in data["disjointness"]
 
 
-def test_interrupted_sweep_resumes_to_the_same_result(tmp_path, monkeypatch, tiny_checkpoint, tiny_dataset,
+def test_interrupted_sweep_resumes_to_the_same_result(tmp_path, crash_after, tiny_checkpoint, tiny_dataset,
                                                       det_run, tiny_lm):
-    import vrh.evaluation
-
     full = sweep.run(config(tiny_checkpoint, tiny_dataset, det_run, tmp_path / "full"), tiny_lm)
 
     out = tmp_path / "sw"
-    real = vrh.evaluation.answer_and_judge
-    calls = {"n": 0}
 
-    def crash_after_three_batches(*args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] > 3:
-            raise KeyboardInterrupt("simulated crash")
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(vrh.evaluation, "answer_and_judge", crash_after_three_batches)
+    restore = crash_after(3)
     with pytest.raises(KeyboardInterrupt):
         sweep.run(config(tiny_checkpoint, tiny_dataset, det_run, out), tiny_lm)
-    monkeypatch.setattr(vrh.evaluation, "answer_and_judge", real)
+    restore()
     partial = runs.read_samples(out)
     assert 0 < len(partial) < 4 * 7 and not runs.is_finished(out)
 

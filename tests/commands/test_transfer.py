@@ -69,25 +69,14 @@ def test_transfer_without_b_run_has_no_own_condition(tmp_path, det_run, tiny_che
     assert runs.read_results(out)["random_accuracy_std"] == 0.0
 
 
-def test_interrupted_transfer_resumes_without_loss_or_duplicates(tmp_path, monkeypatch, tr_run, det_run,
+def test_interrupted_transfer_resumes_without_loss_or_duplicates(tmp_path, crash_after, tr_run, det_run,
                                                                  tiny_checkpoint, tiny_dataset, tiny_lm):
-    import vrh.evaluation
-
-    real = vrh.evaluation.answer_and_judge
-    calls = {"n": 0}
-
-    def dies_after_three_batches(*args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] > 3:
-            raise KeyboardInterrupt("interrupted")
-        return real(*args, **kwargs)
-
     out = tmp_path / "tr"
-    monkeypatch.setattr(vrh.evaluation, "answer_and_judge", dies_after_three_batches)
+    restore = crash_after(3)
     with pytest.raises(KeyboardInterrupt):
         transfer.run(_config(det_run, tiny_checkpoint, tiny_dataset, out), tiny_lm)
     assert not runs.is_finished(out) and runs.read_samples(out)
-    monkeypatch.setattr(vrh.evaluation, "answer_and_judge", real)
+    restore()
     with pytest.raises(ValueError, match="config.k: 2 -> 1"):  # resume refuses other settings
         transfer.run(_config(det_run, tiny_checkpoint, tiny_dataset, out, k=1, resume=True), tiny_lm)
     res = transfer.run(_config(det_run, tiny_checkpoint, tiny_dataset, out, resume=True), tiny_lm)
