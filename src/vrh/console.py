@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+import sys
+import time
 from contextlib import contextmanager
-from typing import Iterator
+from datetime import timedelta
+from typing import Callable, Iterator
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -13,11 +16,96 @@ from rich.table import Table
 console = Console(stderr=True)
 
 
+LOG_EVERY_FRACTION = 0.1  # without a terminal, a progress line every 10% of the work ...
+LOG_EVERY_S = 30.0  # ... or every 30 s, whichever comes first
+
+
+def _interactive() -> bool:
+    """Whether stderr can show a live bar (a terminal, or a notebook, which rich renders as a widget)."""
+    return console.is_terminal or console.is_jupyter
+
+
+def _stderr_line(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)  # sys.stderr looked up now, so redirection and capsys apply
+
+
+def _clock_text(seconds: float) -> str:
+    """``H:MM:SS``, the form rich's bar columns use.
+
+    >>> _clock_text(12.7), _clock_text(3725)
+    ('0:00:12', '1:02:05')
+    """
+    return str(timedelta(seconds=int(max(seconds, 0.0))))
+
+
+class LineProgress:
+    """Progress as plain lines for logs (CI, ``nohup``, a redirected stderr), where a live bar is noise.
+
+    A line is written when the done count crosses the next tenth of ``total`` or ``every_s`` seconds
+    after the previous line (checked on each ``advance``; nothing runs in the background), and once more
+    by :meth:`close` unless the last line already showed the final count::
+
+        sweep grounding: 120/400 (30%) 0:00:12 elapsed, ETA 0:00:28
+    """
+
+    def __init__(self, total: int, description: str, *, clock: Callable[[], float] = time.monotonic,
+                 write: Callable[[str], None] = _stderr_line, every_s: float = LOG_EVERY_S):
+        self.total, self.description = total, description
+        self.clock, self.write, self.every_s = clock, write, every_s
+        self.done = 0
+        self.start = self.last_time = clock()
+        self.last_done: int | None = None  # done count of the last line written
+
+    def _tenths(self, done: int) -> int:
+        return int(done * 10 // self.total) if self.total > 0 else 0
+
+    def line(self) -> str:
+        elapsed = self.clock() - self.start
+        total, done = self.total, self.done
+        pct = min(100, int(100 * done / total)) if total > 0 else 100
+        if done >= total:
+            eta = "0:00:00"
+        elif done > 0:
+            eta = _clock_text(elapsed / done * (total - done))
+        else:
+            eta = "?"
+        return f"{self.description}: {done}/{total} ({pct}%) {_clock_text(elapsed)} elapsed, ETA {eta}"
+
+    def _emit(self) -> None:
+        self.write(self.line())
+        self.last_done, self.last_time = self.done, self.clock()
+
+    def advance(self, n: int = 1) -> None:
+        before, self.done = self.done, self.done + n
+        crossed = self._tenths(self.done) > self._tenths(before)
+        if crossed or self.clock() - self.last_time >= self.every_s:
+            self._emit()
+
+    def close(self) -> None:
+        if self.last_done != self.done:
+            self._emit()
+
+
 @contextmanager
-def progress(total: int, description: str) -> Iterator["callable"]:
-    """``with progress(n, "detect") as advance: ... advance(k)``; silent when VRH_NO_PROGRESS is set."""
+def progress(total: int, description: str, *, interactive: bool | None = None,
+             clock: Callable[[], float] = time.monotonic, write: Callable[[str], None] = _stderr_line
+             ) -> Iterator[Callable[..., None]]:
+    """``with progress(n, "detect") as advance: ... advance(k)``.
+
+    A rich bar on a terminal (or notebook); plain :class:`LineProgress` lines when stderr is not one
+    (``interactive`` overrides the check; ``clock`` and ``write`` feed those lines, for tests); silent
+    when VRH_NO_PROGRESS is set. The final line is written even when the loop raises, so a log shows
+    how far a failed run got.
+    """
     if os.environ.get("VRH_NO_PROGRESS"):
         yield lambda n=1: None
+        return
+    if not (_interactive() if interactive is None else interactive):
+        lines = LineProgress(total, description, clock=clock, write=write)
+        try:
+            yield lines.advance
+        finally:
+            lines.close()
         return
     bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                    TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=False)

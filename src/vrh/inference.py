@@ -7,6 +7,7 @@ way everywhere.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,8 @@ from torch import nn
 from vrh.adapters import Adapter, VisionBatch, get_adapter
 
 ORGANISM_ALIAS = "organism"
+HUB_PROBE_TIMEOUT_S = 3.0  # how long to wait for the hub before calling an uncached hub id unavailable
+_TRUE = {"1", "ON", "YES", "TRUE"}  # how huggingface_hub and transformers read their *_OFFLINE variables
 
 
 def organism_path(name: str = "") -> Path:
@@ -76,6 +79,8 @@ def load_model(model: str, *, device: str = "cpu", dtype: str = "float32", revis
     if looks_local and not Path(path).expanduser().exists():  # hub ids ("org/name") go to the hub cache
         raise FileNotFoundError(f"model folder {path} does not exist")
     path = str(Path(path).expanduser()) if looks_local else path
+    if not looks_local:
+        check_hub_id_available(path, revision)
     kwargs = {"revision": revision} if revision else {}
     config = AutoConfig.from_pretrained(path, **kwargs)
     adapter = get_adapter(config.model_type)
@@ -84,6 +89,60 @@ def load_model(model: str, *, device: str = "cpu", dtype: str = "float32", revis
     m, processor = adapter.load(path, dtype=DTYPES[dtype], device=device)
     m.eval()
     return LoadedModel(m, processor, adapter, path, revision)
+
+
+def _offline_variable() -> str | None:
+    """Name of the set offline variable, read now (huggingface_hub reads its own once, at import)."""
+    return next((v for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+                 if os.environ.get(v, "").strip().upper() in _TRUE), None)
+
+
+def _hub_unreachable(repo_id: str, revision: str | None) -> str | None:
+    """Why the hub cannot serve ``repo_id`` right now (``None``: it answered, whatever it said).
+
+    One metadata request with a short timeout; through huggingface_hub, so proxies and tokens apply.
+    """
+    from huggingface_hub import get_hf_file_metadata, hf_hub_url
+    from huggingface_hub.errors import HfHubHTTPError
+
+    url = hf_hub_url(repo_id, "config.json", revision=revision)
+    try:
+        get_hf_file_metadata(url, timeout=HUB_PROBE_TIMEOUT_S)
+    except HfHubHTTPError:  # a response (404, 401, ...): reachable; transformers explains the status
+        return None
+    except Exception as e:  # noqa: BLE001 - no response at all (DNS, refused, timeout, proxy): the
+        # transport errors of huggingface_hub's HTTP client share no base class we can name without it
+        detail = " ".join(str(e).split())  # the message stays one line
+        return f"the hub could not be reached within {HUB_PROBE_TIMEOUT_S:g}s ({type(e).__name__}: {detail})"
+    return None
+
+
+def check_hub_id_available(repo_id: str, revision: str | None = None, cache_dir: str | None = None) -> None:
+    """Fail at once, in one line, when ``repo_id`` is neither cached locally nor downloadable now.
+
+    Without this, transformers spends its retries on an unreachable hub (tens of seconds) and ends in a
+    long traceback that never says "pass a local folder". Cached ids and reachable hubs pass untouched;
+    no request is made when the id is cached or an offline variable is set.
+    """
+    from huggingface_hub import constants, try_to_load_from_cache
+    from huggingface_hub.errors import HFValidationError
+
+    cache = cache_dir or constants.HF_HUB_CACHE
+    try:
+        cached = try_to_load_from_cache(repo_id, "config.json", cache_dir=cache, revision=revision)
+    except HFValidationError:
+        raise FileNotFoundError(f"model {repo_id!r} is neither an existing folder nor a valid hub id "
+                                "(org/name); pass a local checkpoint folder, e.g. --model /path/to/checkpoint"
+                                ) from None
+    if cached is not None:  # a path, or the cached fact that config.json is absent: transformers' call
+        return
+    offline = _offline_variable()
+    why = f"{offline} is set" if offline else _hub_unreachable(repo_id, revision)
+    if why:
+        at = f"@{revision}" if revision else ""
+        raise FileNotFoundError(f"model {repo_id!r}{at} is not a local folder and nothing is cached for it in "
+                                f"{cache}, and {why}; pass a local checkpoint folder instead, "
+                                "e.g. --model /path/to/checkpoint")
 
 
 def _to_device(batch: VisionBatch, device: torch.device) -> dict[str, torch.Tensor]:

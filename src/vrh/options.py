@@ -43,6 +43,13 @@ def option(default: Any = REQUIRED, *, help: str, flag: str | None = None, parse
     return dataclasses.field(default=default, metadata={"vrh_option": meta})
 
 
+def redefault(group: type, name: str, default: Any) -> Any:
+    """``group``'s option ``name`` with another default for one command (e.g. demo's batch size): flag,
+    help and parser stay declared once, in the group."""
+    f = next(f for f in dataclasses.fields(group) if f.name == name)
+    return option(default, **f.metadata["vrh_option"])
+
+
 def ints(text: str) -> tuple[int, ...]:
     """``"0,1,3"`` -> ``(0, 1, 3)``."""
     try:

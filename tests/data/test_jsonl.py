@@ -96,6 +96,61 @@ def test_check_images_off(folder):
     assert s.read_image_size() == (W, H)
 
 
+# --- normalised boxes -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("box, fmt, expected", [
+    ([0.25, 0.5, 0.75, 1.0], "xyxy_norm", (16.0, 24.0, 48.0, 48.0)),  # image a is 64x48
+    ([0.25, 0.5, 0.5, 0.25], "xywh_norm", (16.0, 24.0, 48.0, 36.0)),
+    ([250, 500, 750, 1000], "xyxy_1000", (16.0, 24.0, 48.0, 48.0)),
+])
+def test_scaled_formats_are_converted_to_pixels(folder, box, fmt, expected):
+    (s,) = load_dataset(write_lines(folder, [grounding(box=box, box_format=fmt)]))
+    assert s.box == expected
+    # the size is read for the conversion even when images are not otherwise checked
+    (s,) = load_dataset(write_lines(folder, [grounding(box=box, box_format=fmt)]), check_images=False)
+    assert s.box == expected and s.image_size is None
+
+
+def test_scaled_box_written_back_as_pixels(folder, tmp_path):
+    (s,) = load_dataset(write_lines(folder, [grounding(box=[0.25, 0.5, 0.75, 1.0], box_format="xyxy_norm")]))
+    out = json.loads(write_dataset([s], folder / "out.jsonl").read_text())
+    assert out["box"] == [16.0, 24.0, 48.0, 48.0] and out["box_format"] == "xyxy"
+
+
+@pytest.mark.parametrize("fmt", ["xyxy", "xywh"])
+def test_pixel_box_that_looks_normalised_is_refused(folder, fmt):
+    path = write_lines(folder, [vqa("ok"), grounding(box=[0.1, 0.2, 0.5, 0.6], box_format=fmt)])
+    with pytest.raises(DatasetError) as e:
+        load_dataset(path)
+    msg = str(e.value)
+    assert msg.startswith(f"{path}:2: ") and "looks normalised (0-1)" in msg and "64x48" in msg
+    assert f'"{fmt}_norm"' in msg and "convert it to pixels" in msg
+    # without the image size there is nothing to compare with: loaded as written
+    (_, s) = load_dataset(path, check_images=False)
+    assert s.box is not None
+
+
+def test_tiny_box_on_tiny_image_is_not_called_normalised(folder):
+    Image.new("RGB", (8, 8), "green").save(folder / "images" / "tiny.png")
+    (s,) = load_dataset(write_lines(folder, [grounding(image="images/tiny.png", box=[0, 0, 1, 1])]))
+    assert s.box == (0.0, 0.0, 1.0, 1.0)
+
+
+def test_box_overflowing_in_0_1000_hints_at_xyxy_1000(folder):
+    path = write_lines(folder, [grounding(box=[250, 500, 750, 1000])])
+    with pytest.raises(DatasetError, match="outside the 64x48 image.*box_format \"xyxy_1000\""):
+        load_dataset(path)
+    with pytest.raises(DatasetError) as e:  # beyond 1000 it is not the 0-1000 convention: no hint
+        load_dataset(write_lines(folder, [grounding(box=[250, 500, 750, 1200])]))
+    assert "outside the 64x48 image" in str(e.value) and "xyxy_1000" not in str(e.value)
+
+
+def test_scaled_box_outside_its_range_is_refused(folder):
+    with pytest.raises(DatasetError, match="outside the 64x48 image"):
+        load_dataset(write_lines(folder, [grounding(box=[0.1, 0.2, 1.5, 0.6], box_format="xyxy_norm")]))
+
+
 # --- validation errors ------------------------------------------------------------------------------
 
 

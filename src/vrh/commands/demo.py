@@ -15,13 +15,12 @@ stopped.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from vrh.options import (GenerationOptions, MaskOptions, ModelOptions, RunOptions, ints, option,
-                         optional_int)
+                         optional_int, redefault)
 
 NAME = "demo"
 HELP = "the whole method on the shipped model organism, offline (the README's main command)"
@@ -30,19 +29,12 @@ DEMO_WORLD_SEED = 20_000  # disjoint from the organism's training streams and it
 SUBRUNS = ("detect", "sweep_grounding", "sweep_vqa")
 
 
-def _redefault(group: type, name: str, default: Any) -> Any:
-    """``group``'s option ``name`` with another default: help, flag and parser stay declared once, there."""
-    f = next(f for f in dataclasses.fields(group) if f.name == name)
-    meta = {k: v for k, v in f.metadata["vrh_option"].items()}
-    return option(default, **meta)
-
-
 @dataclass(frozen=True, kw_only=True)
 class Config(ModelOptions, MaskOptions, GenerationOptions, RunOptions):
     out: str = option("runs/demo", help="run folder to write; a previous demo run in it is replaced (other "
                                         "non-empty folders need --overwrite; --resume continues an interrupted demo)")
-    batch_size: int = _redefault(GenerationOptions, "batch_size", 64)
-    max_new_tokens: int = _redefault(GenerationOptions, "max_new_tokens", 24)
+    batch_size: int = redefault(GenerationOptions, "batch_size", 64)
+    max_new_tokens: int = redefault(GenerationOptions, "max_new_tokens", 24)
     n_detect: int = option(200, help="grounding samples heads are detected on")
     n_eval: int = option(200, help="held-out grounding samples the k-sweep is evaluated on")
     n_vqa: int = option(200, help="VQA samples evaluated under the same masks")

@@ -16,9 +16,14 @@ letter ``A``-``Z``) or ``"number"`` (the answer is a number in digits, e.g. ``3`
 for reading a *prediction* of each type live in :func:`vrh.tasks.vqa.judge_answer`; this module only
 checks that the gold answer fits its type, so a bad line fails at load time rather than mid-run.
 
-``image`` is relative to the JSONL file's folder, or absolute. ``box_format`` (``"xyxy"`` or ``"xywh"``,
-original-image pixels) is required wherever ``box`` is given: guessing it from the numbers is how
-datasets silently get corrupted. Any other field is kept in :attr:`Sample.meta`.
+``image`` is relative to the JSONL file's folder, or absolute. ``box_format`` is required wherever ``box``
+is given: guessing it from the numbers is how datasets silently get corrupted. ``"xyxy"`` and ``"xywh"``
+are original-image pixels; ``"xyxy_norm"`` and ``"xywh_norm"`` are fractions of the image's width and
+height (0-1), and ``"xyxy_1000"`` is 0-1000 per side (the Qwen2-VL / InternVL convention); those three are
+converted to pixels at load, from the image's size. A pixel box whose four numbers are all <= 1 on an
+image of at least ``MIN_SIDE_FOR_NORM_CHECK`` px per side is refused as "looks normalised": read as
+pixels it is a sub-pixel box, and every correct answer would score as mislocated. Any other field is kept
+in :attr:`Sample.meta`.
 
 Every error names the file and the 1-based line, e.g. ``data.jsonl:7: grounding sample needs 'box'``.
 """
@@ -40,7 +45,10 @@ from typing import Any
 from vrh.grounding import Box, xywh_to_xyxy
 
 TASKS = ("grounding", "vqa")
-BOX_FORMATS = ("xyxy", "xywh")
+PIXEL_BOX_FORMATS = ("xyxy", "xywh")
+SCALED_BOX_FORMATS = {"xyxy_norm": 1.0, "xywh_norm": 1.0, "xyxy_1000": 1000.0}  # format -> value of a full side
+BOX_FORMATS = PIXEL_BOX_FORMATS + tuple(SCALED_BOX_FORMATS)
+MIN_SIDE_FOR_NORM_CHECK = 16  # px; on smaller images a box within 0-1 px may be real
 BOUNDS_TOLERANCE = 1.0  # pixels a GT box may stick out of the image (rounding in annotation tools)
 ANSWER_TYPES = ("exact", "choice", "number")  # how a VQA answer is judged; see vrh.tasks.vqa.judge_answer
 _KNOWN = ("id", "image", "task", "expression", "box", "box_format", "question", "answer", "answer_type")
@@ -150,10 +158,12 @@ def _text(rec: dict, key: str, required: bool) -> str | None:
     return value
 
 
-def _box(rec: dict) -> Box:
+def _box(rec: dict, size: tuple[int, int] | None) -> Box:
+    """The line's box as xyxy pixels. ``size`` (width, height) is needed for the scaled formats and
+    enables the "looks normalised" check; ``None`` only when images are not checked."""
     raw, fmt = rec["box"], rec.get("box_format")
     if fmt is None:
-        raise ValueError("'box' needs an explicit 'box_format' (\"xyxy\" or \"xywh\")")
+        raise ValueError(f"'box' needs an explicit 'box_format' (one of {BOX_FORMATS})")
     if fmt not in BOX_FORMATS:
         raise ValueError(f"unknown box_format {fmt!r}; expected one of {BOX_FORMATS}")
     if (not isinstance(raw, (list, tuple)) or len(raw) != 4
@@ -161,20 +171,44 @@ def _box(rec: dict) -> Box:
         raise ValueError(f"'box' must be a list of 4 numbers, got {raw!r}")
     if not all(math.isfinite(v) for v in raw):
         raise ValueError(f"'box' has a non-finite value: {raw!r}")
-    box = xywh_to_xyxy(raw) if fmt == "xywh" else tuple(float(v) for v in raw)
+    values = [float(v) for v in raw]
+    if fmt in SCALED_BOX_FORMATS:
+        if size is None:
+            raise ValueError(f"box_format {fmt!r} needs the image's size to convert the box to pixels")
+        sx, sy = size[0] / SCALED_BOX_FORMATS[fmt], size[1] / SCALED_BOX_FORMATS[fmt]
+        values = [values[0] * sx, values[1] * sy, values[2] * sx, values[3] * sy]
+    elif size is not None and _looks_normalised(values, size):
+        W, H = size
+        raise ValueError(f"box {list(raw)} ({fmt}) looks normalised (0-1), but {fmt!r} means pixels of the "
+                         f"{W}x{H} image; convert it to pixels, or declare box_format "
+                         f"\"{fmt}_norm\" to have it converted at load")
+    box = xywh_to_xyxy(values) if fmt.startswith("xywh") else tuple(values)
     x1, y1, x2, y2 = box
     if x2 <= x1 or y2 <= y1:
-        raise ValueError(f"box {list(raw)} ({fmt}) has non-positive area (as xyxy: {list(box)})")
+        raise ValueError(f"box {list(raw)} ({fmt}) has non-positive area (as xyxy pixels: {list(box)})")
     return box  # type: ignore[return-value]
 
 
-def _check_bounds(box: Box, size: tuple[int, int]) -> Box:
-    """Reject boxes more than BOUNDS_TOLERANCE outside the image; clip the rest onto it."""
+def _looks_normalised(values: Sequence[float], size: tuple[int, int]) -> bool:
+    """All four numbers in [0, 1] on an image big enough that a real box would not be sub-pixel."""
+    return all(0.0 <= v <= 1.0 for v in values) and min(size) >= MIN_SIDE_FOR_NORM_CHECK
+
+
+def _check_bounds(box: Box, size: tuple[int, int], raw: Sequence[float] = (), fmt: str = "xyxy") -> Box:
+    """Reject boxes more than BOUNDS_TOLERANCE outside the image; clip the rest onto it.
+
+    ``raw``/``fmt`` (the line's numbers and format) only shape the message: a pixel box that overflows
+    while all its numbers lie in 0-1000 was most likely written in the 0-1000 convention.
+    """
     W, H = size
     x1, y1, x2, y2 = box
     tol = BOUNDS_TOLERANCE
     if x1 < -tol or y1 < -tol or x2 > W + tol or y2 > H + tol:
-        raise ValueError(f"box {list(box)} lies outside the {W}x{H} image (tolerance {tol:g}px)")
+        hint = ""
+        if fmt == "xyxy" and raw and all(0 <= v <= 1000 for v in raw) and min(W, H) < 1000:
+            hint = ("; if it is in 0-1000 coordinates (Qwen2-VL / InternVL style), declare box_format "
+                    "\"xyxy_1000\" to have it converted to pixels at load")
+        raise ValueError(f"box {list(box)} lies outside the {W}x{H} image (tolerance {tol:g}px){hint}")
     return (max(x1, 0.0), max(y1, 0.0), min(x2, float(W)), min(y2, float(H)))
 
 
@@ -205,18 +239,22 @@ def _parse_line(rec: Any, folder: Path, check_images: bool) -> Sample:
         raise ValueError("'answer_type' applies to vqa samples only")
     if grounding and "box" not in rec:
         raise ValueError("grounding sample needs 'box'")
-    box = _box(rec) if rec.get("box") is not None else None
+    has_box = rec.get("box") is not None
 
     size = None
-    if check_images:
+    # scaled boxes need the image's size even when images are not otherwise checked
+    if check_images or (has_box and rec.get("box_format") in SCALED_BOX_FORMATS):
         if not image_path.is_file():
             raise ValueError(f"image file not found: {image_path}")
         try:
             size = _image_size(image_path)
         except Exception as e:  # noqa: BLE001 - PIL raises many types for unreadable files
             raise ValueError(f"cannot read image {image_path}: {e}") from None
-        if box is not None:
-            box = _check_bounds(box, size)
+    box = _box(rec, size) if has_box else None
+    if box is not None and size is not None:
+        box = _check_bounds(box, size, rec["box"], rec["box_format"])
+    if not check_images:
+        size = None  # documented: image_size is known only when images are checked
     meta = {k: v for k, v in rec.items() if k not in _KNOWN}
     return Sample(id=rec["id"], image_path=image_path, task=task, expression=expression, box=box,
                   question=question, answer=answer, image_size=size, meta=meta,
