@@ -84,7 +84,8 @@ def add_options(parser: argparse.ArgumentParser, cls: type) -> None:
         if meta is None or not meta["cli"]:
             continue
         required = f.default is REQUIRED
-        help_text = meta["help"] + ("" if required else f" (default: {_show(f.default)})")
+        says_default = "(default:" in meta["help"]  # the help explains its default (e.g. what None means)
+        help_text = meta["help"] + ("" if required or says_default else f" (default: {_show(f.default)})")
         help_text = help_text.replace("%", "%%")
         if isinstance(f.default, bool):
             if f.default and meta["negate"]:
@@ -153,10 +154,11 @@ class DataOptions:
 @dataclass(frozen=True, kw_only=True)
 class EvalOptions:
     task: str = option("grounding", help="task of the evaluated samples: grounding (IoU >= --tau) or vqa")
-    n: int | None = option(None, parse=optional_int, help="evaluate at most this many samples (default: all held-out)")
+    n: int | None = option(None, parse=optional_int, help="evaluate the first N held-out samples (default: all of them)")
     tau: float = option(0.5, help="IoU threshold for a correct box")
     disjoint: bool = option(True, negate="--no-disjoint",
-                            help="evaluate only samples the detection run did not score (--no-disjoint: allow overlap)")
+                            help="also evaluate samples the detection run scored (default: only samples it did not score, "
+                                 "paper App. H)")
 
 
 @dataclass(frozen=True, kw_only=True)
