@@ -180,3 +180,14 @@ def test_model_argument_forms(tmp_path):
         load_model("some-org/some-model")
     assert "does not exist" not in str(e.value)
     assert resolve_model_path("some-org/some-model") == "some-org/some-model"
+
+
+def test_bad_detection_input_fails_before_the_model_loads(tmp_path, tiny_dataset, capsys, monkeypatch):
+    import vrh.inference
+
+    monkeypatch.setattr(vrh.inference, "load_model", lambda *a, **k: pytest.fail("the model was loaded"))
+    out = tmp_path / "d"
+    assert main(["detect", "--model", "x", "--data", tiny_dataset, "--scorers", "nosuch", "--out", str(out)]) == 2
+    assert "nosuch" in capsys.readouterr().err and not out.exists()
+    assert main(["detect", "--model", "x", "--data", tiny_dataset, "--n", "200", "--out", str(out)]) == 2
+    assert "12 grounding samples" in capsys.readouterr().err and not out.exists()

@@ -203,6 +203,13 @@ def write_detection(run: runs.RunFolder, det: Detection) -> None:
     runs.write_overlays(run, det.overlays)
 
 
+def check_scorers(specs: Sequence[str], seed: int = 0) -> list[str]:
+    """Canonical names of the scorer specs; an unknown method or option fails here, before any model loads."""
+    if not specs:
+        raise ValueError("--scorers: at least one scorer is needed")
+    return [make_scorer(spec, seed=seed).name for spec in specs]
+
+
 def detection_split(data: str | Path, opts: DetectOptions) -> tuple[list[Sample], list[Sample], dict[str, Any]]:
     samples, info = load_task_samples(data, "grounding")
     if opts.n < 1:

@@ -21,11 +21,13 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
     from dataclasses import fields
 
     from vrh.commands._common import load
-    from vrh.detection import run_detection
+    from vrh.detection import check_scorers, detection_split, run_detection
     from vrh.options import DetectOptions
 
-    lm = load(cfg, lm)
     opts = DetectOptions(**{f.name: getattr(cfg, f.name) for f in fields(DetectOptions)})
+    check_scorers(opts.scorers, opts.seed)  # bad input fails before the model loads
+    detection_split(cfg.data, opts)
+    lm = load(cfg, lm)
     hs = run_detection(lm, cfg.data, cfg.out, opts, batch_size=cfg.batch_size, max_new_tokens=cfg.max_new_tokens,
                        overwrite=cfg.overwrite, resume=cfg.resume)
     return hs.to_json()

@@ -55,6 +55,7 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
 
     from vrh import runs
     from vrh.commands._common import load
+    from vrh.conditions import head_source
     from vrh.console import console
     from vrh.evaluation import select_eval_samples
     from vrh.options import config_record
@@ -65,6 +66,9 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
     task = get_task(cfg.task, **({"tau": cfg.tau} if cfg.task == "grounding" else {}))
     samples, data_info = select_eval_samples(cfg.data, cfg.task, cfg.n, [cfg.mask_heads] if cfg.mask_heads else [],
                                              cfg.disjoint)
+    head_source(cfg.mask_heads, cfg.scorer)  # a missing run folder or a bad head list fails before the model loads
+    if cfg.k < 0:
+        raise ValueError(f"--k must be >= 0, got {cfg.k}")
     lm = load(cfg, lm)
     condition, head_info = resolve_condition(cfg, lm.num_layers, lm.num_heads)
     run = runs.RunFolder(cfg.out, resume=cfg.resume, overwrite=cfg.overwrite)
