@@ -60,10 +60,10 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
     from vrh.evaluation import select_eval_samples
     from vrh.options import config_record
     from vrh.runner import run_conditions
-    from vrh.tasks import get_task
+    from vrh.tasks import task_from_settings
 
     t0 = time.time()
-    task = get_task(cfg.task, **({"tau": cfg.tau} if cfg.task == "grounding" else {}))
+    task = task_from_settings(cfg.task, {"tau": cfg.tau})
     samples, data_info = select_eval_samples(cfg.data, cfg.task, cfg.n, [cfg.mask_heads] if cfg.mask_heads else [],
                                              cfg.disjoint)
     head_source(cfg.mask_heads, cfg.scorer)  # a missing run folder or a bad head list fails before the model loads

@@ -37,9 +37,9 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
     from vrh.evaluation import select_eval_samples
     from vrh.kcurves import run_sweep
     from vrh.options import config_record
-    from vrh.tasks import get_task
+    from vrh.tasks import task_from_settings
 
-    task = get_task(cfg.task, **({"tau": cfg.tau} if cfg.task == "grounding" else {}))
+    task = task_from_settings(cfg.task, {"tau": cfg.tau})
     src = head_source(cfg.heads, cfg.scorer, option="--heads")  # before loading the model: fail fast
     if src.kind != "run":
         raise FileNotFoundError(f"--heads {cfg.heads}: a detection run folder is expected (vrh detect --out), "

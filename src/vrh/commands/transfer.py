@@ -98,10 +98,10 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
     from vrh.kcurves import conditions_table, random_control_report
     from vrh.options import config_record
     from vrh.runner import run_conditions
-    from vrh.tasks import get_task
+    from vrh.tasks import task_from_settings
 
     t0 = time.time()
-    task = get_task(cfg.task, **({"tau": cfg.tau} if cfg.task == "grounding" else {}))
+    task = task_from_settings(cfg.task, {"tau": cfg.tau})
     src_a = _run_source(cfg.heads, cfg.scorer, "--heads")  # before loading the model: fail fast
     src_b = _run_source(cfg.heads_b, cfg.scorer, "--heads-b") if cfg.heads_b else None
     samples, data_info = select_eval_samples(cfg.data, cfg.task, cfg.n,

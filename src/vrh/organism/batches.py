@@ -16,16 +16,19 @@ from transformers import PreTrainedTokenizerFast
 
 from vrh.organism import world
 from vrh.organism.processor import GROUNDING_PROMPT, VQA_PROMPT, ImageSpec, format_box
+from vrh.organism.text_tasks import items_offset, text_prompt
 
 
 def prompt_of(sample: dict[str, Any]) -> str:
+    if sample["task"] == "text":  # text-only retrieval job (vrh.organism.text_tasks): no image
+        return text_prompt(sample)
     if sample["task"] == "grounding":
         return GROUNDING_PROMPT.format(expression=sample["expression"])
     return VQA_PROMPT.format(question=sample["question"])
 
 
 def answer_of(sample: dict[str, Any], spec: ImageSpec) -> str:
-    return format_box(sample["box"], spec) if sample["task"] == "grounding" else sample["answer"]
+    return format_box(sample["box"], spec) if sample["task"] in ("grounding", "text") else sample["answer"]
 
 
 def pixels(images: list, spec: ImageSpec) -> torch.Tensor:
@@ -45,13 +48,14 @@ class TrainBatch:
     input_ids: torch.Tensor  # [B, S] right-padded
     attention_mask: torch.Tensor  # [B, S]
     labels: torch.Tensor  # [B, S], -100 except answer tokens and EOS
-    pixel_values: torch.Tensor  # [B, 3, H, W]
+    pixel_values: torch.Tensor | None  # [B_img, 3, H, W], image samples only (None: text-only batch)
     visual: torch.Tensor  # [B, S] bool, key positions holding visual tokens
     text_query: torch.Tensor  # [B, S] bool, real positions after the image (prompt tail + answer)
-    # [B, S] bool, visual positions whose patch overlaps the GT box (grounding) or the captioned box
+    # [B, S] bool, visual positions whose patch overlaps the GT box (grounding) or the captioned box; for
+    # text samples the referent's item tokens
     box_keys: torch.Tensor | None = None
-    # [B, V] long, per visual token (row-major patches): colour / shape index of the object covering the
-    # patch most (world.COLOURS / world.SHAPES order), -100 where no object does
+    # [B_img, V] long, per image sample and visual token (row-major patches): colour / shape index of the
+    # object covering the patch most (world.COLOURS / world.SHAPES order), -100 where no object does
     patch_colour: torch.Tensor | None = None
     patch_shape: torch.Tensor | None = None
 
@@ -75,15 +79,21 @@ def train_batch(samples: list[dict[str, Any]], tok: PreTrainedTokenizerFast, spe
     visual = ids == image_id
     last_visual = (visual.long() * torch.arange(S)).amax(dim=1, keepdim=True)  # [B, 1]
     text_query = (torch.arange(S)[None, :] > last_visual) & mask.bool()
-    px = pixels([world.render(s["scene"]) for s in samples], spec)
+    imaged = [s for s in samples if s["task"] != "text"]
+    px = pixels([world.render(s["scene"]) for s in imaged], spec) if imaged else None
     box_keys = torch.zeros_like(visual)
     for b, s in enumerate(samples):
-        if s["task"] == "grounding" or s.get("kind") == "caption":
+        if s["task"] == "text":
+            first, end = s["target_words"]
+            off = items_offset(tok)
+            box_keys[b, off + first: off + end] = True
+        elif s["task"] == "grounding" or s.get("kind") == "caption":
             inside = patches_overlapping(s["box"], spec)  # [V] bool
             box_keys[b, visual[b].nonzero().squeeze(1)[inside]] = True
-    dense = [dense_targets(s["scene"], spec) for s in samples]
-    colour = torch.from_numpy(np.stack([d["colour"] for d in dense]))  # [B, V]
-    shape = torch.from_numpy(np.stack([d["shape"] for d in dense]))  # [B, V]
+    V = spec.num_image_tokens
+    dense = [dense_targets(s["scene"], spec) for s in imaged]
+    colour = torch.from_numpy(np.stack([d["colour"] for d in dense])) if dense else torch.zeros(0, V, dtype=torch.long)  # [B_img, V]
+    shape = torch.from_numpy(np.stack([d["shape"] for d in dense])) if dense else torch.zeros(0, V, dtype=torch.long)  # [B_img, V]
     return TrainBatch(ids, mask, labels, px, visual, text_query, box_keys, colour, shape)
 
 
@@ -101,7 +111,9 @@ def prompt_batch(samples: list[dict[str, Any]], tok: PreTrainedTokenizerFast,
     """Left-padded prompts for ``generate`` (what the processor + tokenizer with padding_side=left give)."""
     prompts = [_expand(prompt_of(s), spec) for s in samples]
     enc = tok(prompts, add_special_tokens=True, padding=True, return_tensors="pt")
-    enc["pixel_values"] = pixels([world.render(s["scene"]) for s in samples], spec)
+    imaged = [s for s in samples if s["task"] != "text"]
+    if imaged:
+        enc["pixel_values"] = pixels([world.render(s["scene"]) for s in imaged], spec)
     return dict(enc)
 
 

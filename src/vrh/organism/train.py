@@ -41,6 +41,7 @@ from vrh.organism.batches import TrainBatch, train_batch
 from vrh.organism.evaluate import grounding_accuracy, vqa_accuracy
 from vrh.organism.model import TextArch, VisionArch, build_model, lm_o_projs, share_language_model
 from vrh.organism.processor import GROUNDING_PROMPT, VQA_PROMPT, ImageSpec, build_processor, build_tokenizer
+from vrh.organism.text_tasks import text_sample
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,10 @@ class TrainConfig:
     grad_clip: float = 1.0
     vqa_frac: float = 0.15
     caption_frac: float = 0.0  # region captioning ("what is [ box ] ?" -> "large red circle")
+    # text-only retrieval jobs (vrh.organism.text_tasks: the scene written as a list of items; no image):
+    # organism C's LM pretraining (1.0) and task mixture. Drawn after VQA and captions, so 0.0 leaves
+    # every earlier run's data stream unchanged.
+    text_frac: float = 0.0
     head_dropout: float = 0.1
     route_l1: float = 0.0
     # Both pressures start at pressure_start and ramp in linearly over route_warmup steps: applied from
@@ -124,6 +129,13 @@ class TrainConfig:
     ckpt_every: int = 250
     log_every: int = 50
     threads: int = 2
+    # Emergence tracking (vrh.organism.emergence): every track_every steps (0: off), the head-score map on
+    # a fixed probe set of track_n samples and accuracy with its top track_k heads vs track_seeds draws
+    # of track_k random heads zeroed, appended to OUT/emergence.jsonl. Measurement only: no loss term.
+    track_every: int = 0
+    track_n: int = 64
+    track_k: int = 3
+    track_seeds: int = 2
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> "TrainConfig":
@@ -159,12 +171,14 @@ def load_config(spec: str | None) -> TrainConfig:
 # --- data -------------------------------------------------------------------------------------------
 
 def stream_sample(seed: int, index: int, vqa_frac: float, size: int, level: str = "full",
-                  caption_frac: float = 0.0) -> dict[str, Any]:
+                  caption_frac: float = 0.0, text_frac: float = 0.0) -> dict[str, Any]:
     u = world._rng(seed, index, "task").random()
     if u < vqa_frac:
         return world.vqa_sample(seed, index, size)
     if u < vqa_frac + caption_frac:
         return world.caption_sample(seed, index, size)
+    if u < vqa_frac + caption_frac + text_frac:
+        return text_sample(seed, index, size, level=level)
     return world.grounding_sample(seed, index, size, level=level)
 
 
@@ -222,7 +236,9 @@ class AttrProbes(torch.nn.Module):
     def loss(self, hidden_states, batch: TrainBatch) -> tuple[torch.Tensor, float]:
         """(mean cross-entropy over probed layers and attributes, colour accuracy at the last probed layer)."""
         ce = torch.nn.functional.cross_entropy
-        yc, ys = batch.patch_colour.reshape(-1), batch.patch_shape.reshape(-1)  # [B*V]
+        yc, ys = batch.patch_colour.reshape(-1), batch.patch_shape.reshape(-1)  # [B_img*V]
+        if not bool((yc != -100).any()):  # a text-only batch (or objectless patches only): nothing to probe
+            return hidden_states[0].new_zeros(()), 0.0
         total = 0.0
         for i, layer in enumerate(self.layers):
             h = hidden_states[layer][batch.visual]  # [B*V, D]: every sample's V visual tokens, in order
@@ -446,8 +462,8 @@ def make_batches(cfg: TrainConfig, tok, specs, step: int) -> dict[str, TrainBatc
     for tag, seed, bs in (("a", cfg.seed, cfg.batch_a), ("b", cfg.seed_b, cfg.batch_b)):
         if bs > 0 and tag in specs:
             level = level_at(step, cfg)
-            samples = [stream_sample(seed, step * bs + j, cfg.vqa_frac, cfg.image_size, level, cfg.caption_frac)
-                       for j in range(bs)]
+            samples = [stream_sample(seed, step * bs + j, cfg.vqa_frac, cfg.image_size, level, cfg.caption_frac,
+                                     cfg.text_frac) for j in range(bs)]
             out[tag] = train_batch(samples, tok, specs[tag])
     return out
 
@@ -557,6 +573,9 @@ def train(config: TrainConfig, out_dir: str | Path, resume: bool = True, workers
     acc_stats: dict[str, list[float]] = {}
     stream = batch_stream(org, workers=workers)
     end = min(config.stop_at or config.steps, config.steps)
+    if config.track_every and org.step == 0:  # the map before any training (a fresh run, or weights_from)
+        from vrh.organism.emergence import track
+        track(org, out / "emergence.jsonl")
     while org.step < end:
         step, batches = next(stream)
         assert step == org.step, (step, org.step)
@@ -579,6 +598,10 @@ def train(config: TrainConfig, out_dir: str | Path, resume: bool = True, workers
                 print("  answer->box mass (EMA), top heads: " + ", ".join(
                     f"L{int(i) // H}H{int(i) % H}={float(org.box_ema.flatten()[i]):.2f}" for i in top), flush=True)
             _atomic_save(org.state(), ckpt)
+            t0, last_ckpt = time.time(), org.step
+        if config.track_every and org.step % config.track_every == 0:
+            from vrh.organism.emergence import track  # measurement only; imports the detector's helpers
+            track(org, out / "emergence.jsonl")
             t0, last_ckpt = time.time(), org.step
     return org
 

@@ -5,8 +5,9 @@
 :mod:`vrh.tasks.base` (a leaf); each built-in task registers itself from its own module, imported here.
 """
 
-from vrh.tasks.base import Task, get_task, register_task, task_names
+from vrh.tasks.base import Task, get_task, register_task, task_from_settings, task_names
 from vrh.tasks.grounding import GroundingTask
 from vrh.tasks.vqa import VQATask, judge_answer
 
-__all__ = ["GroundingTask", "Task", "VQATask", "get_task", "judge_answer", "register_task", "task_names"]
+__all__ = ["GroundingTask", "Task", "VQATask", "get_task", "judge_answer", "register_task", "task_from_settings",
+           "task_names"]

@@ -150,3 +150,17 @@ def get_task(name: str, **options: Any) -> Task:
         have = ", ".join(f"{k} (default {v!r})" for k, v in defaults.items()) or "none"
         raise ValueError(f"unknown option(s) {', '.join(map(repr, unknown))} for task {name!r}; its options: {have}")
     return cls(**options)
+
+
+def task_from_settings(name: str, settings: Mapping[str, Any]) -> Task:
+    """The task ``name`` configured from a command's settings (e.g. ``{"tau": 0.5}``), passing only the
+    options this task declares: a command offers its evaluation options to whichever task runs, without
+    knowing which task takes which.
+
+    >>> task_from_settings("vqa", {"tau": 0.7}).config(), task_from_settings("grounding", {"tau": 0.7}).config()
+    ({'name': 'vqa'}, {'name': 'grounding', 'tau': 0.7})
+    """
+    if name not in _TASKS:
+        raise ValueError(f"unknown task {name!r}; registered tasks: {', '.join(task_names()) or 'none'}")
+    declared = _TASKS[name].option_defaults()
+    return get_task(name, **{k: v for k, v in settings.items() if k in declared})

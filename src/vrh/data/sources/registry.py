@@ -1,0 +1,84 @@
+"""The benchmark-source registry (a leaf: imports nothing from :mod:`vrh.data.sources`).
+
+A *source* reads one benchmark in its published local layout (a Hugging Face parquet snapshot, a CSV, a
+JSON release) and turns each row into vrh :class:`~vrh.data.Sample` objects. It is two functions and a
+description, registered once in its own module (the SAELens shape):
+
+* ``read_rows(src, split, options) -> Iterator[(key, row)]``: finds the split's files under ``src`` and
+  yields raw rows lazily, with a per-row ``key`` (the benchmark's own id, or the row number). File-level
+  problems (no such split, missing image files) are raised *before* the first row, so nothing is
+  written; it must therefore do its checks eagerly and return an iterator, not be a generator itself.
+* ``convert_row(key, row, ctx) -> list[Sample]``: one row's samples. A malformed row raises
+  :class:`SkipRow` with a reason; :func:`vrh.data.sources.convert.convert` records it as a counted skip.
+
+Why a leaf: source modules import this one to register, and :mod:`vrh.data.sources` imports them all,
+so the registry is filled on first import without a cycle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+class SkipRow(ValueError):
+    """A row that cannot become a sample; the message is the reason written to ``skipped.jsonl``."""
+
+
+@dataclass(frozen=True)
+class Skip:
+    """One skipped row: the benchmark's id for it (or its row number) and why."""
+
+    id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Source:
+    """A registered benchmark source.
+
+    ``splits``: the published splits, the default first. ``expected_rows``: rows per split as published
+    (checked, and reported, when a whole split is converted). ``options``: the names of the extra
+    options ``convert_row`` / ``read_rows`` read from ``options`` (others are refused by name).
+    """
+
+    name: str
+    summary: str  # one line: the benchmark, the task and how answers are judged
+    layout: str  # the expected local layout, shown by `vrh data list`
+    task: str  # "grounding" | "vqa"
+    splits: tuple[str, ...]
+    read_rows: Callable[[Path, str, Mapping[str, Any]], Iterator[tuple[str, dict[str, Any]]]]
+    convert_row: Callable[..., list]
+    expected_rows: Mapping[str, int] = field(default_factory=dict)
+    options: tuple[str, ...] = ()
+
+    @property
+    def default_split(self) -> str:
+        return self.splits[0]
+
+
+_SOURCES: dict[str, Source] = {}
+
+
+def register_source(source: Source) -> Source:
+    """Register ``source`` under its name; a second source of the same name is an error."""
+    if source.name in _SOURCES:
+        raise ValueError(f"source {source.name!r} is already registered")
+    _SOURCES[source.name] = source
+    return source
+
+
+def get_source(name: str) -> Source:
+    """The registered source ``name``; an unknown name is an error listing the known ones."""
+    try:
+        return _SOURCES[name]
+    except KeyError:
+        raise ValueError(f"unknown data source {name!r}; known sources: {', '.join(source_names())} "
+                         f"(see `vrh data list`)") from None
+
+
+def source_names() -> tuple[str, ...]:
+    """Registered source names, sorted."""
+    return tuple(sorted(_SOURCES))
