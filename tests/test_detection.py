@@ -65,7 +65,8 @@ def test_qrhead_null_pass_through_detection(tmp_path, tiny_checkpoint, tiny_data
         want = qrhead_sample(rows[b], keys, range(E), nrows[b], null_keys, range(En))
         raw = qrhead_sample(rows[b], keys, range(E), calibrate=False)
         assert torch.allclose(torch.from_numpy(got[b]), want, atol=1e-6)
-        assert (want - raw).abs().max() > 1e-4  # the null pass really entered the score
+        # the null pass really entered the score (one key in K: the reference keeps nothing, NaN std -> 0)
+        assert len(keys) < 2 or (want - raw).abs().max() > 1e-4
     assert shifted  # the null pass's own key positions were needed
 
     plain = detect_heads(lm, samples[:2], scorers=("out/sum/mean", "qrhead:calibrate=false"), batch_size=2,

@@ -130,3 +130,17 @@ def test_default_variant_ranks_planted_head_first():
 
     assert top_k(sc.result(), 1) == [(1, 2)]
     assert torch.allclose(sc.result()[1, 2], torch.tensor(1.0))
+
+
+def test_freq_zero_rule_changes_rankings_when_few_heads_are_positive():
+    # 2 samples, 4 heads, m = 2; sample 0 has one positive head, sample 1 two
+    ps = torch.tensor([[[0.0, 0.9, 0.0, 0.0]], [[0.0, 0.0, 0.5, 0.4]]])  # (2, 1, 4)
+    assert selection_frequency(ps, m=2).tolist() == [[0.0, 0.5, 0.5, 0.5]]  # sample 0 votes once
+    # include: sample 0's second slot goes to the first zero head in (layer, head) order
+    assert selection_frequency(ps, m=2, zeros="include").tolist() == [[0.5, 0.5, 0.5, 0.5]]
+    sc = make_scorer("out/argmax/freq:m=2:zeros=include")
+    assert sc.name == "out/argmax/freq:m=2:zeros=include" and sc.zeros == "include"
+    nan = torch.tensor([[float("nan"), 0.0]])
+    assert top_m_mask(nan, m=2, zeros="include").tolist() == [[False, True]]  # NaN is never selected
+    with pytest.raises(ValueError, match="zeros"):
+        top_m_mask(ps, m=2, zeros="all")

@@ -35,6 +35,7 @@ from vrh.inference import LoadedModel, generate_answers, query_sets
 from vrh.options import DetectOptions, config_record
 from vrh.regions import box_token_mask
 from vrh.scorers import SampleInfo, make_scorer
+from vrh.scoring import lcs_ratio
 from vrh.tasks import Task, get_task
 
 NULL_QUERY = "N/A"  # QRHead's content-free query, in place of the referring expression
@@ -128,8 +129,8 @@ def detect_heads(lm: LoadedModel, samples: Sequence[Sample], *, scorers: Sequenc
             skipped += [{"id": chunk[i].id, "reason": "empty answer"} for i in range(len(chunk)) if i not in keep]
             if keep:
                 _score_batch(lm, [chunk[i] for i in keep], [images[i] for i in keep], [prompts[i] for i in keep],
-                             [answers[i] for i in keep], [recs[i] for i in keep], made, passes, min_overlap,
-                             overlays, n_overlays, n_scored, forwards)
+                             [answers[i] for i in keep], [recs[i] for i in keep], [metas[i] for i in keep], made,
+                             passes, min_overlap, overlays, n_overlays, n_scored, forwards)
                 n_scored += len(keep)
             for r in recs:
                 records.append(r)
@@ -139,8 +140,25 @@ def detect_heads(lm: LoadedModel, samples: Sequence[Sample], *, scorers: Sequenc
     return _finish(lm, made, overlays, skipped, records, forwards, time.time() - t0)
 
 
-def _score_batch(lm, chunk, images, prompts, answers, records, scorers, passes, min_overlap, overlays, n_overlays,
-                 first_index, forwards) -> None:
+def _answer_facts(lm: LoadedModel, batch, b: int, sample: Sample, meta: dict[str, Any]) -> dict[str, Any]:
+    """What scorers may need about sample ``b``'s prompt and answer beyond its rows: every prompt key
+    position (text and image, no padding, no answer), which answer tokens occur in the tokenized ground-truth
+    answer (the GT box as the family writes it), and the longest common run of the two token sequences over
+    the GT length (OCR heads' correctness weight)."""
+    ans = batch.answer_positions[b]  # (A,)
+    mask = batch.inputs["attention_mask"][b]  # (S,) 1 = real token (left padding is 0)
+    prompt = torch.nonzero(mask[: int(ans[0])]).reshape(-1)  # (P,) every real token before the answer
+    tok = getattr(lm.processor, "tokenizer", lm.processor)
+    answer_ids = batch.inputs["input_ids"][b][ans].tolist()
+    gold_ids = tok(lm.adapter.format_box(sample.box, meta, sample.read_image_size()),
+                   add_special_tokens=False)["input_ids"]
+    gold = set(gold_ids)
+    return {"prompt_positions": prompt, "answer_in_gold": [i for i, t in enumerate(answer_ids) if t in gold],
+            "answer_lcs": lcs_ratio(gold_ids, answer_ids)}
+
+
+def _score_batch(lm, chunk, images, prompts, answers, records, metas, scorers, passes, min_overlap, overlays,
+                 n_overlays, first_index, forwards) -> None:
     main = _capture(lm, images, prompts, answers, [s.expression for s in chunk])
     extra = {p: EXTRA_PASSES[p](lm, chunk, images, answers) for p in passes}
     forwards["main"] += main.rows.num_forwards
@@ -151,11 +169,15 @@ def _score_batch(lm, chunk, images, prompts, answers, records, scorers, passes, 
         rows = main.rows.rows(b)  # (L, H, Q, S)
         vis = main.batch.visual_positions[b]  # (V,)
         rects = main.batch.visual_rects[b]  # (V, 4)
-        in_box = box_token_mask(rects, s.box, min_overlap)  # (V,)
+        cell = main.batch.cell_tokens[b]  # (V,) only cell tokens may enter K (adapters.base.VisionBatch)
+        in_box = box_token_mask(rects, s.box, min_overlap) & cell  # (V,)
         q = main.queries[b]
-        info = SampleInfo(key_positions=vis[in_box], visual_positions=vis, grid=grid_shape(rects),
-                          queries={"out": q.out, "in": q.inp, "coord": q.coord, "last_prompt": q.last_prompt},
-                          correct=rec.get("outcome") == "correct", iou=rec.get("iou"), index=first_index + b)
+        grid = grid_shape(rects) if bool(cell.all()) else None  # non-cell tokens: no single row-major grid
+        info = SampleInfo(key_positions=vis[in_box], visual_positions=vis, grid=grid,
+                          queries={"out": q.out, "in": q.inp, "coord": q.coord, "last_prompt": q.last_prompt,
+                                   "out_own": q.own},
+                          correct=rec.get("outcome") == "correct", iou=rec.get("iou"), index=first_index + b,
+                          **_answer_facts(lm, main.batch, b, s, metas[b]))
         extra_rows = {}
         for p, cap in extra.items():
             if not torch.equal(cap.batch.visual_rects[b], rects):  # same image -> same visual tokens expected

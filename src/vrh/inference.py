@@ -170,7 +170,8 @@ class QuerySets:
     ``out``: positions whose next-token prediction is an answer token (the query row that *produces*
     answer token i is the position of token i-1; the first is the last prompt token). ``coord``: the subset
     of ``out`` predicting tokens that contain a digit. ``inp``: the referring-expression tokens.
-    ``last_prompt``: the last prompt token (a one-element index list).
+    ``last_prompt``: the last prompt token (a one-element index list). ``own``: the answer tokens' own
+    positions, in answer order (OCR heads' reference reads the row at each answer token itself).
     """
 
     positions: torch.Tensor  # LongTensor [Q] sequence positions captured, ascending
@@ -178,6 +179,7 @@ class QuerySets:
     coord: torch.Tensor
     inp: torch.Tensor
     last_prompt: torch.Tensor
+    own: torch.Tensor
 
 
 def query_sets(batch: VisionBatch, b: int, processor: Any) -> QuerySets:
@@ -188,7 +190,7 @@ def query_sets(batch: VisionBatch, b: int, processor: Any) -> QuerySets:
         raise ValueError("empty answer: nothing to score")
     producers = ans - 1  # (A,) row producing answer token i sits at position i-1
     expr = batch.expression_positions[b]
-    positions = torch.unique(torch.cat([producers, expr]))  # sorted
+    positions = torch.unique(torch.cat([producers, ans, expr]))  # sorted
     index = {int(p): i for i, p in enumerate(positions.tolist())}
     ids = batch.inputs["input_ids"][b]
     tok = getattr(processor, "tokenizer", processor)
@@ -200,4 +202,5 @@ def query_sets(batch: VisionBatch, b: int, processor: Any) -> QuerySets:
         coord=idx([p for p, c in zip(producers.tolist(), is_coord) if c]),
         inp=idx(expr.tolist()),
         last_prompt=idx([int(producers[0])]),
+        own=idx(ans.tolist()),
     )

@@ -22,6 +22,12 @@ Edge-case policy (all scorers): an empty ``K`` or an empty query set gives a per
 every head; the sample is still *counted* (it stays in ``per_sample()`` and in the mean) and the scorer
 tallies it in ``n_empty_keys`` / ``n_empty_queries``. An all-zero attention row contributes 0 to both
 ``Phi`` (argmax of an all-zero row is "no hit"). Nothing here produces NaN.
+
+``Omega^freq`` (m = :data:`DEFAULT_M` = 20): each sample votes for its top-m heads. Heads scoring <= 0 get
+no vote by default (``zeros="exclude"``), so a sample with fewer than m positive heads selects fewer than
+m -- with ``Phi^argmax`` most heads score exactly 0 and this changes the ranking against a plain top-m;
+``zeros="include"`` always fills m slots (ties by (layer, head)). Both m and the rule are scorer options
+(``out/argmax/freq:m=10:zeros=include``); see :func:`top_m_mask`.
 """
 
 from __future__ import annotations
@@ -39,9 +45,12 @@ QUERY_SETS = ("out", "in", "in+out", "rand1", "coord")
 PHIS = ("sum", "argmax")
 OMEGAS = ("mean", "freq")
 _OMEGA_ALIASES = {"avg": "mean"}  # the paper writes both Omega^avg and Omega^mean
-QUERY_KINDS = ("out", "in", "coord", "last_prompt", "null_out", "null_in")
+QUERY_KINDS = ("out", "in", "coord", "last_prompt", "out_own", "null_out", "null_in")
 DEFAULT_VARIANT = "out/sum/mean"
 DEFAULT_M = 20
+# What Omega^freq's per-sample top-m does with heads scoring <= 0 (see :func:`top_m_mask`).
+ZERO_RULES = ("exclude", "include")
+DEFAULT_ZERO_RULE = "exclude"
 # The extra capture pass QRHead calibrates against: same images and answers, the expression replaced by a
 # content-free query. A scorer lists the passes it needs in ``extra_passes``; its rows arrive in
 # ``update(..., extra={NULL_QUERY_PASS: rows})``.
@@ -177,26 +186,40 @@ def _check_stack(per_sample: torch.Tensor, include: Index | None) -> torch.Tenso
     return per_sample.index_select(0, as_index(include, per_sample.shape[0])).float()  # (N', L, H)
 
 
-def top_m_mask(scores: torch.Tensor, m: int = DEFAULT_M) -> torch.Tensor:
+def top_m_mask(scores: torch.Tensor, m: int = DEFAULT_M, zeros: str = DEFAULT_ZERO_RULE) -> torch.Tensor:
     """Boolean mask of the ``m`` best heads of each ``[L, H]`` map (``[L, H]`` or ``[N, L, H]`` input).
 
-    Ties are broken by ``(layer, head)`` order (lower first), as in :func:`vrh.heads.rank_heads`. Heads
-    with score <= 0 (or NaN) are never selected: a sample with no signal votes for nobody, so an
-    all-zero sample does not hand its votes to the first heads of layer 0.
+    Ties are broken by ``(layer, head)`` order (lower first), as in :func:`vrh.heads.rank_heads`.
+    ``zeros`` is the rule for heads scoring <= 0 when fewer than ``m`` heads of a sample are positive:
+
+    * ``"exclude"`` (default): they are never selected -- a sample with no signal votes for nobody, so an
+      all-zero sample does not hand its votes to the first heads of layer 0. A sample then selects
+      ``min(m, #positive)`` heads, which is what makes ``argmax``/``freq`` rankings differ from a plain
+      top-m when many heads score exactly 0 (argmax indicators often do).
+    * ``"include"``: always ``m`` heads per sample (the plain top-m of the paper's wording): the remaining
+      slots go to the best non-positive heads, ties in ``(layer, head)`` order.
+
+    NaN never counts as a score: it sorts last and is never selected.
 
     >>> top_m_mask(torch.tensor([[0.5, 0.2], [0.5, 0.0]]), m=2).tolist()
     [[True, False], [True, False]]
+    >>> top_m_mask(torch.tensor([[0.5, 0.0], [0.0, 0.0]]), m=2, zeros="include").tolist()  # (0, 1) fills slot 2
+    [[True, True], [False, False]]
     """
     if m < 0:
         raise ValueError(f"m must be >= 0, got {m}")
+    if zeros not in ZERO_RULES:
+        raise ValueError(f"zeros must be one of {', '.join(ZERO_RULES)}, got {zeros!r}")
     single = scores.dim() == 2
     s = scores.unsqueeze(0) if single else scores  # (N, L, H)
     if s.dim() != 3:
         raise ValueError(f"scores must be [L, H] or [N, L, H], got shape {tuple(scores.shape)}")
     N, L, H = s.shape
-    flat = torch.nan_to_num(s.reshape(N, L * H).double(), nan=float("-inf"))  # (N, L*H)
+    raw = s.reshape(N, L * H).double()  # (N, L*H)
+    flat = torch.nan_to_num(raw, nan=float("-inf"))  # (N, L*H)
     order = torch.sort(-flat, dim=1, stable=True).indices[:, : min(m, L * H)]  # (N, m); stable = (l, h) order
-    mask = torch.zeros(N, L * H, dtype=torch.bool).scatter_(1, order, True) & (flat > 0)  # (N, L*H)
+    keep = (flat > 0) if zeros == "exclude" else ~torch.isnan(raw)  # (N, L*H)
+    mask = torch.zeros(N, L * H, dtype=torch.bool).scatter_(1, order, True) & keep  # (N, L*H)
     mask = mask.reshape(N, L, H)  # (N, L*H) -> (N, L, H)
     return mask[0] if single else mask
 
@@ -211,8 +234,10 @@ def omega_mean(per_sample: torch.Tensor, include: Index | None = None) -> torch.
     return s.mean(0) if s.shape[0] else torch.zeros(s.shape[1:])
 
 
-def selection_frequency(per_sample: torch.Tensor, m: int = DEFAULT_M, include: Index | None = None) -> torch.Tensor:
-    """``Omega^freq``: fraction of samples whose top-``m`` set (:func:`top_m_mask`) holds the head.
+def selection_frequency(per_sample: torch.Tensor, m: int = DEFAULT_M, include: Index | None = None,
+                        zeros: str = DEFAULT_ZERO_RULE) -> torch.Tensor:
+    """``Omega^freq``: fraction of samples whose top-``m`` set (:func:`top_m_mask`, rule ``zeros``) holds
+    the head.
 
     >>> ps = torch.tensor([[[0.9, 0.1, 0.0]], [[0.2, 0.8, 0.0]], [[0.7, 0.7, 0.1]]])  # (3, 1, 3)
     >>> selection_frequency(ps, m=1)  # sample 3 ties -> (0, 0) wins by (layer, head) order
@@ -221,16 +246,17 @@ def selection_frequency(per_sample: torch.Tensor, m: int = DEFAULT_M, include: I
     s = _check_stack(per_sample, include)
     if s.shape[0] == 0:
         return torch.zeros(s.shape[1:])
-    return top_m_mask(s, m).float().mean(0)  # (N, L, H) -> (L, H)
+    return top_m_mask(s, m, zeros).float().mean(0)  # (N, L, H) -> (L, H)
 
 
-def aggregate(per_sample: torch.Tensor, omega: str, m: int = DEFAULT_M, include: Index | None = None) -> torch.Tensor:
-    """Dispatch on ``omega`` in :data:`OMEGAS`."""
+def aggregate(per_sample: torch.Tensor, omega: str, m: int = DEFAULT_M, include: Index | None = None,
+              zeros: str = DEFAULT_ZERO_RULE) -> torch.Tensor:
+    """Dispatch on ``omega`` in :data:`OMEGAS` (``m`` and ``zeros`` only matter for ``freq``)."""
     omega = _OMEGA_ALIASES.get(omega, omega)
     if omega == "mean":
         return omega_mean(per_sample, include)
     if omega == "freq":
-        return selection_frequency(per_sample, m, include)
+        return selection_frequency(per_sample, m, include, zeros)
     raise ValueError(f"unknown sample aggregation {omega!r}; choose from {OMEGAS}")
 
 
@@ -242,13 +268,27 @@ class SampleInfo:
     """What a scorer needs to know about one sample besides its rows.
 
     ``key_positions`` (K) and ``visual_positions`` (V) index the key axis ``S``; ``queries`` maps a query
-    kind in :data:`QUERY_KINDS` (``out`` answer tokens, ``in`` expression tokens, ``coord`` coordinate
-    tokens of the answer, ``last_prompt`` the last prompt token, ``null_in`` / ``null_out`` the null-query
-    tokens of the ``null_query`` extra pass, which index THAT pass's rows) to indices into the query axis ``Q``.
+    kind in :data:`QUERY_KINDS` (``out`` the rows that *produce* the answer tokens, one per answer token in
+    answer order; ``out_own`` the rows AT the answer tokens' own positions, one per answer token in answer
+    order -- the row OCR Heads' reference reads; ``in`` expression tokens, ``coord`` coordinate tokens of the
+    answer, ``last_prompt`` the last prompt token, ``null_in`` / ``null_out`` the null-query tokens of the
+    ``null_query`` extra pass, which index THAT pass's rows) to indices into the query axis ``Q``.
     ``grid`` is the visual token grid ``(rows, cols)``, V in row-major order (Localization Heads only).
     ``index`` seeds the ``rand1`` query set; when None the scorer uses its running sample count.
     ``null_key_positions``: K inside the null pass (defaults to ``key_positions``; the image precedes the
     expression in chat templates, so positions usually coincide).
+
+    Optional fields only some reference variants read (a scorer that needs one and finds None raises,
+    naming the option that avoids it):
+
+    * ``prompt_positions``: positions in ``S`` of every prompt token (system, text and image; not the
+      answer, not left padding), ascending -- OCR Heads' argmax over prompt keys (``keys=prompt``).
+    * ``answer_lcs``: longest common contiguous run of token ids between the ground-truth answer and the
+      generated sequence, divided by the ground-truth answer's token count, in [0, 1] -- OCR Heads'
+      correctness weight (``weight=lcs``; :func:`lcs_ratio` computes it).
+    * ``answer_in_gold``: which answer tokens (0-based, answer order; positions or a bool mask over the
+      answer tokens) have a token id that occurs in the tokenized ground-truth answer -- the answer tokens
+      OCR Heads' reference scores (``answer=gold``).
     """
 
     key_positions: Index
@@ -259,6 +299,9 @@ class SampleInfo:
     grid: tuple[int, int] | None = None
     index: int | None = None
     null_key_positions: Index | None = None
+    prompt_positions: Index | None = None
+    answer_lcs: float | None = None
+    answer_in_gold: Index | None = None
 
     def query(self, kind: str) -> torch.Tensor:
         """Indices of query kind ``kind`` as an int64 tensor (may be empty); KeyError if never provided."""
@@ -364,9 +407,12 @@ class AccumulatingScorer:
     # every pass it ran to every scorer as ``extra[name]`` (``[L, H, Q', S']``, that pass's own positions).
     extra_passes: tuple[str, ...] = ()
 
-    def __init__(self, *, m: int = DEFAULT_M, seed: int = 0):
+    def __init__(self, *, m: int = DEFAULT_M, seed: int = 0, zeros: str = DEFAULT_ZERO_RULE):
+        if zeros not in ZERO_RULES:
+            raise ValueError(f"zeros must be one of {', '.join(ZERO_RULES)}, got {zeros!r}")
         self.m = m
         self.seed = seed
+        self.zeros = zeros
         self._scores: list[torch.Tensor] = []
         self._include: list[bool] = []
         self.n_empty_keys = 0
@@ -402,7 +448,7 @@ class AccumulatingScorer:
 
     def result(self) -> torch.Tensor:
         """The ``[L, H]`` head scores over the included samples (zeros if none is included)."""
-        return aggregate(self.per_sample(), self.omega, self.m, include=self.included())
+        return aggregate(self.per_sample(), self.omega, self.m, include=self.included(), zeros=self.zeros)
 
     def update(self, sample_rows: torch.Tensor, sample_info: SampleInfo,
                extra: Mapping[str, torch.Tensor] | None = None) -> None:  # pragma: no cover
@@ -420,8 +466,9 @@ class VariantScorer(AccumulatingScorer):
     ([0.550000011920929, 0.30000001192092896], tensor([[0.4250]]))
     """
 
-    def __init__(self, variant: str | Variant = DEFAULT_VARIANT, *, m: int = DEFAULT_M, seed: int = 0):
-        super().__init__(m=m, seed=seed)
+    def __init__(self, variant: str | Variant = DEFAULT_VARIANT, *, m: int = DEFAULT_M, seed: int = 0,
+                 zeros: str = DEFAULT_ZERO_RULE):
+        super().__init__(m=m, seed=seed, zeros=zeros)
         self.variant = variant if isinstance(variant, Variant) else Variant.parse(variant)
         self.name = self.variant.name
         self.omega = self.variant.omega
@@ -434,3 +481,24 @@ class VariantScorer(AccumulatingScorer):
         self._count_empty(sample_rows, sample_info.key_positions, q)
         self._add(per_sample_score(sample_rows, sample_info.key_positions, q, self.variant.phi))
 
+
+def lcs_ratio(gold: Sequence[int], pred: Sequence[int]) -> float:
+    """Length of the longest common contiguous run of ``gold`` and ``pred`` over ``len(gold)``; 0 if
+    ``gold`` is empty (the reference's ``compute_score``, ``utils/metrics.py`` L17-43). Detection fills
+    ``SampleInfo.answer_lcs`` with it (gold: the tokenized ground-truth answer; pred: the generated ids).
+
+    >>> lcs_ratio([5, 6, 7, 8], [1, 6, 7, 2, 5])  # [6, 7]: 2 of 4
+    0.5
+    """
+    gold, pred = list(gold), list(pred)
+    if not gold:
+        return 0.0
+    best, prev = 0, [0] * (len(pred) + 1)
+    for g in gold:
+        cur = [0] * (len(pred) + 1)
+        for j, p in enumerate(pred):
+            if g == p:
+                cur[j + 1] = prev[j] + 1
+                best = max(best, cur[j + 1])
+        prev = cur
+    return best / len(gold)

@@ -1,4 +1,5 @@
-"""What every prior method shares: worked examples, the common update signature, finite scores on edge cases."""
+"""What every prior method shares: worked examples, the common update signature, finite scores on edge cases,
+and documented deviations (docs/baselines.md names every option of every method)."""
 
 import doctest
 
@@ -23,10 +24,23 @@ def test_all_baselines_run_finite_on_edge_cases(name, rows_of, info_of):
     N = rows_of(Q=2, seed=1)
     Z = torch.zeros_like(A)
     edge = [info_of(), info_of(key_positions=[]), info_of(key_positions=[2, 3, 4, 5, 6, 7]),
-            info_of(queries={"out": [], "in": [], "last_prompt": [], "null_in": []})]
+            info_of(queries={"out": [], "out_own": [], "in": [], "last_prompt": [], "null_in": []}, answer_in_gold=[]),
+            info_of(key_positions=[6])]  # one key token in K
     sc = make_scorer(name, seed=0)
     for info in edge:
         for rows in (A, Z):
             sc.update(rows, info, {"null_query": N})  # one signature for every scorer
-    assert sc.per_sample().shape == (8, 3, 2)
+    assert sc.per_sample().shape == (10, 3, 2)
     assert torch.isfinite(sc.per_sample()).all() and torch.isfinite(sc.result()).all()
+
+
+def test_every_option_is_in_the_deviations_table():
+    from pathlib import Path
+
+    from vrh.scorers import describe_scorers
+
+    doc = (Path(__file__).parents[2] / "docs" / "baselines.md").read_text()
+    for name in PRIOR_METHODS:
+        assert f"`{name}`" in doc
+        for opt in describe_scorers()[name]["options"]:
+            assert f"`{opt}" in doc, (name, opt)

@@ -27,9 +27,10 @@ def test_describe_lists_options_with_defaults_and_help():
     desc = describe_scorers()
     assert desc["qrhead"]["options"]["calibrate"]["default"] is True
     assert desc["qrhead"]["options"]["outlier_z"]["type"] == "float"
-    assert desc["ocr_heads"]["options"]["weight"]["choices"] == ["correct", "iou"]
+    assert desc["ocr_heads"]["options"]["weight"]["choices"] == ["lcs", "correct", "iou"]
     assert desc["QUERY/PHI/OMEGA"]["options"]["m"]["default"] == 20
-    assert desc["retrieval_heads"]["options"] == {}
+    assert desc["QUERY/PHI/OMEGA"]["options"]["zeros"]["default"] == "exclude"
+    assert set(desc["retrieval_heads"]["options"]) == {"norm"}
     assert all(d["help"] and all(o["help"] for o in d["options"].values()) for d in desc.values())
 
 
@@ -60,6 +61,16 @@ def test_spec_options_reach_the_scorer():
     assert make_scorer("localization_heads:min_layer=0").min_layer == 0
 
 
+def test_options_record_every_value_in_effect():
+    sc = make_scorer("ocr_heads:keys=visual", seed=3)
+    assert sc.options == {"keys": "visual", "row": "own", "tokens": "first", "answer": "gold", "weight": "lcs",
+                          "pool": "entries"}
+    assert make_scorer("out/argmax/freq:m=5", seed=3).options == {"m": 5, "seed": 3, "zeros": "exclude"}
+    for name in PRIOR_METHODS:  # a bare prior-method name is its reference variant: every default in effect
+        sc = make_scorer(name)
+        assert sc.options == {k: o["default"] for k, o in describe_scorers()[name]["options"].items()}
+
+
 def test_two_specs_of_one_method_get_different_names():
     names = {make_scorer(s).name for s in ("qrhead", "qrhead:calibrate=false", "qrhead:outlier_z=1")}
     assert len(names) == 3
@@ -86,12 +97,13 @@ def test_keyword_defaults_apply_where_declared_and_spec_wins():
     ("qrhead:calibrate", "expected KEY=VALUE"),
     ("qrhead:=1", "expected KEY=VALUE"),
     ("qrhead:m=3", r"unknown option 'm' for scorer 'qrhead'; its options: calibrate \(default true\), "
-                   r"outlier_z \(default 2.0\)"),
-    ("retrieval_heads:x=1", "its options: none"),
+                   r"outlier_z \(default 2.0\), outliers \(default keys\)"),
+    ("retrieval_heads:x=1", r"its options: norm \(default keys\)"),
+    ("out/argmax/freq:zeros=some", "option 'zeros' must be one of exclude, include"),
     ("qrhead:calibrate=maybe", r"bad value 'maybe' for option 'calibrate': expected bool \(true/false\)"),
     ("qrhead:outlier_z=big", "bad value 'big' for option 'outlier_z': expected float"),
     ("out/sum/freq:m=2.5", "bad value '2.5' for option 'm': expected int"),
-    ("ocr_heads:weight=area", "option 'weight' must be one of correct, iou, got 'area'"),
+    ("ocr_heads:weight=area", "option 'weight' must be one of lcs, correct, iou, got 'area'"),
     ("qrhead:calibrate=true:calibrate=false", "given twice"),
     ("out/sum", "QUERY/PHI/OMEGA"),
     ("outs/sum/mean", "unknown query set"),

@@ -4,11 +4,24 @@
 from __future__ import annotations
 
 from vrh.scorers.registry import Option, register_scorer
-from vrh.scoring import DEFAULT_M, VARIANT_NAMES, OMEGAS, PHIS, QUERY_SETS, Variant, VariantScorer
+from vrh.scoring import (
+    DEFAULT_M,
+    DEFAULT_ZERO_RULE,
+    OMEGAS,
+    PHIS,
+    QUERY_SETS,
+    VARIANT_NAMES,
+    ZERO_RULES,
+    Variant,
+    VariantScorer,
+)
 
 OPTIONS = (
     Option("m", int, DEFAULT_M, "OMEGA=freq: how many top heads of each sample count as selected"),
     Option("seed", int, 0, "QUERY=rand1: seed of the random output token drawn per sample"),
+    Option("zeros", str, DEFAULT_ZERO_RULE, "OMEGA=freq: heads scoring <= 0 in a sample's top-m: exclude (a "
+                                            "sample with fewer than m positive heads votes for fewer) or include "
+                                            "(always m, ties by (layer, head))", choices=ZERO_RULES),
 )
 
 register_scorer(

@@ -1,6 +1,29 @@
-"""Localization Heads (Kang et al., CVPR 2025), adapted to referring-expression grounding (paper Sec. 3.2,
-Tab. 2): heads whose image attention is large (above an elbow) and spatially concentrated (low entropy).
-Shared conventions: :mod:`vrh.scorers.retrieval_heads`."""
+"""Localization Heads (Kang et al., CVPR 2025): its reference implementation and its adaptation.
+Heads whose image attention is large (past an elbow) and spatially concentrated (low spatial entropy).
+Shared conventions: :mod:`vrh.scorers.retrieval_heads`.
+
+Reference: ``aysanaghazadeh/LocalizationHeads`` @ 57114e1f (the authors' repository),
+``localization_heads_finder.py``; per sample, from the attention of the last prompt token
+(``[:, :, -1:, visual]``, L174) -- vrh's ``last_prompt`` query kind:
+
+* L296-309 / L353-368: each head's attention sum over the visual tokens, heads in flat order
+  ``l * H + h``;
+* L249-293 ``find_elbow_point``: sums sorted ascending (``np.argsort``), points ``(rank, sum)`` in raw
+  units, the point farthest from the chord joining the first and last points; it returns that head's
+  FLAT INDEX, and L391-392 keeps the heads whose flat index is ``>=`` it -- a cut by layer position, not
+  by attention sum;
+* L195-246 ``spatial_entropy``: ``B = relu(S - mean(S))``, binarised ``B > 0.001`` (float32),
+  8-connected components (``scipy.ndimage.label``), ``p_i`` = component's sum of ``B`` over the sum of
+  ``B`` over ALL cells; entropy ``-sum p_i ln p_i``; ``sum(B) <= 0`` -> ``inf``; no component -> 0;
+* L404-424: heads below the cut get entropy ``inf``; heads sorted by entropy, ascending (stable).
+
+The reference ends at one sample's ranking. Across samples vrh counts how often a head is among a
+sample's ``m`` lowest-entropy heads (the paper's selection frequency over 1,000 RefCOCO samples; the
+code has none). It has no early-layer exclusion either (``min_layer=0``); ``min_layer=2`` is vrh's earlier
+choice (a later re-implementation, ``liu-hanyu-97/LocalizationHeads`` ``analyze.py`` L145, keeps
+``layer > 1``). The reference reshapes the visual tokens to ``sqrt(V) x sqrt(V)`` (L351); vrh takes the
+grid from the processor (identical for square grids).
+"""
 
 from __future__ import annotations
 
@@ -10,27 +33,52 @@ import torch
 import torch.nn.functional as F
 
 from vrh.scorers.registry import Option, register_scorer
-from vrh.scoring import DEFAULT_M, AccumulatingScorer, Index, SampleInfo, _check_rows, _take, as_index
+from vrh.scoring import (
+    DEFAULT_M,
+    DEFAULT_ZERO_RULE,
+    ZERO_RULES,
+    AccumulatingScorer,
+    Index,
+    SampleInfo,
+    _check_rows,
+    _take,
+    as_index,
+)
 
-MIN_LAYER = 2  # layers 0 and 1 are excluded
+ELBOW_CUTS = ("index", "value")
+ELBOW_AXES = ("raw", "scaled")
+MASSES = ("shifted", "raw")
+EMPTY = ("zero", "inf")
+THRESHOLD = 0.001
 
 
-def elbow_index(values: torch.Tensor) -> int:
-    """Index of the elbow of the DESCENDING-sorted ``values``: the point farthest from the chord joining
-    the first and last points, both axes scaled to [0, 1] (so the answer does not depend on how many heads
-    or on the attention scale). Ties -> the earliest point; fewer than 3 points or a flat curve -> 0.
+def elbow_point(values: torch.Tensor, axes: str = "raw") -> tuple[torch.Tensor, int]:
+    """``(order, i)``: ``order`` sorts ``values`` ascending (stable), ``i`` is the elbow's rank in it.
 
-    >>> elbow_index(torch.tensor([1.0, 10.0, 0.0, 2.0]))  # sorted 10, 2, 1, 0 -> the point 2
-    1
+    The elbow is the point ``(rank, value)`` farthest from the chord joining the first and last points
+    (first maximum on ties). ``axes="raw"`` (reference L270-289): ranks and values as they are;
+    ``"scaled"`` (vrh's earlier choice): both axes scaled to [0, 1]. One point, or a flat curve -> rank 0
+    (the reference's NaN / all-zero distances give ``argmax`` 0). ``np.argsort`` is not stable; sums tie
+    with probability 0 on real attention.
+
+    >>> order, i = elbow_point(torch.tensor([0.0, 10.0, 1.0, 2.0]))  # sorted 0, 1, 2, 10
+    >>> order.tolist(), i  # chord (0, 0) -> (3, 10): the point (2, 2) is farthest
+    ([0, 2, 3, 1], 2)
     """
-    y = torch.sort(values.detach().double().reshape(-1), descending=True).values  # (n,)
+    if axes not in ELBOW_AXES:
+        raise ValueError(f"elbow axes must be one of {', '.join(ELBOW_AXES)}, got {axes!r}")
+    v = values.detach().double().reshape(-1).cpu()  # (n,)
+    order = torch.sort(v, stable=True).indices  # (n,) ascending
+    y = v[order]  # (n,)
     n = y.numel()
-    if n < 3 or y[0] == y[-1]:
-        return 0
-    x = torch.arange(n, dtype=torch.float64) / (n - 1)
-    yn = (y - y[-1]) / (y[0] - y[-1])
-    dist = (1.0 - x - yn).abs()  # distance to the chord x + y = 1, up to the constant 1/sqrt(2)
-    return int(dist.argmax())
+    if n < 2 or y[-1] == y[0]:
+        return order, 0
+    x = torch.arange(n, dtype=torch.float64)  # (n,)
+    if axes == "scaled":
+        x, y = x / (n - 1), (y - y[0]) / (y[-1] - y[0])
+    dx, dy = x[-1] - x[0], y[-1] - y[0]
+    dist = ((x - x[0]) * dy - (y - y[0]) * dx).abs() / torch.hypot(dx, dy)  # (n,) distance to the chord
+    return order, int(dist.argmax())
 
 
 def connected_components(mask: torch.Tensor) -> torch.Tensor:
@@ -61,53 +109,68 @@ def connected_components(mask: torch.Tensor) -> torch.Tensor:
         lab = grown
 
 
-def spatial_entropy(maps: torch.Tensor) -> torch.Tensor:
-    """Spatial entropy of attention maps ``[B, R, C] -> [B]`` (Localization Heads' concentration measure).
+def spatial_entropy(maps: torch.Tensor, threshold: float = THRESHOLD, mass: str = "shifted",
+                    empty: str = "zero") -> torch.Tensor:
+    """Spatial entropy of attention maps ``[B, R, C] -> [B]`` (nats; low = one concentrated blob).
 
-    Binarize ``map - mean(map) > 0``, take 8-connected components, ``p_i`` = the component's attention
-    mass (original values) / mass over all components, entropy ``-sum p_i log p_i`` (nats). One blob -> 0;
-    scattered blobs -> high. A map with no cell above its mean (constant, incl. all-zero) has no component:
-    +inf (treated as "not concentrated").
+    Reference (defaults, L195-246): ``Bm = relu(S - mean S)`` (float32), cells ``Bm > threshold`` form
+    8-connected components, ``p_i = sum_{c in i} Bm / sum_{all cells} Bm`` (cells in ``(0, threshold]``
+    count in the total, so the ``p_i`` may sum to < 1), entropy ``-sum p_i ln p_i``. ``sum Bm <= 0`` (a
+    constant map) -> ``inf``; no component -> ``empty`` (``"zero"``: 0, the reference, i.e. "most
+    focused"; ``"inf"``: vrh's earlier "not concentrated"). ``mass="raw"`` (vrh's earlier choice):
+    ``p_i`` from the original values ``S``, over the components only.
 
     >>> m = torch.tensor([[[0.4, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.2]],
     ...                   [[0.3, 0.3, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]])  # (2, 3, 3)
-    >>> spatial_entropy(m)  # -(2/3 ln 2/3 + 1/3 ln 1/3) = 0.6365; one blob = 0
+    >>> spatial_entropy(m)  # means 2/30, 2/30: Bm blobs 1/3, 2/15 -> p 5/7, 2/7; one blob -> 0
+    tensor([0.5983, 0.0000])
+    >>> spatial_entropy(m, threshold=0.0, mass="raw")  # p 2/3, 1/3
     tensor([0.6365, 0.0000])
     """
     if maps.dim() != 3:
         raise ValueError(f"maps must be [B, R, C], got {tuple(maps.shape)}")
+    if mass not in MASSES or empty not in EMPTY:
+        raise ValueError(f"mass must be one of {MASSES} and empty one of {EMPTY}, got {mass!r}, {empty!r}")
     B, R, C = maps.shape
-    m = maps.detach().double()
-    fg = (m - m.mean(dim=(1, 2), keepdim=True)) > 0  # (B, R, C)
+    s = maps.detach().float().cpu()  # (B, R, C); the reference works in float32 (L216)
+    shifted = torch.relu(s - s.mean(dim=(1, 2), keepdim=True))  # (B, R, C)
+    fg = shifted > threshold  # (B, R, C)
     lab = connected_components(fg).reshape(B, R * C)  # (B, R, C) -> (B, R*C)
-    mass = torch.zeros(B, R * C + 1, dtype=torch.float64).scatter_add_(1, lab, m.reshape(B, R * C))[:, 1:]
-    total = mass.sum(1, keepdim=True)  # (B, 1)
-    p = mass / total.clamp_min(1e-300)  # (B, R*C)
-    ent = torch.where(p > 0, p * (1.0 / p.clamp_min(1e-300)).log(), torch.zeros_like(p)).sum(1)  # (B,); >= +0
-    return torch.where(fg.reshape(B, -1).any(1) & (total[:, 0] > 0), ent, torch.full_like(ent, float("inf"))).float()
+    vals = (shifted if mass == "shifted" else s).double().reshape(B, R * C)  # (B, R*C)
+    comp = torch.zeros(B, R * C + 1, dtype=torch.float64).scatter_add_(1, lab, vals)[:, 1:]  # (B, R*C)
+    total = shifted.double().sum((1, 2)) if mass == "shifted" else comp.sum(1)  # (B,)
+    p = comp / total.clamp_min(1e-300)[:, None]  # (B, R*C)
+    ent = -torch.where(p > 0, p * p.clamp_min(1e-300).log(), torch.zeros_like(p)).sum(1)  # (B,)
+    ent = torch.where(fg.reshape(B, -1).any(1), ent, torch.full_like(ent, 0.0 if empty == "zero" else float("inf")))
+    no_mass = shifted.double().sum((1, 2)) <= 0 if mass == "shifted" else total <= 0
+    ent = torch.where(ent > 0, ent, torch.zeros_like(ent))  # -0.0 and rounding below 0 -> 0
+    return torch.where(no_mass, torch.full_like(ent, float("inf")), ent).float()
 
 
 def localization_heads_sample(rows: torch.Tensor, visual: Index, grid: tuple[int, int], queries: Index, *,
-                              min_layer: int = MIN_LAYER) -> torch.Tensor:
-    """Per-sample Localization Heads ranking score ``[L, H]``: ``1 / (1 + entropy)`` for eligible heads, else 0.
+                              min_layer: int = 0, elbow: str = "index", elbow_axes: str = "raw",
+                              threshold: float = THRESHOLD, mass: str = "shifted", empty: str = "zero"
+                              ) -> torch.Tensor:
+    """Per-sample ranking score ``[L, H]``: ``1 / (1 + entropy)`` for eligible heads, else 0.
 
-    Original (training-free grounding): from the last input token, (1) each head's attention sum over the
-    image; keep heads above the elbow of the descending-sorted sums; (2) among them, rank by LOW spatial
-    entropy of the head's image attention map; layers 0-1 excluded; heads picked most often over samples
-    win. Adaptation / details: several query rows are averaged into one map; the elbow runs over all
-    ``L*H`` heads and keeps the heads whose sum is >= the elbow point's; eligible = above elbow AND layer
-    >= ``min_layer`` AND a finite entropy. The score is a monotone stand-in for -entropy in (0, 1] so the
-    scorer's top-``m`` selection frequency reproduces "top-m lowest entropy among eligible heads" (ineligible
-    heads score 0 and are never selected). Needs no box: ``K`` is unused.
+    Eligible: past the elbow (``elbow="index"``, the reference: flat index ``l * H + h`` >= the elbow
+    head's; ``"value"``: visual attention sum >= the elbow head's), layer >= ``min_layer`` and a finite
+    entropy. The score falls as entropy rises and keeps the reference's stable order, so ranking it
+    (ties by (layer, head)) is the reference's ascending-entropy sort, ineligible (``inf``) heads last.
+    Several query rows are averaged into one map (the reference has one row). ``K`` is unused.
 
-    >>> A = torch.zeros(3, 1, 1, 5)                       # (3 layers, 1 head, 1 query, 1 text + 2x2 grid)
-    >>> A[2, 0, 0] = torch.tensor([0.2, 0.8, 0.0, 0.0, 0.0])  # one blob -> entropy 0 -> score 1
-    >>> A[1, 0, 0] = torch.tensor([0.0, 1.0, 0.0, 0.0, 0.0])  # layer 1: excluded
-    >>> A[0, 0, 0] = torch.tensor([0.9, 0.1, 0.0, 0.0, 0.0])  # below the elbow
-    >>> localization_heads_sample(A, visual=[1, 2, 3, 4], grid=(2, 2), queries=[0]).flatten().tolist()
+    >>> A = torch.zeros(3, 1, 1, 5)                           # (3 layers, 1 head, 1 query, 1 text + 2x2 grid)
+    >>> A[0, 0, 0] = torch.tensor([0.0, 0.5, 0.0, 0.0, 0.5])  # sum 1, two diagonal cells: one 8-blob
+    >>> A[1, 0, 0] = torch.tensor([0.9, 0.1, 0.0, 0.0, 0.0])  # sum .1
+    >>> A[2, 0, 0] = torch.tensor([0.8, 0.1, 0.1, 0.0, 0.0])  # sum .2: the elbow (rank 1 of .1, .2, 1)
+    >>> localization_heads_sample(A, [1, 2, 3, 4], (2, 2), [0]).flatten().tolist()  # flat index >= 2 only
     [0.0, 0.0, 1.0]
+    >>> localization_heads_sample(A, [1, 2, 3, 4], (2, 2), [0], elbow="value").flatten().tolist()  # sum >= .2
+    [1.0, 0.0, 1.0]
     """
     _check_rows(rows)
+    if elbow not in ELBOW_CUTS:
+        raise ValueError(f"localization_heads option 'elbow' must be one of {', '.join(ELBOW_CUTS)}, got {elbow!r}")
     L, H = rows.shape[:2]
     v = as_index(visual, rows.shape[-1])
     R, C = grid
@@ -116,35 +179,63 @@ def localization_heads_sample(rows: torch.Tensor, visual: Index, grid: tuple[int
     q = as_index(queries, rows.shape[2])
     if q.numel() == 0 or v.numel() == 0:
         return torch.zeros(L, H)
-    img = _take(_take(rows, 2, q), 3, v).double().mean(2).cpu()  # (L, H, |Q|, V) -> (L, H, V)
-    sums = img.sum(-1)  # (L, H)
-    cut = torch.sort(sums.reshape(-1), descending=True).values[elbow_index(sums)]
-    ent = spatial_entropy(img.reshape(L * H, R, C)).reshape(L, H).double()  # (L*H, R, C) -> (L, H)
-    layer_ok = (torch.arange(L) >= min_layer).unsqueeze(1)  # (L, 1)
-    eligible = (sums >= cut) & (sums > 0) & layer_ok & torch.isfinite(ent)  # (L, H)
-    return torch.where(eligible, 1.0 / (1.0 + ent.clamp_min(0).nan_to_num(posinf=0.0)), torch.zeros_like(ent)).float()
+    img = _take(_take(rows, 2, q), 3, v).float().mean(2).cpu()  # (L, H, |Q|, V) -> (L, H, V)
+    sums = img.double().sum(-1).reshape(L * H)  # (L*H,) flat head order l * H + h
+    order, i = elbow_point(sums, elbow_axes)
+    if elbow == "index":
+        past = torch.arange(L * H) >= int(order[i])  # (L*H,)
+    else:
+        past = sums >= sums[order[i]]  # (L*H,)
+    ent = spatial_entropy(img.reshape(L * H, R, C), threshold, mass, empty).double()  # (L*H, R, C) -> (L*H,)
+    layer_ok = torch.arange(L * H) // H >= min_layer  # (L*H,)
+    eligible = past & layer_ok & torch.isfinite(ent)  # (L*H,)
+    score = torch.where(eligible, 1.0 / (1.0 + ent.nan_to_num(posinf=0.0)), torch.zeros_like(ent))  # (L*H,)
+    return score.reshape(L, H).float()  # (L*H,) -> (L, H)
 
 
-@register_scorer("localization_heads",
-                 help="Localization Heads: how often a head is among a sample's m most concentrated (lowest "
-                      "spatial entropy) heads with large image attention",
-                 options=(Option("m", int, DEFAULT_M, "heads selected per sample"),
-                          Option("query", str, "last_prompt", "query kind whose rows form the map: last_prompt, "
-                                                              "out, in or coord",
-                                 choices=("last_prompt", "out", "in", "coord")),
-                          Option("min_layer", int, MIN_LAYER, "first eligible layer (0-based)")))
+@register_scorer(
+    "localization_heads",
+    help="Localization Heads: how often a head is among a sample's m lowest-spatial-entropy heads past the "
+         "attention-sum elbow (defaults: the authors' code per sample, the paper's frequency across samples)",
+    options=(Option("m", int, DEFAULT_M, "heads selected per sample"),
+             Option("zeros", str, DEFAULT_ZERO_RULE, "per-sample top-m and ineligible heads (score 0): exclude "
+                                                     "or include", choices=ZERO_RULES),
+             Option("query", str, "last_prompt", "query kind whose rows form the map: last_prompt (the reference), "
+                                                 "out, in or coord", choices=("last_prompt", "out", "in", "coord")),
+             Option("min_layer", int, 0, "first eligible layer, 0-based (0: the reference code; 2: vrh's earlier "
+                                         "choice)"),
+             Option("elbow", str, "index", "cut at the elbow by flat head index l*H+h (the reference) or by "
+                                           "attention sum (value)", choices=ELBOW_CUTS),
+             Option("elbow_axes", str, "raw", "elbow geometry: raw (rank, sum) points (the reference) or both axes "
+                                              "scaled to [0, 1]", choices=ELBOW_AXES),
+             Option("threshold", float, THRESHOLD, "binarise relu(map - mean) > threshold (reference 0.001)"),
+             Option("mass", str, "shifted", "component mass: shifted (relu(map - mean) over all cells, the "
+                                            "reference) or raw (map values over the components)", choices=MASSES),
+             Option("empty", str, "zero", "entropy when no cell passes the threshold: zero (the reference) or inf "
+                                          "(the head is ineligible)", choices=EMPTY)))
 class LocalizationHeadsScorer(AccumulatingScorer):
     """Selection frequency (top-``m`` per sample, ties by (layer, head)) of :func:`localization_heads_sample`.
 
-    Needs ``info.grid`` and the ``last_prompt`` query (``query`` option to change it).
+    Needs ``info.grid`` and the ``last_prompt`` query (``query`` option to change it). vrh's earlier
+    adaptation is ``localization_heads:elbow=value:elbow_axes=scaled:empty=inf:mass=raw:min_layer=2:
+    threshold=0``.
     """
 
     name = "localization_heads"
     omega = "freq"
 
-    def __init__(self, *, query: str = "last_prompt", min_layer: int = MIN_LAYER, **kw):
+    def __init__(self, *, query: str = "last_prompt", min_layer: int = 0, elbow: str = "index",
+                 elbow_axes: str = "raw", threshold: float = THRESHOLD, mass: str = "shifted", empty: str = "zero",
+                 **kw):
         super().__init__(**kw)
+        for opt, value, allowed in (("elbow", elbow, ELBOW_CUTS), ("elbow_axes", elbow_axes, ELBOW_AXES),
+                                    ("mass", mass, MASSES), ("empty", empty, EMPTY)):
+            if value not in allowed:
+                raise ValueError(f"localization_heads option {opt!r} must be one of {', '.join(allowed)}, "
+                                 f"got {value!r}")
         self.query = query
+        self.settings = dict(min_layer=min_layer, elbow=elbow, elbow_axes=elbow_axes, threshold=threshold,
+                             mass=mass, empty=empty)
         self.min_layer = min_layer
 
     def update(self, sample_rows: torch.Tensor, sample_info: SampleInfo,
@@ -154,4 +245,4 @@ class LocalizationHeadsScorer(AccumulatingScorer):
         q = sample_info.query(self.query)
         self._count_empty(sample_rows, sample_info.key_positions, q)
         self._add(localization_heads_sample(sample_rows, sample_info.visual_positions, tuple(sample_info.grid), q,
-                                            min_layer=self.min_layer))
+                                            **self.settings))

@@ -11,7 +11,9 @@ because ``,`` separates scorers on the command line, e.g. ``qrhead:calibrate=fal
 help); values are parsed from text by type (int, float, bool, str). Names and keys are case-insensitive.
 A scorer's ``.name`` is its canonical spec: the method's canonical name plus the options whose value
 differs from the default in effect, sorted by key -- so two specs of one method get different names, and
-``make_scorer(sc.name, **defaults)`` rebuilds ``sc``.
+``make_scorer(sc.name, **defaults)`` rebuilds ``sc``. ``sc.options`` holds every declared option's value in
+effect (defaults included), for a run to record which variant ran. For the five prior methods every default
+is the authors' reference implementation (docs/baselines.md), so a bare name is the reference variant.
 """
 
 from __future__ import annotations
@@ -194,6 +196,8 @@ def make_scorer(spec: str, **defaults: Any) -> Any:
     scorer = method.factory(base, **values) if method.pattern is not None else method.factory(**values)
     changed = sorted(k for k, v in given.items() if v != effective.get(k, declared[k].default))
     scorer.name = base + "".join(f":{k}={declared[k].format(given[k])}" for k in changed)
+    # every option's value in effect, defaults included: what a run records as "the variant that ran"
+    scorer.options = {o.name: values.get(o.name, o.default) for o in method.options}
     return scorer
 
 

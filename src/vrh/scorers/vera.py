@@ -1,5 +1,8 @@
 """VERA (Pei et al. 2026), adapted to referring-expression grounding (paper Sec. 3.2, Tab. 2).
-Shared conventions: :mod:`vrh.scorers.retrieval_heads`."""
+Shared conventions: :mod:`vrh.scorers.retrieval_heads`.
+
+The ratio below matched VERA's reference code in the review of issue 14; it was not re-read when the
+other four methods gained reference variants (docs/baselines.md), so no file/line is cited here yet."""
 
 from __future__ import annotations
 

@@ -49,8 +49,7 @@ def split_files(src: Path, split: str) -> list[Path]:
                      f"splits found: {', '.join(present) or 'none'} (choose one with --split)")
 
 
-def parquet_rows(src: Path, split: str, columns: Sequence[str], key: str | None = None
-                 ) -> Iterator[tuple[str, dict[str, Any]]]:
+def parquet_rows(src: Path, split: str, columns: Sequence[str], key: str | None = None) -> Rows:
     """``(key, row)`` for every row of ``split`` under ``src``, one batch of rows decoded at a time.
 
     ``columns`` must all exist (an error naming the missing ones and the file's columns, raised before
@@ -63,14 +62,29 @@ def parquet_rows(src: Path, split: str, columns: Sequence[str], key: str | None 
         missing = [c for c in columns if c not in names]
         if missing:
             raise ValueError(f"{f} lacks column(s) {missing}; its columns: {names}. Is it the right benchmark?")
-    return _iter(pq, files, key)
+    return Rows(pq, files, key, total=sum(pq.ParquetFile(f).metadata.num_rows for f in files))
 
 
-def _iter(pq, files: list[Path], key: str | None) -> Iterator[tuple[str, dict[str, Any]]]:
-    n = 0
-    for f in files:
-        for batch in pq.ParquetFile(f).iter_batches(batch_size=BATCH_ROWS):
-            for row in batch.to_pylist():
-                k = row.get(key) if key else None
-                yield (str(n) if k is None else str(k)), row
-                n += 1
+class Rows:
+    """An iterator over ``(key, row)`` that also knows how many rows there are (``total``, from the
+    parquet footers), so the conversion can show a progress bar."""
+
+    def __init__(self, pq, files: list[Path], key: str | None, total: int):
+        self.total = total
+        self._it = self._rows(pq, files, key)
+
+    def __iter__(self) -> Iterator[tuple[str, dict[str, Any]]]:
+        return self._it
+
+    def __next__(self) -> tuple[str, dict[str, Any]]:
+        return next(self._it)
+
+    @staticmethod
+    def _rows(pq, files: list[Path], key: str | None) -> Iterator[tuple[str, dict[str, Any]]]:
+        n = 0
+        for f in files:
+            for batch in pq.ParquetFile(f).iter_batches(batch_size=BATCH_ROWS):
+                for row in batch.to_pylist():
+                    k = row.get(key) if key else None
+                    yield (str(n) if k is None else str(k)), row
+                    n += 1

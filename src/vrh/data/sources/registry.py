@@ -36,6 +36,20 @@ class Skip:
 
 
 @dataclass(frozen=True)
+class RowContext:
+    """What ``convert_row`` gets besides the row: where images go and the conversion's settings."""
+
+    source: str
+    split: str
+    images: Any  # vrh.data.sources.images.ImageStore (kept untyped: this module is a leaf)
+    options: Mapping[str, Any]
+
+    def sample_id(self, key: str, suffix: str = "") -> str:
+        """``<source>-<split>-<key>[suffix]``: unique across benchmarks, so converted files can be merged."""
+        return f"{self.source}-{self.split}-{key}{suffix}"
+
+
+@dataclass(frozen=True)
 class Source:
     """A registered benchmark source.
 

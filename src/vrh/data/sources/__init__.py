@@ -1,0 +1,13 @@
+"""Benchmark sources: each reads one benchmark in its published local layout and converts it to vrh's
+JSONL format (``vrh data convert NAME SRC --out DIR``). One module per source, registered by name in
+:mod:`vrh.data.sources.registry`; importing this package registers the built-ins.
+
+See ``docs/benchmarks.md`` for every source's layout, which field becomes what, and how it is judged.
+"""
+
+from vrh.data.sources import countbench, cvbench, mmstar, refcoco, refspatial, spatial457, toloka  # noqa: F401
+from vrh.data.sources.convert import ConvertReport, convert
+from vrh.data.sources.registry import RowContext, Skip, SkipRow, Source, get_source, register_source, source_names
+
+__all__ = ["ConvertReport", "RowContext", "Skip", "SkipRow", "Source", "convert", "get_source", "register_source",
+           "source_names"]

@@ -1,0 +1,176 @@
+"""Convert a benchmark from its local layout into vrh's JSONL format: ``DIR/data.jsonl`` plus
+``DIR/images/``, with every skipped row and its reason in ``DIR/skipped.jsonl`` and a summary in
+``DIR/convert.json``.
+
+The policy for bad rows lives here, once, for every source: a row that cannot become a valid sample
+(negative width, box outside the image, missing or corrupt image, empty expression, unknown answer
+letter, ...) is *counted and reported* with its id and reason -- never a crash, never silent. Problems
+with the snapshot as a whole (no such split, wrong columns, missing image files) are errors raised
+before anything is written. The written file is loaded back with :func:`vrh.data.load_dataset` before
+returning, so a converter bug fails the conversion rather than a later GPU run.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vrh.data.jsonl import load_dataset, write_dataset
+from vrh.data.sources.images import ImageStore
+from vrh.data.sources.registry import RowContext, Skip, SkipRow, get_source
+
+DATA, SKIPPED, SUMMARY, IMAGES = "data.jsonl", "skipped.jsonl", "convert.json", "images"
+ARTEFACTS = (DATA, SKIPPED, SUMMARY, IMAGES)  # what --overwrite deletes; nothing else in DIR is touched
+N_EXAMPLES = 5  # skipped rows shown with their reason in the printed summary
+
+
+@dataclass
+class ConvertReport:
+    """What :func:`convert` did. ``complete``: the whole split was read (no ``limit`` stop), so
+    ``rows_read`` can be checked against the published count (``expected_rows``)."""
+
+    source: str
+    split: str
+    src: str
+    out: str
+    options: dict[str, Any]
+    limit: int | None
+    rows_read: int = 0
+    n_samples: int = 0
+    n_images: int = 0
+    complete: bool = False
+    expected_rows: int | None = None
+    skipped: list[Skip] = field(default_factory=list)
+
+    @property
+    def rows_match(self) -> bool | None:
+        """Whether a complete split has the published number of rows (None: nothing to compare)."""
+        if self.expected_rows is None or not self.complete:
+            return None
+        return self.rows_read == self.expected_rows
+
+    def skip_reasons(self) -> dict[str, int]:
+        """How many rows were skipped for each kind of reason (see :func:`_reason_kind`), most first."""
+        return dict(Counter(_reason_kind(s.reason) for s in self.skipped).most_common())
+
+    def to_json(self) -> dict[str, Any]:
+        d = {k: v for k, v in asdict(self).items() if k != "skipped"}
+        return {**d, "n_skipped": len(self.skipped), "rows_match": self.rows_match,
+                "skip_reasons": self.skip_reasons()}
+
+    def lines(self) -> list[str]:
+        """A human summary, one fact per line."""
+        out = [f"{self.source} {self.split}: {self.rows_read} rows read -> {self.n_samples} samples, "
+               f"{self.n_images} images, {len(self.skipped)} rows skipped -> {self.out}"]
+        if self.rows_match is False:
+            out.append(f"warning: the published {self.source} {self.split} has {self.expected_rows} rows, "
+                       f"this snapshot {self.rows_read}")
+        elif self.rows_match:
+            out.append(f"row count matches the published {self.expected_rows}")
+        for reason, n in self.skip_reasons().items():
+            out.append(f"  skipped {n}: {reason}")
+        for s in self.skipped[:N_EXAMPLES]:
+            out.append(f"  e.g. {s.id}: {s.reason}")
+        if self.skipped:
+            out.append(f"  (every skipped id and its reason: {Path(self.out) / SKIPPED})")
+        return out
+
+
+def _reason_kind(reason: str) -> str:
+    """The reason without its row-specific values, so skips can be grouped.
+
+    >>> _reason_kind("box [0.0, 1.0, 99.0, 5.0] (xyxy px) lies outside the 64x48 image")
+    'box lies outside the image'
+    >>> _reason_kind("unknown answer letter 'E': the options are A, B, C, D")
+    'unknown answer letter'
+    """
+    import re
+
+    text = re.sub(r"\[[^\]]*\]|\([^)]*\)|'[^']*'|\d+x\d+|[-+]?\d+(\.\d+)?", "", reason).split(":")[0]
+    return " ".join(text.split()) or reason
+
+
+def _prepare_out(out: Path, overwrite: bool) -> None:
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"--out {out} is a file, not a folder")
+    if out.is_dir() and any(out.iterdir()):
+        if not overwrite:
+            raise FileExistsError(f"--out {out} is not empty; pass --overwrite to replace a previous conversion "
+                                  f"(it deletes only {', '.join(ARTEFACTS)})")
+        for name in ARTEFACTS:
+            p = out / name
+            if p.is_dir():
+                shutil.rmtree(p)
+            elif p.exists():
+                p.unlink()
+    out.mkdir(parents=True, exist_ok=True)
+
+
+def convert(name: str, src: str | Path, out: str | Path, *, split: str | None = None, limit: int | None = None,
+            overwrite: bool = False, progress: bool = True, **options: Any) -> ConvertReport:
+    """Convert source ``name``'s split ``split`` (default: the source's first) read from ``src`` into
+    ``out``; stop after ``limit`` samples. ``options`` are the source's own (``None`` values are unset);
+    one the source does not take is an error naming it."""
+    source = get_source(name)
+    options = {k: v for k, v in options.items() if v is not None and v is not False}
+    extra = sorted(set(options) - set(source.options))
+    if extra:
+        takes = ", ".join("--" + o.replace("_", "-") for o in source.options) or "none"
+        raise ValueError(f"option(s) {', '.join('--' + o.replace('_', '-') for o in extra)} do not apply to "
+                         f"source {name!r} (its options: {takes})")
+    if limit is not None and limit < 1:
+        raise ValueError(f"--limit must be >= 1, got {limit}")
+    split = split or source.default_split
+    src, out = Path(src).expanduser(), Path(out).expanduser()
+    rows = source.read_rows(src, split, options)  # snapshot-level errors happen here, before any write
+    _prepare_out(out, overwrite)
+    report = ConvertReport(source=name, split=split, src=str(src.resolve()), out=str(out), options=options,
+                           limit=limit, expected_rows=source.expected_rows.get(split))
+    ctx = RowContext(source=name, split=split, images=ImageStore(out / IMAGES), options=options)
+    samples: list = []
+    seen: set[str] = set()
+    total = getattr(rows, "total", None)
+    with _progress(limit or total, f"convert {name}", progress) as advance:
+        report.complete = True
+        for key, row in rows:
+            if limit is not None and len(samples) >= limit:
+                report.complete = False
+                break
+            report.rows_read += 1
+            before = len(samples)
+            try:
+                new = source.convert_row(key, row, ctx)
+                ids = [s.id for s in new]
+                dup = sorted(set(ids) & seen) or sorted(i for i, c in Counter(ids).items() if c > 1)
+                if dup:
+                    raise SkipRow(f"duplicate id {dup[0]!r}")
+            except (SkipRow, KeyError, TypeError, ValueError) as e:
+                # SkipRow is the converter's own reason; the others are a malformed cell it did not foresee
+                reason = str(e) if isinstance(e, SkipRow) else f"malformed row ({type(e).__name__}: {e})"
+                report.skipped.append(Skip(id=ctx.sample_id(key), reason=reason))
+            else:
+                seen.update(ids)
+                samples.extend(new[: None if limit is None else limit - len(samples)])
+            advance(len(samples) - before if limit else 1)  # the bar counts samples up to --limit, else rows
+    report.n_samples, report.n_images = len(samples), ctx.images.n_written
+    write_dataset(samples, out / DATA)
+    with open(out / SKIPPED, "w", encoding="utf-8") as f:
+        f.writelines(json.dumps(asdict(s), ensure_ascii=False) + "\n" for s in report.skipped)
+    (out / SUMMARY).write_text(json.dumps(report.to_json(), indent=2) + "\n", encoding="utf-8")
+    load_dataset(out / DATA)  # the written file must load: a failure here is a converter bug, not a bad row
+    return report
+
+
+def _progress(total: int | None, description: str, enabled: bool):
+    """A progress bar when the total is known (parquet footers), else a no-op counter."""
+    from contextlib import nullcontext
+
+    from vrh.console import progress
+
+    if enabled and total:
+        return progress(total, description)
+    return nullcontext(lambda n=1: None)

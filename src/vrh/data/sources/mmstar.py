@@ -1,0 +1,45 @@
+"""MMStar (``Lin-Chen/MMStar``, split ``val``, 1,500 rows): multiple choice with the options written in
+the question (``"...\\nOptions: A: ..., B: ..., C: ..., D: ..."``) and the gold as a letter.
+
+The model sees ``question`` plus :data:`~vrh.data.sources.choices.CHOICE_SUFFIX`; judged as a ``choice``
+letter (MMStar's own rule reads the first character, which the ``choice`` judge subsumes). A gold letter
+that is not among the question's inline options is a skip: the row cannot be answered correctly.
+``category`` and ``l2_category`` are kept (MMStar averages over categories).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from vrh.data.jsonl import Sample
+from vrh.data.sources.choices import gold_letter, inline_letters, with_suffix
+from vrh.data.sources.images import image_bytes
+from vrh.data.sources.parquet import parquet_rows
+from vrh.data.sources.registry import RowContext, SkipRow, Source, register_source
+
+
+def read_rows(src: Path, split: str, options: dict[str, Any]):
+    return parquet_rows(src, split, ("image", "question", "answer"), key="index")
+
+
+def convert_row(key: str, row: dict[str, Any], ctx: RowContext) -> list[Sample]:
+    question = row.get("question")
+    if not isinstance(question, str) or not question.strip():
+        raise SkipRow(f"empty question: {question!r}")
+    letters = inline_letters(question)
+    if not letters:
+        raise SkipRow("no inline options (e.g. 'A: ...') found in the question")
+    answer = gold_letter(row.get("answer"), letters)
+    image_path, size = ctx.images.put(*image_bytes(row.get("image")))
+    return [Sample(id=ctx.sample_id(key), image_path=image_path, task="vqa", question=with_suffix(question),
+                   answer=answer, answer_type="choice", image_size=size,
+                   meta={"benchmark": ctx.source, "split": ctx.split, "category": row.get("category"),
+                         "l2_category": row.get("l2_category")})]
+
+
+register_source(Source(
+    name="mmstar", summary="Lin-Chen/MMStar multiple choice (inline options) -> vqa, answer_type choice",
+    layout="a parquet file, or the snapshot folder with <split>-*.parquet / data/<split>-*.parquet; columns "
+           "index, image, question (options inline), answer letter, category, l2_category",
+    task="vqa", splits=("val",), read_rows=read_rows, convert_row=convert_row, expected_rows={"val": 1500}))

@@ -1,0 +1,90 @@
+"""``vrh data list | convert | inspect`` in-process, and a converted RefCOCO-layout set run through
+``vrh detect`` and ``vrh evaluate`` on the tiny Qwen2.5-VL checkpoint."""
+
+import io
+import json
+
+import pytest
+from PIL import Image, ImageDraw
+
+from vrh import runs
+from vrh.cli import main
+from vrh.data import load_dataset
+
+
+def refcoco_row(i, bbox=None, answer=None):
+    im = Image.new("RGB", (84, 56), (240, 240, 240))
+    x, y = 4 + 5 * i, 8 + i
+    ImageDraw.Draw(im).rectangle([x, y, x + 20, y + 16], fill=(200, 30, 30))
+    buf = io.BytesIO()
+    im.save(buf, format="JPEG")
+    return {"question_id": str(1000 + i), "image": {"bytes": buf.getvalue(), "path": None},
+            "question": "Please carefully observe the area circled in the image and come up with a caption.",
+            "answer": answer or ["the red box", "red square"], "bbox": bbox or [x, y, 20, 16],
+            "file_name": f"COCO_val2014_{i:012d}.jpg"}
+
+
+@pytest.fixture(scope="module")
+def refcoco_snapshot(tmp_path_factory):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    root = tmp_path_factory.mktemp("RefCOCO")
+    rows = [refcoco_row(i) for i in range(12)] + [refcoco_row(20, bbox=[70, 40, 30, 30]),  # outside the image
+                                                  refcoco_row(21, answer=[""])]  # empty expression
+    (root / "data").mkdir()
+    pq.write_table(pa.Table.from_pylist(rows), root / "data" / "val-00000-of-00001.parquet")
+    return root
+
+
+def test_list_names_every_source_with_its_layout(capsys):
+    assert main(["data", "list"]) == 0
+    out = capsys.readouterr().out
+    for name in ("refcoco", "refcoco+", "refcocog", "cvbench", "mmstar", "countbenchqa", "spatial457", "toloka",
+                 "refspatial"):
+        assert f"\n{name}  [" in "\n" + out, name
+    assert "data/<split>-*.parquet" in out and "--all-expressions" in out
+
+
+def test_convert_and_inspect(refcoco_snapshot, tmp_path, capsys):
+    out = tmp_path / "rc"
+    assert main(["data", "convert", "refcoco", str(refcoco_snapshot), "--out", str(out), "--limit", "5"]) == 0
+    printed = capsys.readouterr().out
+    assert "refcoco val: 5 rows read -> 5 samples" in printed
+    assert len(load_dataset(out / "data.jsonl")) == 5
+
+    assert main(["data", "inspect", str(out / "data.jsonl"), "--out", str(tmp_path / "look"), "--n-render", "3"]) == 0
+    printed = capsys.readouterr().out
+    assert "5 samples (grounding 5)" in printed and "boxes: 5" in printed
+    summary = json.loads((tmp_path / "look" / "inspect.json").read_text())
+    assert summary["boxes"]["n"] == 5 and len(summary["rendered"]) == 3
+    first = Image.open(tmp_path / "look" / summary["rendered"][0])
+    assert first.width >= 84 and first.getpixel((4, 8))[0] == 255  # the GT box's corner is drawn in red
+
+
+def test_bad_invocations_are_clear_errors(refcoco_snapshot, tmp_path, capsys):
+    assert main(["data", "convert", "nope", str(refcoco_snapshot), "--out", str(tmp_path / "o")]) == 2
+    assert "unknown data source 'nope'" in capsys.readouterr().err
+    assert main(["data", "convert", "refcoco", str(refcoco_snapshot), "--out", str(tmp_path / "o"),
+                 "--split", "testB"]) == 2
+    assert "splits found: val" in capsys.readouterr().err
+    assert main(["data"]) == 2
+
+
+def test_a_converted_refcoco_set_runs_through_detect_and_evaluate(refcoco_snapshot, tmp_path, tiny_checkpoint,
+                                                                  capsys):
+    data = tmp_path / "rc"
+    assert main(["data", "convert", "refcoco", str(refcoco_snapshot), "--out", str(data)]) == 0
+    assert "2 rows skipped" in capsys.readouterr().out
+    det = tmp_path / "det"
+    assert main(["detect", "--model", tiny_checkpoint, "--data", str(data / "data.jsonl"), "--n", "6",
+                 "--out", str(det), "--max-new-tokens", "8", "--batch-size", "4", "--scorers", "out/sum/mean"]) == 0
+    cfg = runs.read_json(det / runs.CONFIG)
+    assert cfg["data"]["n_detect"] == 6 and len(cfg["eval_ids"]) == 6
+    assert all(i.startswith("refcoco-val-") for i in cfg["eval_ids"])
+    ev = tmp_path / "ev"
+    assert main(["evaluate", "--model", tiny_checkpoint, "--data", str(data / "data.jsonl"), "--mask-heads", str(det),
+                 "--k", "2", "--out", str(ev), "--max-new-tokens", "8"]) == 0
+    res = runs.read_json(ev / runs.RESULTS)
+    assert res["n"] == 6 and 0.0 <= res["accuracy"] <= 1.0
+    assert {r["id"] for r in runs.read_jsonl(ev / runs.SAMPLES)} == set(cfg["eval_ids"])
