@@ -106,3 +106,12 @@ def test_constant_map_is_warned_about(tmp_path):
     with runs.RunFolder(tmp_path / "run") as run:
         runs.write_head_scores(run, hs)
     assert runs.read_head_scores(tmp_path / "run").warnings == hs.warnings
+
+
+def test_head_scores_record_the_variant_that_ran(tiny_checkpoint, tiny_dataset):
+    lm = load_model(tiny_checkpoint)
+    samples = [s for s in load_dataset(tiny_dataset) if s.task == "grounding"][:2]
+    hs = detect_heads(lm, samples, scorers=("ocr_heads", "qrhead:calibrate=false"), batch_size=2,
+                      max_new_tokens=8).head_scores
+    assert hs.variants["ocr_heads"]["options"]["keys"] == "prompt"  # the reference variant by default
+    assert hs.variants["qrhead:calibrate=false"]["options"]["calibrate"] is False

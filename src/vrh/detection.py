@@ -169,7 +169,8 @@ def _score_batch(lm, chunk, images, prompts, answers, records, metas, scorers, p
         rows = main.rows.rows(b)  # (L, H, Q, S)
         vis = main.batch.visual_positions[b]  # (V,)
         rects = main.batch.visual_rects[b]  # (V, 4)
-        cell = main.batch.cell_tokens[b]  # (V,) only cell tokens may enter K (adapters.base.VisionBatch)
+        cells = getattr(main.batch, "cell_tokens", None)  # only cell tokens may enter K (adapters.base.VisionBatch)
+        cell = cells[b] if cells else torch.ones(len(vis), dtype=torch.bool)  # (V,)
         in_box = box_token_mask(rects, s.box, min_overlap) & cell  # (V,)
         q = main.queries[b]
         grid = grid_shape(rects) if bool(cell.all()) else None  # non-cell tokens: no single row-major grid
@@ -200,7 +201,8 @@ def _finish(lm, scorers, overlays, skipped, records, forwards, elapsed) -> Detec
     for name, scorer in scorers.items():
         scores = scorer.result()  # (L, H)
         variants[name] = {"scores": scores.tolist(), "ranking": [list(h) for h in rank_heads(scores)],
-                          "n_positive_heads": int((scores > 0).sum())}
+                          "n_positive_heads": int((scores > 0).sum()),
+                          "options": dict(getattr(scorer, "options", {}))}  # the variant that ran, defaults included
         per_sample[name] = scorer.per_sample().numpy()  # (N, L, H)
         if len(torch.unique(scores)) == 1:
             # e.g. expression-token queries on a model that reads the request before the image: causal

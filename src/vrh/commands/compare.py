@@ -212,6 +212,7 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
         result = {**fold(res, method_scores, ks, default, cfg.seeds), "conditions": conditions_table(res),
                   "random_control": control, "mask_mode": cfg.mask_mode, "n_eval": len(samples),
                   "n_detect": hs.n_scored, "num_heads_total": total,
+                  "method_options": {name: hs.variants[name].get("options") for name in method_scores},
                   "n_evaluations": res.n_evaluations, "capture_forwards": hs.extra.get("capture_forwards"),
                   "extra_capture_forwards": hs.extra.get("extra_capture_forwards"), "data": data_info,
                   "elapsed_seconds": time.time() - t0}
