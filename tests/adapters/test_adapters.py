@@ -1,8 +1,10 @@
 """Shared adapter test suite: every registered adapter, on its tiny real architecture.
 
-The key test is the pixel-content one: an image whose pixels encode their own coordinates (R = x,
-G = y, B = 255 marks "inside the original image") goes through the real processor, and every visual
-token's patches in ``pixel_values`` must hold coordinates from the rectangle ``visual_rects`` claims.
+The key test is the pixel-content one (:mod:`.pixels`): an image whose pixels encode their own
+coordinates goes through the real processor, and every visual token's pixels in ``pixel_values`` must
+fill the rectangle ``visual_rects`` claims. The others: token positions checked by decoding them, the
+cell-token contract, capture == eager attention and masking == zeroed ``o_proj`` columns on a left-padded
+two-image batch, and the box format round trip.
 """
 
 from __future__ import annotations
@@ -19,16 +21,14 @@ from PIL import Image
 
 import vrh.adapters as adapters_pkg
 from vrh.adapters import get_adapter, registered_adapters
+from vrh.capture import capture_attention_rows
+from vrh.masking import mask_heads
 from vrh.testing import TINY_BUILDERS, save_tiny
+
+from .pixels import READERS, check_pixels, coord_image
 
 NAMES = sorted(registered_adapters())
 EXPRESSIONS = ["red ball", "man in a hat next to the window"]
-
-
-def coord_image(width: int, height: int) -> Image.Image:
-    """R = x, G = y (both < 256), B = 255: each pixel says where it came from."""
-    y, x = np.mgrid[0:height, 0:width]
-    return Image.fromarray(np.stack([x, y, np.full_like(x, 255)], axis=-1).astype(np.uint8))
 
 
 IMAGES = [coord_image(150, 100), coord_image(70, 90)]  # non-square; both get resized by every family
@@ -59,6 +59,7 @@ def test_every_adapter_file_registers_and_has_a_tiny_builder():
         modname = f"vrh.adapters.{mod.name}"
         assert any(cls.__module__ == modname for cls in registered), f"{modname} registers no adapter"
     assert set(registered_adapters()) <= set(TINY_BUILDERS), "registered adapter without a tiny builder"
+    assert set(registered_adapters()) <= set(READERS), "registered adapter without a pixel reader (pixels.py)"
     for cls in registered:
         for t in cls.model_types:
             assert isinstance(get_adapter(t), cls)
@@ -87,7 +88,7 @@ def test_build_batch_tokens(family):
     ids, mask = batch.inputs["input_ids"], batch.inputs["attention_mask"]
     assert ids.shape == mask.shape == (2, batch.seq_len) and batch.batch_size == 2
     assert batch.image_sizes == [im.size for im in IMAGES]
-    image_id = tok.convert_tokens_to_ids(processor.image_token)
+    image_id = adapter.feature_token_id(processor)  # the token carrying a visual feature
     lengths = mask.sum(1)
     assert lengths[0] != lengths[1], "test needs unequal lengths to see padding"
     for b in range(2):
@@ -95,13 +96,17 @@ def test_build_batch_tokens(family):
         n_pad = batch.seq_len - int(lengths[b])
         assert mask[b, :n_pad].sum() == 0 and mask[b, n_pad:].all()
         assert (ids[b, :n_pad] == tok.pad_token_id).all()
-        # visual tokens: exactly the image placeholders, one rectangle each, inside the image
+        # visual tokens: exactly the feature tokens, one rectangle each, inside the image
         vis = batch.visual_positions[b]
         assert torch.equal(vis, (ids[b] == image_id).nonzero().flatten())
         assert batch.visual_rects[b].shape == (len(vis), 4) and len(vis) > 0
         w, h = IMAGES[b].size
         r = batch.visual_rects[b]
         assert (r[:, 0] >= 0).all() and (r[:, 1] >= 0).all() and (r[:, 2] <= w + 1e-4).all() and (r[:, 3] <= h + 1e-4).all()
+        # cell tokens: a flag per visual token; the cells form one row-major-addressable grid
+        cell = batch.cell_tokens[b]
+        assert cell.dtype == torch.bool and cell.shape == vis.shape and cell.any()
+        assert _is_grid(r[cell]), "cell tokens must form one rows x cols grid of distinct cells"
         # teacher-forced answer: the last tokens, decoding back to the answer text
         ans = batch.answer_positions[b]
         assert torch.equal(ans, torch.arange(batch.seq_len - len(ans), batch.seq_len))
@@ -117,65 +122,34 @@ def test_build_batch_tokens(family):
         adapter.build_batch(processor, IMAGES[:1], ["Where is it?"], expressions=["red ball"])
 
 
-def _token_pixels(batch, b: int, processor) -> list[np.ndarray]:
-    """Per visual token of sample b, its input pixels as [N, 3] in 0-255 (normalization undone), read
-    from pixel_values the way each model consumes them."""
-    ip = processor.image_processor
-    mean, std = np.asarray(ip.image_mean, dtype=np.float64), np.asarray(ip.image_std, dtype=np.float64)
-    pv = batch.inputs["pixel_values"].double().numpy()
-    out = []
-    if "image_grid_thw" in batch.inputs:  # Qwen: [sum_t*h*w, C*T*P*P], m*m consecutive rows per token
-        grids = batch.inputs["image_grid_thw"].tolist()
-        start = sum(t * h * w for t, h, w in grids[:b])
-        t, gh, gw = grids[b]
-        m, p = ip.merge_size, ip.patch_size
-        rows = pv[start:start + t * gh * gw].reshape(-1, m * m, 3, ip.temporal_patch_size, p, p)  # [V, m*m, C, T, P, P]
-        for tok in rows:
-            px = tok[:, :, 0].transpose(0, 2, 3, 1).reshape(-1, 3)  # first frame, [m*m*P*P, C]
-            out.append((px * std + mean) * 255)
-    else:  # LLaVA: [B, C, H, W] crop, patch k = row-major (k // cols, k % cols) after prefix tokens
-        p = processor.patch_size
-        img = pv[b].transpose(1, 2, 0) * std + mean  # [H, W, C]
-        cols = img.shape[1] // p
-        n_prefix = len(batch.visual_positions[b]) - (img.shape[0] // p) * cols
-        out += [None] * n_prefix
-        for k in range((img.shape[0] // p) * cols):
-            i, j = divmod(k, cols)
-            out.append(img[i * p:(i + 1) * p, j * p:(j + 1) * p].reshape(-1, 3) * 255)
-    return out
+def _is_grid(rects: torch.Tensor) -> bool:
+    """rects [N, 4] are the cells of one rows x cols grid: distinct top-left corners, every (row, column)
+    combination present once."""
+    xs, ys = torch.unique(rects[:, 0]), torch.unique(rects[:, 1])
+    corners = {(float(x), float(y)) for x, y in rects[:, :2].tolist()}
+    return len(corners) == len(rects) == len(xs) * len(ys)
 
 
-def _check_pixels(batch, processor, tol: float = 2.0, skip_clipped: bool = False) -> int:
-    """Assert each token's pixels come from its rectangle (+- tol px for resampling); count checked.
-    ``skip_clipped``: ignore tokens whose rectangle was clipped at padding, where bicubic ringing against
-    the pad colour bends the coordinate ramp."""
-    checked = 0
-    for b in range(batch.batch_size):
-        pix = _token_pixels(batch, b, processor)
-        rects = batch.visual_rects[b]
-        areas = (rects[:, 2] - rects[:, 0]) * (rects[:, 3] - rects[:, 1])
-        assert len(pix) == len(rects)
-        for px, (x1, y1, x2, y2), a in zip(pix, rects.tolist(), areas.tolist()):
-            if px is None:  # prefix token (CLS): covers the whole image by construction
-                continue
-            inside = px[:, 2] >= 254  # B marks pixels of the original image (not padding)
-            if a == 0:
-                assert inside.mean() < 0.1, "token claims no image area but shows image pixels"
-                continue
-            if skip_clipped and a < 0.99 * float(areas.max()):
-                continue
-            r, g = px[inside, 0], px[inside, 1]
-            assert r.size > 0
-            assert r.min() >= x1 - tol and r.max() <= x2 + tol, (b, (x1, y1, x2, y2), r.min(), r.max())
-            assert g.min() >= y1 - tol and g.max() <= y2 + tol, (b, (x1, y1, x2, y2), g.min(), g.max())
-            checked += 1
-    return checked
+def test_cell_token_contract():
+    """VisionBatch fills missing cell flags with True and rejects flags of the wrong shape or dtype."""
+    from vrh.adapters import VisionBatch
+
+    vis = [torch.tensor([3, 4, 5]), torch.tensor([1])]
+    rects = [torch.zeros(3, 4), torch.zeros(1, 4)]
+    kw = dict(inputs={}, visual_positions=vis, visual_rects=rects, expression_positions=[], answer_positions=None,
+              image_sizes=[(1, 1)] * 2)
+    assert [c.tolist() for c in VisionBatch(**kw).cell_tokens] == [[True] * 3, [True]]
+    with pytest.raises(ValueError, match="cell_tokens"):
+        VisionBatch(**kw, cell_tokens=[torch.ones(2, dtype=torch.bool), torch.ones(1, dtype=torch.bool)])
+    with pytest.raises(ValueError, match="cell_tokens"):
+        VisionBatch(**kw, cell_tokens=[torch.ones(3), torch.ones(1)])
 
 
 def test_visual_rects_match_pixel_content(family):
     name, adapter, model, processor = family
     batch, _ = grounding_batch(adapter, processor, answers=False)
-    assert _check_pixels(batch, processor) >= 8
+    checked, worst = check_pixels(name, batch, processor)
+    assert checked >= 8 and worst <= 1.0
 
 
 def test_llava_rects_with_pad_to_square():
@@ -188,8 +162,79 @@ def test_llava_rects_with_pad_to_square():
                                                        crop_size={"height": 112, "width": 112})
     adapter = get_adapter("llava")
     batch, _ = grounding_batch(adapter, processor, answers=False)
-    assert _check_pixels(batch, processor, skip_clipped=True) >= 20
+    assert check_pixels("llava", batch, processor, skip_clipped=True)[0] >= 20
     assert any(((r[:, 2] - r[:, 0]) * (r[:, 3] - r[:, 1]) == 0).any() for r in batch.visual_rects)
+
+
+def test_llava_full_strategy_marks_cls_as_no_cell():
+    """Under the "full" feature strategy LLaVA keeps the CLS token: it sees the whole image, is no cell."""
+    _, processor = TINY_BUILDERS["llava"]()
+    processor = copy.copy(processor)
+    processor.vision_feature_select_strategy = "full"
+    batch, _ = grounding_batch(get_adapter("llava"), processor, answers=False)
+    for b, image in enumerate(IMAGES):
+        cell = batch.cell_tokens[b]
+        assert not cell[0] and cell[1:].all() and len(cell) == 1 + 7 * 7
+        assert batch.visual_rects[b][0].tolist() == [0, 0, *image.size]
+
+
+# --- capture and masking on the family's real inputs -------------------------------------------
+
+def _query_positions(batch) -> list[torch.Tensor]:
+    """Per sample: some visual tokens, the expression, the rows producing the answer, the last token."""
+    out = []
+    for b in range(batch.batch_size):
+        vis = batch.visual_positions[b]
+        picks = [vis[:2], vis[-2:], batch.expression_positions[b], batch.answer_positions[b] - 1,
+                 torch.tensor([batch.seq_len - 1])]
+        out.append(torch.unique(torch.cat(picks)))
+    return out
+
+
+def test_capture_matches_eager(family):
+    """Rows captured during one sdpa forward == eager attention probabilities (<= 1e-5, float32), on a
+    left-padded batch of two images of different sizes, with unchanged logits."""
+    name, adapter, model, processor = family
+    batch, _ = grounding_batch(adapter, processor)
+    positions = _query_positions(batch)
+    with torch.no_grad():
+        plain = model(**batch.inputs).logits
+        with capture_attention_rows(model, adapter, positions) as cap:
+            logits = model(**batch.inputs).logits
+        eager = copy.deepcopy(model)
+        eager.set_attn_implementation("eager")
+        attentions = eager(**batch.inputs, output_attentions=True).attentions  # per layer [B, H, S, S]
+    assert torch.equal(logits, plain) and cap.num_forwards == 1
+    assert len(attentions) == adapter.num_layers(model)
+    for b, pos in enumerate(positions):
+        want = torch.stack([a[b][:, pos] for a in attentions]).float()  # [L, H, Q_b, S]
+        got = cap.rows(b)
+        assert got.shape == want.shape
+        assert (got - want).abs().max().item() <= 1e-5
+        assert got[..., ~batch.inputs["attention_mask"][b].bool()].abs().sum() == 0  # padding unseen
+
+
+def test_masking_matches_zeroed_o_proj_columns(family):
+    """Masking heads == a copy whose o_proj input columns for those heads are zero; nothing left behind."""
+    name, adapter, model, processor = family
+    batch, _ = grounding_batch(adapter, processor)
+    heads = [(0, 1), (adapter.num_layers(model) - 1, adapter.num_heads(model) - 1)]
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    hooks = lambda: [(len(m._forward_pre_hooks), len(m._forward_hooks)) for m in model.modules()]  # noqa: E731
+    hooks_before = hooks()
+    ref = copy.deepcopy(model)
+    d = adapter.head_dim(model)
+    with torch.no_grad():
+        for layer, head in heads:
+            adapter.o_proj(ref, layer).weight[:, head * d:(head + 1) * d] = 0  # [hidden, H*d_head]
+        want = ref(**batch.inputs).logits
+        with mask_heads(model, adapter, heads):
+            got = model(**batch.inputs).logits
+        plain = model(**batch.inputs).logits
+    assert torch.allclose(got, want, rtol=0, atol=1e-5)
+    assert (got - plain).abs().max() > 1e-4  # the heads mattered
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert hooks() == hooks_before
 
 
 # --- answers -----------------------------------------------------------------------------------

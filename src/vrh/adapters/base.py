@@ -26,6 +26,15 @@ class VisionBatch:
 
     Sequences are left-padded to one length S; every position below is an index into that padded
     sequence (0 <= pos < S), per sample.
+
+    ``visual_rects[b][v]`` is the part of the original image visual token v was computed from.
+    ``cell_tokens[b][v]`` says whether that part is one *cell* of the sample's fine token grid (a Qwen merged
+    patch, a LLaVA patch, one InternVL tile's 28-px cell): only cell tokens may enter K (the tokens that
+    cover the GT box) and only they form the row-major grid that grid-based scorers read. Tokens that are
+    not cells keep a finite rectangle that says what they see, documented per family: a thumbnail or
+    global-view token has the coarse cell of the downscaled whole image it came from (InternVL, Idefics3),
+    a class token or a row-newline token has the whole image. Why a flag and not NaN rectangles: overlays and
+    plots still need a place to draw every token, and ``rects[cell]`` is one obvious selection.
     """
 
     inputs: dict[str, torch.Tensor]  # kwargs for model(**inputs) and model.generate(**inputs)
@@ -35,6 +44,15 @@ class VisionBatch:
     answer_positions: list[torch.Tensor] | None  # per sample: LongTensor [A_b] teacher-forced answer tokens
     image_sizes: list[tuple[int, int]]  # per sample: original (width, height)
     meta: list[dict[str, Any]] = field(default_factory=list)  # per sample, adapter-specific (resized size)
+    cell_tokens: list[torch.Tensor] = field(default_factory=list)  # per sample: BoolTensor [V_b]; [] = all cells
+
+    def __post_init__(self) -> None:
+        if not self.cell_tokens:
+            self.cell_tokens = [torch.ones(len(v), dtype=torch.bool) for v in self.visual_positions]
+        for b, (v, c) in enumerate(zip(self.visual_positions, self.cell_tokens, strict=True)):
+            if c.dtype != torch.bool or c.shape != v.shape:
+                raise ValueError(f"cell_tokens[{b}] must be a bool tensor of shape {tuple(v.shape)}, got "
+                                 f"{c.dtype} {tuple(c.shape)}")
 
     @property
     def batch_size(self) -> int:
@@ -112,14 +130,20 @@ class Adapter:
 
 
 class ChatTemplateAdapter(Adapter):
-    """Shared ``build_batch`` for families whose processor renders a chat template with one image and
-    expands the image placeholder into one token per visual token (Qwen-VL, LLaVA).
+    """Shared ``build_batch`` for families whose processor renders a chat template with one image
+    placeholder per sample and expands it into the visual tokens (Qwen-VL, LLaVA, InternVL, ...).
 
     Subclasses provide :meth:`visual_map` (token -> original-image rectangle, from the processor outputs)
-    and may set ``answer_sep`` (text between the generation prompt and a teacher-forced answer).
-    Token positions of the prompt's expression and of the answer come from the tokenizer's character
-    offsets on the *expanded* text (image placeholder repeated as the processor does), so they are exact
-    whatever the tokenizer merges; a token that straddles a span edge counts as inside.
+    and may set ``answer_sep`` (text between the generation prompt and a teacher-forced answer) or override
+    :meth:`feature_token_id` (which token of the expansion carries a visual feature).
+
+    Token positions come from the processor's own record of what it did to the text
+    (``return_text_replacement_offsets=True``: each placeholder's ``new_span`` in the expanded text), never
+    from assuming the placeholder became n copies of one token: InternVL wraps its tokens in
+    ``<img>...</img>``, Gemma 3 adds newlines and begin/end markers, PaliGemma a prefix. The visual tokens
+    are the feature tokens inside the image's span; the expression and the answer are located by the
+    tokenizer's character offsets on the expanded text, so they are exact whatever the tokenizer merges; a
+    token that straddles a span edge counts as inside.
     """
 
     answer_sep: str = ""
@@ -129,9 +153,16 @@ class ChatTemplateAdapter(Adapter):
         messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": prompt}]}]
         return processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
-    def visual_map(self, processor: Any, enc: Any, b: int, image: Any) -> tuple[torch.Tensor, dict[str, Any]]:
-        """FloatTensor [V_b, 4] original-pixel rectangles of sample ``b``'s visual tokens, in sequence
-        order, and that sample's meta dict."""
+    def feature_token_id(self, processor: Any) -> int:
+        """The token id that carries one visual feature. Default: the processor's image placeholder token,
+        which the expansion repeats (Qwen ``<|image_pad|>``, LLaVA ``<image>``, InternVL ``<IMG_CONTEXT>``)."""
+        return int(processor.tokenizer.convert_tokens_to_ids(processor.image_token))
+
+    def visual_map(self, processor: Any, enc: Any, b: int, image: Any) -> tuple:
+        """Rectangles of sample ``b``'s visual tokens, in sequence order: ``(rects, meta)`` or
+        ``(rects, meta, cell)`` with ``rects`` FloatTensor [V_b, 4] in original-image pixels, ``meta`` that
+        sample's dict and ``cell`` BoolTensor [V_b] (see :class:`VisionBatch`; omitted = every token is a
+        cell)."""
         raise NotImplementedError
 
     def build_batch(self, processor: Any, images: list, prompts: list[str],
@@ -159,37 +190,48 @@ class ChatTemplateAdapter(Adapter):
                 chat = chat + answers[i]
             texts.append(chat)
             spans.append(sp)
-        enc = processor(images=images, text=texts, padding=True, return_tensors="pt", return_offsets_mapping=True)
+        enc = processor(images=images, text=texts, padding=True, return_tensors="pt", return_offsets_mapping=True,
+                        return_text_replacement_offsets=True)
         offsets = enc.pop("offset_mapping")  # [B, S, 2] char offsets into the expanded texts
+        if "text_replacement_offsets" not in enc:
+            raise ValueError(f"{type(processor).__name__} does not report where it expanded the image placeholder "
+                             "(return_text_replacement_offsets); vrh cannot locate the tokens without it")
+        replaced = enc.pop("text_replacement_offsets")  # per sample: list of {"span", "new_span", "replacement"}
         ids, mask = enc["input_ids"], enc["attention_mask"].bool()  # [B, S]
-        image_token_id = tok.convert_tokens_to_ids(image_token)
+        feature_id = self.feature_token_id(processor)
         if tok.padding_side != "left" and not bool(mask[:, -1].all()):
             raise ValueError("vrh needs left padding; set tokenizer.padding_side = 'left'")
-        vis, rects, expr, ans, metas = [], [], [], [], []
-        for b, text in enumerate(texts):
-            is_img = (ids[b] == image_token_id) & mask[b]
-            n_img = int(is_img.sum())
-            # the processor replaced the one placeholder by n_img copies: shift spans that follow it
-            at, grow = text.find(image_token), (n_img - 1) * len(image_token)
+        vis, rects, cells, expr, ans, metas = [], [], [], [], [], []
+        for b in range(len(texts)):
+            image_spans = [r["new_span"] for r in replaced[b] if r["type"] == "image"]
+            if len(image_spans) != 1:
+                raise ValueError(f"sample {b}: the processor expanded {len(image_spans)} image placeholders, "
+                                 "expected 1")
 
-            def token_positions(span: tuple[int, int]) -> torch.Tensor:
-                c0, c1 = (c + grow if c > at else c for c in span)
-                hit = (offsets[b, :, 0] < c1) & (offsets[b, :, 1] > c0) & mask[b] & ~is_img
-                return hit.nonzero().flatten()
+            def tokens_in(c0: int, c1: int) -> torch.Tensor:  # [S]: overlaps chars [c0, c1) of the expanded text
+                return (offsets[b, :, 0] < c1) & (offsets[b, :, 1] > c0) & mask[b]
 
+            def expanded(c: int) -> int:  # char c of our text -> char of the expanded text
+                return c + sum(len(r["replacement"]) - (r["span"][1] - r["span"][0]) for r in replaced[b]
+                               if r["span"][1] <= c)
+
+            is_img = tokens_in(*image_spans[0]) & (ids[b] == feature_id)  # [S]
             vis.append(is_img.nonzero().flatten())
-            r, meta = self.visual_map(processor, enc, b, images[b])
-            if r.shape[0] != n_img:
-                raise ValueError(f"{n_img} image tokens but the processor outputs map {r.shape[0]}")
+            r, meta, *cell = self.visual_map(processor, enc, b, images[b])
+            if r.shape[0] != len(vis[-1]):
+                raise ValueError(f"{len(vis[-1])} visual tokens but the processor outputs map {r.shape[0]}")
             rects.append(r)
+            cells.append(cell[0] if cell else torch.ones(len(r), dtype=torch.bool))
             metas.append(meta)
-            expr.append(token_positions(spans[b]["expression"]) if expressions is not None
-                        else torch.zeros(0, dtype=torch.long))
+            if expressions is not None:
+                expr.append(tokens_in(*map(expanded, spans[b]["expression"])).nonzero().flatten())
+            else:
+                expr.append(torch.zeros(0, dtype=torch.long))
             if answers is not None:
-                ans.append(token_positions(spans[b]["answer"]))
+                ans.append(tokens_in(*map(expanded, spans[b]["answer"])).nonzero().flatten())
         return VisionBatch(inputs=dict(enc), visual_positions=vis, visual_rects=rects, expression_positions=expr,
                            answer_positions=ans if answers is not None else None,
-                           image_sizes=[tuple(im.size) for im in images], meta=metas)
+                           image_sizes=[tuple(im.size) for im in images], meta=metas, cell_tokens=cells)
 
 
 _REGISTRY: dict[str, type[Adapter]] = {}

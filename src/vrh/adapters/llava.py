@@ -95,7 +95,7 @@ class LlavaAdapter(ChatTemplateAdapter):
         return self.vqa_template.format(question=question)
 
     # --- token -> image map --------------------------------------------------------------------
-    def visual_map(self, processor: Any, enc: Any, b: int, image: Any) -> tuple[torch.Tensor, dict[str, Any]]:
+    def visual_map(self, processor: Any, enc: Any, b: int, image: Any) -> tuple[torch.Tensor, dict[str, Any], torch.Tensor]:
         ip, patch = processor.image_processor, int(processor.patch_size)
         crop_h, crop_w = (int(v) for v in enc["pixel_values"].shape[-2:])  # pixel_values: [B, C, H, W]
         rows, cols = crop_h // patch, crop_w // patch
@@ -119,7 +119,8 @@ class LlavaAdapter(ChatTemplateAdapter):
         whole = torch.tensor([[0.0, 0.0, width, height]]).expand(max(n_extra, 0), 4)  # [n_extra, 4]
         meta = {"input_size": (crop_w, crop_h), "resized_size": (res_w, res_h), "crop_offset": (left, top),
                 "pad_offset": (off_x, off_y), "token_grid": (rows, cols), "cell_px": patch}
-        return torch.cat([whole, rect]), meta
+        cell = torch.cat([torch.zeros(len(whole), dtype=torch.bool), torch.ones(len(rect), dtype=torch.bool)])
+        return torch.cat([whole, rect]), meta, cell  # CLS is no cell: never in K
 
     # --- answers -------------------------------------------------------------------------------
     def parse_box(self, text: str, meta: dict[str, Any], image_size: tuple[int, int]) -> Box | None:

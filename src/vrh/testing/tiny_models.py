@@ -20,6 +20,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
+
 # ------------------------------------------------------------------------------------------------
 # Tokenizer
 # ------------------------------------------------------------------------------------------------
@@ -225,15 +226,6 @@ def _tiny_llava(seed: int, overrides_json: str):
 def tiny_llava(seed: int = 0, **overrides):
     """LlavaForConditionalGeneration: tiny Llama LM + 2-layer CLIP tower (112 px, 16-px patches, CLS dropped)."""
     return _tiny_llava(seed, json.dumps(overrides, sort_keys=True))
-
-
-# adapter name -> builder; the adapter test suite asserts every registered adapter has one.
-TINY_BUILDERS = {
-    "qwen2_vl": tiny_qwen2_vl,
-    "qwen2_5_vl": tiny_qwen2_5_vl,
-    "qwen3_vl": tiny_qwen3_vl,
-    "llava": tiny_llava,
-}
 
 
 def save_tiny(model: torch.nn.Module, processor: Any, directory: str | Path) -> Path:

@@ -1,0 +1,20 @@
+"""adapter name -> tiny builder; the shared adapter suite asserts every registered adapter has one.
+
+Its own module (not in ``tiny_models``) because the family builders import ``tiny_models``' tokenizer
+and config helpers: collecting them here keeps the imports one-way.
+"""
+
+from vrh.testing.tiny_glm4v import tiny_glm4v
+from vrh.testing.tiny_internvl import tiny_internvl
+from vrh.testing.tiny_llava_next import tiny_llava_next
+from vrh.testing.tiny_models import tiny_llava, tiny_qwen2_5_vl, tiny_qwen2_vl, tiny_qwen3_vl
+
+TINY_BUILDERS = {
+    "qwen2_vl": tiny_qwen2_vl,
+    "qwen2_5_vl": tiny_qwen2_5_vl,
+    "qwen3_vl": tiny_qwen3_vl,
+    "llava": tiny_llava,
+    "internvl": tiny_internvl,
+    "glm4v": tiny_glm4v,
+    "llava_next": tiny_llava_next,
+}
