@@ -293,3 +293,17 @@ def test_llava_checkpoint_settings(tmp_path):
     assert adapter.format_box((8, 12, 40, 44), {}, (112, 112)) == "[ 8 , 12 , 40 , 44 ]"
     assert adapter.parse_box("[ 8 , 12 , 40 , 44 ]", {}, (112, 112)) == (8.0, 12.0, 40.0, 44.0)
     assert get_adapter("llava").grounding_prompt("x") != "where is the x ?"  # instances stay independent
+
+
+def test_expression_is_located_at_the_templates_slot_not_inside_its_fixed_words(family):
+    """An expression that also occurs in the prompt template's own words ("left", "image", "box") must be
+    found where the template put it."""
+    name, adapter, model, processor = family
+    for expr in ("left", "image", "box", "the"):
+        prompt = adapter.grounding_prompt(expr)
+        batch = adapter.build_batch(processor, IMAGES[:1], [prompt], expressions=[expr])
+        pos = batch.expression_positions[0]
+        tok = getattr(processor, "tokenizer", processor)
+        text = tok.decode(batch.inputs["input_ids"][0][pos])
+        assert expr in text, (name, expr, text)
+        assert adapter.expression_offset(prompt, expr) == adapter.grounding_prompt("\x00").find("\x00"), (name, expr)

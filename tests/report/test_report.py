@@ -403,3 +403,16 @@ def test_torn_overlays_are_reported_not_raised(tmp_path):
     html = build_report([d], tmp_path / "out")["html"].read_text()
     assert f"{runs.OVERLAYS} unreadable" in _section_html(html, "Summary")
     assert "Attention overlays" not in html and ">Head scores and sparsity</h" in html
+
+
+@pytest.mark.slow
+def test_every_kind_of_section_fits_a_700px_window_in_chromium(report, browser, shots_dir):
+    """Headless Chromium, 700 px wide: no sideways scrolling and every image decodes. Slow only because
+    it needs Chromium (``apt-get install -y chromium``): ``python -m pytest -m slow tests/report``."""
+    page = browser.check(report[2]["html"], width=700)
+    assert page.viewport_width == 700
+    assert page.scroll_width <= page.viewport_width and page.too_wide == [], page.too_wide
+    assert len(page.images) == len(re.findall(r'src="data:', report[2]["html"].read_text())) >= 11
+    assert all(i["loaded"] and i["shown_width"] <= 700 for i in page.images), page.images
+    if shots_dir:
+        browser.screenshot(report[2]["html"], shots_dir / "fixture-report-700px.png")

@@ -104,6 +104,29 @@ class Adapter:
     def grounding_prompt(self, expression: str) -> str:
         raise NotImplementedError
 
+    def expression_offset(self, prompt: str, expression: str) -> int:
+        """Where ``expression`` starts in ``prompt``: at the template's own slot when ``prompt`` is this
+        family's grounding prompt (so an expression such as "left" or "image" is not found inside the
+        template's fixed words), else its first occurrence.
+
+        >>> class A(Adapter):
+        ...     def grounding_prompt(self, e): return f"Give the top-left corner of {e}."
+        >>> A().expression_offset("Give the top-left corner of left.", "left")
+        28
+        """
+        probe = "\x00vrh-expression\x00"
+        try:
+            template = self.grounding_prompt(probe)
+        except NotImplementedError:
+            template = ""
+        slot = template.find(probe)
+        if slot >= 0 and template.replace(probe, expression) == prompt:
+            return slot
+        found = prompt.find(expression)
+        if found < 0:
+            raise ValueError(f"expression {expression!r} is not a substring of prompt {prompt!r}")
+        return found
+
     def vqa_prompt(self, question: str) -> str:
         return question
 
@@ -180,9 +203,7 @@ class ChatTemplateAdapter(Adapter):
                 raise ValueError("the chat template altered the prompt text; cannot locate the expression")
             sp: dict[str, tuple[int, int]] = {}
             if expressions is not None:
-                e0 = prompt.find(expressions[i])
-                if e0 < 0:
-                    raise ValueError(f"expression {expressions[i]!r} is not a substring of prompt {prompt!r}")
+                e0 = self.expression_offset(prompt, expressions[i])
                 sp["expression"] = (p0 + e0, p0 + e0 + len(expressions[i]))
             if answers is not None:
                 chat = chat + self.answer_sep

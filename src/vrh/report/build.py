@@ -42,12 +42,13 @@ Expected ``results.json`` of commands still being written -- match these, every 
 
 ``compare``::
 
-    {"k": [5, 10, 20, 50], "baseline_accuracy": x,   # baseline optional
+    {"k": [5, 10, 20, 50], "baseline_accuracy": x, "default_method": "VRH (ours)",   # both optional
      "methods": {"VRH (ours)": {"accuracy": [...]}, "retrieval heads": {"accuracy": [...]}},
      "random": {"mean": [...], "std": [...]}}         # std optional
 
-Method names containing "vrh", "ours" or "own" are drawn red, "random" grey. A ``demo`` run (or any
-other command) lands in "Other runs" until a renderer is added here.
+The comparison's ``default_method`` (else a method named like "vrh", "ours" or "own") is drawn red,
+"random" grey; methods with identical accuracies share one line. A ``demo`` run gets the headline
+section; any other command lands in "Other runs" until a renderer is added here.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ from pathlib import Path
 
 from vrh.report import characterize, sections
 from vrh.report.document import Section, Text, figures, render_html, render_markdown
+from vrh.report.kchoice import KChoice, report_k
 from vrh.report.load import load_runs
 from vrh.report.notes import report_notices
 
@@ -66,10 +68,12 @@ MD_NAME = "report.md"
 FIG_DIR = "figures"
 
 
-def build_sections(runs, k: int | None) -> list[Section]:
-    """Every section with something to show, in reading order."""
-    parts = [characterize.demo_section(runs), sections.summary_section(runs), sections.scores_section(runs, k), sections.kcurve_section(runs),
-             sections.outcome_section(runs), sections.overlay_section(runs, k),
+def build_sections(runs, k: int | KChoice | None) -> list[Section]:
+    """Every section with something to show, in reading order. ``k``: the user's ``--k``, or None for
+    the k the runs recorded (:func:`vrh.report.kchoice.report_k`)."""
+    kc = k if isinstance(k, KChoice) else report_k(runs, k)
+    parts = [characterize.demo_section(runs), sections.summary_section(runs), sections.scores_section(runs, kc),
+             sections.kcurve_section(runs), sections.outcome_section(runs), sections.overlay_section(runs, kc),
              characterize.transfer_section(runs), characterize.stability_section(runs),
              characterize.compare_section(runs), characterize.other_section(runs)]
     return [p for p in parts if p is not None]
@@ -79,8 +83,9 @@ def build_report(run_dirs: Sequence[str | Path], out_dir: str | Path, *, k: int 
                  title: str = "Visual Retrieval Heads report") -> dict[str, Path]:
     """Write ``report.html`` and ``report.md`` (+ ``figures/``) for ``run_dirs`` into ``out_dir``.
 
-    ``k`` is the number of top heads marked on heat maps and averaged in overlays (default: 20, capped at
-    an eighth of a small model's heads). Returns ``{"html": ..., "md": ..., "figures": ...}`` paths.
+    ``k`` is the number of top heads marked on heat maps and averaged in overlays (default: the k the runs
+    were made with, :func:`vrh.report.kchoice.report_k`; 20, capped at an eighth of a small model's heads,
+    when no run records one). Returns ``{"html": ..., "md": ..., "figures": ...}`` paths.
     A path that is not a run folder raises FileNotFoundError; run folders none of which finished raise
     ValueError (a report of partial numbers only would read like a result); anything odd inside a run is
     reported, not raised.
@@ -96,14 +101,29 @@ def build_report(run_dirs: Sequence[str | Path], out_dir: str | Path, *, k: int 
                          + " -- a run is finished once it has written its results; wait for it or --resume it")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    secs = build_sections(runs, k)
+    kc = report_k(runs, k)
+    secs = build_sections(runs, kc)
     intro = [Text(f"{len(runs)} run folder(s): " + ", ".join(f"{r.name} ({r.command})" for r in runs) + ". "
-                  "Heads are (layer, head), 0-based. Accuracies in %."), *report_notices(runs)]
+                  "Heads are (layer, head), 0-based. Accuracies in %."), *report_notices(runs), *k_notice(kc, runs)]
     html_path, md_path, fig_dir = out_dir / HTML_NAME, out_dir / MD_NAME, out_dir / FIG_DIR
     md = render_markdown(title, intro, secs, fig_dir, FIG_DIR)
     _write_text(md_path, md)
     _write_text(html_path, render_html(title, intro, secs))
     return {"html": html_path, "md": md_path, "figures": fig_dir}
+
+
+def k_notice(kc: KChoice, runs) -> list[Text]:
+    """Say which k the heat maps and overlays mark when it is not evident: runs that disagree, or none
+    that records one."""
+    if not any(r.command == "detect" for r in runs):
+        return []
+    if kc.k is None:
+        return [Text("No run records a k, so heat maps and overlays mark a default number of top heads "
+                     "(stated on each); pass --k to choose.", muted=True)]
+    if kc.others:
+        return [Text(f"Heat maps and overlays mark the top-{kc.k} heads (k from {kc.source}); other runs "
+                     f"used other ks: {'; '.join(kc.others)}.", muted=True)]
+    return []
 
 
 def _write_text(path: Path, text: str) -> None:
@@ -117,7 +137,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("runs", nargs="+", help="run folders written by vrh commands")
     p.add_argument("--out", required=True, help="folder to write report.html, report.md and figures/ into")
     p.add_argument("--k", type=int, default=None,
-                   help="top heads to mark and to average in attention overlays (default: 20, fewer on tiny models)")
+                   help="top heads to mark and to average in attention overlays (default: the k the runs were made "
+                        "with; 20, fewer on tiny models, when no run records one)")
     p.add_argument("--title", default="Visual Retrieval Heads report")
 
 

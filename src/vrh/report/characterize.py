@@ -8,12 +8,19 @@ slightly different version of a command still renders instead of breaking the wh
 
 from __future__ import annotations
 
+import numpy as np
+
+from vrh import runs as run_contract
 from vrh.report import plots
 from vrh.report.document import Fig, Section, Table, Text, slug
 from vrh.report.load import Run, at, describe_model, is_num, num, pct, pm, short
 from vrh.report.notes import random_control_blocks
+from vrh.report.sections import thresholds_text
 from vrh.report.style import RANDOM_COLOR, VRH_COLOR, VRH_LIGHT
 from vrh.runs import RESULTS
+from vrh.sparsity import DEFAULT_THRESHOLDS, sparsity_summary
+
+ACCURACY_KEYS = ("baseline_accuracy", "random_accuracy_mean", "own_heads_accuracy", "transferred_heads_accuracy")
 
 KNOWN = {"detect", "evaluate", "sweep", "transfer", "stability", "compare", "demo"}
 
@@ -42,15 +49,52 @@ def demo_section(runs: list[Run]) -> Section | None:
                    + " ".join(f"({l},{h})" for l, h in r.get("top_k_heads") or [])))
         s.add(Table(["condition", "accuracy (%)", "note"], rows))
         s.add(*random_control_blocks(run))
-        fr = sp.get("fraction_above") or {}
-        if fr:
-            s.add(Table(["sparsity: score above", "heads (%)"], [[str(t), pct(v)] for t, v in fr.items()]))
+        s.add(*_demo_sparsity(run, runs, sp))
     return s
+
+
+def _demo_sparsity(run: Run, runs: list[Run], recorded: dict) -> list:
+    """The demo's sparsity at the page's one pair of thresholds (:data:`vrh.sparsity.DEFAULT_THRESHOLDS`),
+    recomputed from its detection's scores; the demo's own record may use other thresholds, and two
+    definitions of "sparse" on one page contradict each other."""
+    det = next((r for r in runs if r.command == "detect" and r.path.resolve().parent == run.path.resolve()
+                and r.head_scores), None)
+    scores = (det.head_scores or {}).get("scores") if det else None
+    if scores is None and "detect" in (run.config.get("subruns") or []):
+        try:
+            scores = run_contract.read_head_scores(run.path / "detect").to_json().get("scores")
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            scores = None
+    if scores is not None:
+        sp = sparsity_summary(np.asarray(scores, dtype=float), DEFAULT_THRESHOLDS)
+        fr, counts = sp["fraction_above"], sp["count_above"]
+    else:
+        fr = {float(t): v for t, v in (recorded.get("fraction_above") or {}).items()}
+        counts = {float(t): v for t, v in (recorded.get("count_above") or {}).items()}
+        if not fr:
+            return []
+        if set(fr) != set(DEFAULT_THRESHOLDS):
+            return [Text(f"{run.name}: sparsity was recorded at thresholds {', '.join(f'{t:g}' for t in fr)}, not "
+                         f"this report's {thresholds_text()}, and the detection scores are not readable here; "
+                         "see the head-score section.", muted=True)]
+    return [Table(["sparsity: heads scoring above", "heads (%)", "count"],
+                  [[f"{t:g}", pct(fr[t]), num(counts.get(t), "d")] for t in DEFAULT_THRESHOLDS],
+                  f"{run.name}: thresholds {thresholds_text()}, as in the head-score section")]
 
 
 def _pair(r: dict) -> str:
     """``A → B`` with checkpoint paths shortened to their folder names."""
     return f"{describe_model(r.get('model_a', '?'))} → {describe_model(r.get('model_b', '?'))}"
+
+
+def _per_k(r: dict) -> bool:
+    """A per-k transfer (``k`` and the accuracies as lists) rather than one k."""
+    return isinstance(r.get("k"), list) or any(isinstance(r.get(key), list) for key in ACCURACY_KEYS[1:])
+
+
+def _ran(value) -> bool:
+    """Whether a condition produced any number (a transfer without B's own heads writes None)."""
+    return any(is_num(v) for v in value) if isinstance(value, list) else is_num(value)
 
 
 def transfer_section(runs: list[Run]) -> Section | None:
@@ -59,35 +103,47 @@ def transfer_section(runs: list[Run]) -> Section | None:
         return None
     s = Section("Transfer")
     s.add(Text("Cross-model masking (Fig. 7): the top-k VRHs detected in model A are masked at the same "
-               "(layer, head) indices in model B and compared with masking B's own top-k VRHs and k random "
-               "heads. Rank agreement of the two score maps: Spearman, Kendall and top-k overlap."))
-    scalar = [r for r in trs if not isinstance(r.res.get("own_heads_accuracy"), list)]
+               "(layer, head) indices in model B and compared with masking B's own top-k VRHs (when B's own "
+               "detection was given) and k random heads. Rank agreement of the two score maps: Spearman, "
+               "Kendall and top-k overlap."))
+    scalar = [r for r in trs if not _per_k(r.res) and any(_ran(r.res.get(key)) for key in ACCURACY_KEYS)]
     if scalar:
         groups = [f"{_pair(r.res)}\n(k={r.res.get('k', '?')})" for r in scalar]
+        shown = [label for key, label, *_ in plots.TRANSFER_BARS if any(_ran(r.res.get(key)) for r in scalar)]
         s.add(Fig("transfer-bars", plots.transfer_bars(groups, [r.res for r in scalar], title="Cross-model masking"),
-                  "Accuracy of model B: unmasked, k random heads, its own top-k VRHs, and A's top-k VRHs."))
+                  "Accuracy of model B: " + ", ".join(shown) + "."))
         for run in scalar:
             s.add(*random_control_blocks(run))
-    for run in (r for r in trs if isinstance(r.res.get("own_heads_accuracy"), list)):
+    for run in (r for r in trs if _per_k(r.res)):
         r = run.res  # per-k variant: lists aligned with r["k"]
-        ks = r.get("k") if isinstance(r.get("k"), list) else list(range(len(r["own_heads_accuracy"])))
-        curves = {"own VRHs": r["own_heads_accuracy"], "transferred VRHs": r.get("transferred_heads_accuracy") or [],
-                  "random heads": r.get("random_accuracy_mean") or []}
+        longest = max((len(r[key]) for key in ACCURACY_KEYS if isinstance(r.get(key), list)), default=0)
+        ks = r.get("k") if isinstance(r.get("k"), list) else list(range(longest))
+        curves = {"own VRHs": r.get("own_heads_accuracy"), "transferred VRHs": r.get("transferred_heads_accuracy"),
+                  "random heads": r.get("random_accuracy_mean")}
+        curves = {n: c for n, c in curves.items() if isinstance(c, list) and _ran(c)}
+        if not curves:
+            continue
         s.add(Fig(f"{slug(run.name)}-transfer", plots.curve_family(
-            ks, {n: c for n, c in curves.items() if c}, baseline=r.get("baseline_accuracy"),
-            title=f"{run.name}: {_pair(r)}"), "Accuracy of model B vs k."))
+            ks, curves,
+            baseline=r.get("baseline_accuracy"), title=f"{run.name}: {_pair(r)}"), "Accuracy of model B vs k."))
         s.add(*random_control_blocks(run))
+    own_ran = any(_ran(run.res.get("own_heads_accuracy")) for run in trs)
     rows = []
     for run in trs:
         r = run.res
         one = (lambda key: r.get(key)[-1] if isinstance(r.get(key), list) and r.get(key) else r.get(key))
         rows.append([run.name, _pair(r), str(one("k")), pct(r.get("baseline_accuracy")),
-                     pm(one("random_accuracy_mean"), one("random_accuracy_std")), pct(one("own_heads_accuracy")),
-                     pct(one("transferred_heads_accuracy")), num(r.get("spearman"), ".3f"),
-                     num(r.get("kendall"), ".3f"), pct(r.get("topk_overlap"))])
-    s.add(Table(["run", "heads of A → masked in B", "k", "unmasked (%)", "random (%) mean ± std", "own VRHs (%)",
-                 "transferred VRHs (%)", "Spearman", "Kendall", "top-k overlap (%)"], rows,
-                "Per-k runs show their largest k."))
+                     pm(one("random_accuracy_mean"), one("random_accuracy_std"))]
+                    + ([pct(one("own_heads_accuracy"))] if own_ran else [])
+                    + [pct(one("transferred_heads_accuracy")), num(r.get("spearman"), ".3f"),
+                       num(r.get("kendall"), ".3f"), pct(r.get("topk_overlap"))])
+    columns = (["run", "heads of A → masked in B", "k", "unmasked (%)", "random (%) mean ± std"]
+               + (["own VRHs (%)"] if own_ran else [])
+               + ["transferred VRHs (%)", "Spearman", "Kendall", "top-k overlap (%)"])
+    keep = [j for j, c in enumerate(columns) if j < 3 or any(row[j] != "–" for row in rows)]  # no all-dash column
+    s.add(Table([columns[j] for j in keep], [[row[j] for j in keep] for row in rows],
+                "Per-k runs show their largest k." + ("" if own_ran else " No run masked B's own heads (that needs "
+                                                      "B's own detection), so there is no own-heads column.")))
     return s
 
 
@@ -148,9 +204,11 @@ def compare_section(runs: list[Run]) -> Section | None:
             curves["random"] = rnd if isinstance(rnd, list) else [rnd]
         sub = Section(run.name, level=3)
         if curves and len(ks) > 1:
+            default = r.get("default_method")
             sub.add(Fig(f"{slug(run.name)}-compare", plots.curve_family(
-                ks, curves, baseline=r.get("baseline_accuracy"), title=run.title()),
-                "Accuracy vs k per method."))
+                ks, curves, baseline=r.get("baseline_accuracy"), title=run.title(), highlight=default),
+                "Accuracy vs k per method" + (f"; red: the default method ({default})" if default in curves else "")
+                + "; methods with identical accuracies at every k share one line and one legend entry (a = b)."))
         sub.add(*random_control_blocks(run))
         rstd = (r.get("random") or {}).get("std") or []
         rows = [[n] + [pct(at(a, i)) for i in range(len(ks))] for n, a in methods.items()]

@@ -4,7 +4,10 @@ self-contained HTML page and as Markdown with PNGs beside it.
 Section renderers build these blocks once; the two writers below are the only places that know HTML or
 Markdown. The HTML writer escapes every piece of text and embeds every figure as a base64 ``data:`` URI
 with inline CSS and no scripts, fonts or links to anywhere, so the page can be mailed, archived or opened
-offline and still show everything.
+offline and still show everything. Every table fits a 700-px-wide window without scrolling sideways:
+cells holding a long unbroken token (a path, a hash, a timestamp) may break anywhere (``overflow-wrap:
+anywhere`` also lowers the table's minimum width), numbers never break, words break only between them,
+and tables tighten on narrow windows.
 """
 
 from __future__ import annotations
@@ -74,10 +77,12 @@ padding:1em 2em;color:#222;line-height:1.45}
 h1{border-bottom:3px solid #d62728;padding-bottom:.2em}
 h2{border-bottom:1px solid #ccc;padding-bottom:.15em;margin-top:2em}
 h3{margin-bottom:.3em}
-table{border-collapse:collapse;margin:.6em 0 1.2em;font-size:.9em}
-th,td{border:1px solid #ccc;padding:.25em .6em;text-align:left;vertical-align:top}
+table{border-collapse:collapse;margin:.6em 0 1.2em;font-size:.9em;max-width:100%}
+th,td{border:1px solid #ccc;padding:.25em .6em;text-align:left;vertical-align:top;overflow-wrap:break-word}
+td.brk{overflow-wrap:anywhere}
 th{background:#f3f3f3}
 .n{text-align:right;font-variant-numeric:tabular-nums}
+td.n{white-space:nowrap}
 caption{caption-side:top;text-align:left;font-weight:600;padding:.3em 0}
 figure{margin:.8em 0 1.6em}
 figure img{max-width:100%;border:1px solid #eee}
@@ -86,7 +91,17 @@ figcaption{font-size:.85em;color:#555;margin-top:.3em}
 .warn{background:#fff4e5;border-left:4px solid #d62728;padding:.4em .8em;font-weight:600}
 nav ul{columns:2;font-size:.9em}
 code{background:#f5f5f5;padding:0 .2em}
+@media (max-width:800px){body{padding:.5em 1em}table{font-size:.8em}th,td{padding:.2em .35em}nav ul{columns:1}}
 """
+
+
+LONG_TOKEN = 16  # characters without a space beyond which a cell may break anywhere (paths, hashes, times)
+
+
+def _cell_class(text, numeric: bool) -> str:
+    if numeric:
+        return ' class="n"'
+    return ' class="brk"' if max(map(len, str(text).split()), default=0) > LONG_TOKEN else ""
 
 
 def _html_block(b) -> str:
@@ -97,11 +112,10 @@ def _html_block(b) -> str:
         return f"<p{cls}>{html.escape(b.text)}</p>"
     if isinstance(b, Table):
         cap = f"<caption>{html.escape(b.caption)}</caption>" if b.caption else ""
-        num = numeric_columns(b)
-        cls = [' class="n"' if x else "" for x in num] + [""] * 64
-        head = "".join(f"<th{cls[j]}>{html.escape(str(c))}</th>" for j, c in enumerate(b.columns))
-        body = "".join("<tr>" + "".join(f"<td{cls[j]}>{html.escape(str(c))}</td>" for j, c in enumerate(r))
-                       + "</tr>" for r in b.rows)
+        num = numeric_columns(b) + [False] * 64
+        head = "".join(f"<th{_cell_class('', num[j])}>{html.escape(str(c))}</th>" for j, c in enumerate(b.columns))
+        body = "".join("<tr>" + "".join(f"<td{_cell_class(c, num[j])}>{html.escape(str(c))}</td>"
+                                        for j, c in enumerate(r)) + "</tr>" for r in b.rows)
         return f"<table>{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
     if isinstance(b, Fig):
         data = base64.b64encode(b.png).decode("ascii")

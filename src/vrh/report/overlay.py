@@ -3,10 +3,12 @@
 Detection stores, for its first few samples, every head's mean attention from the output-token queries
 onto the visual tokens (``[L, H, V]``) and the original-image pixel cell of each visual token (``[V, 4]``).
 Painting head-averaged attention back onto those cells shows the paper's qualitative claim directly: the
-top-k VRHs concentrate on the referred object, the other heads do not. Each panel is normalised to its own
-range, with low attention faded out, so the pattern shows even where attention is nearly flat; each title
-gives the panel's peak value and the share of attention that falls on visual tokens whose cell centre lies
-inside the ground-truth box, so the contrast between panels survives a glance.
+top-k VRHs concentrate on the referred object, the other heads do not. The panels of one sample share one
+colour scale (the lowest to the highest head-averaged attention over all its panels, printed on the
+colour bar), so a panel whose heads attend weakly looks faint: normalising each panel to its own peak made
+"all but the top-k" look as bright as the top-k. Low attention is faded out so the image stays visible;
+each title gives the panel's peak value and the share of attention that falls on visual tokens whose cell
+centre lies inside the ground-truth box.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from matplotlib import colormaps
 from matplotlib.cm import ScalarMappable
 from matplotlib.colors import Normalize
 
-from vrh.report.style import BASELINE_COLOR, new_figure, to_png
+from vrh.report.style import BASELINE_COLOR, TITLE_SIZE, new_figure, to_png, wrap_title
 
 GT_COLOR = "#00e676"  # paper: green ground truth
 PRED_COLOR = "#00b0ff"  # cyan, so it is never read as "VRH red"
@@ -71,13 +73,18 @@ def head_means(att: np.ndarray, top: Sequence[Sequence[int]]) -> dict[str, np.nd
     return out
 
 
-def relative_rgba(r: np.ndarray, cmap) -> np.ndarray:
-    """Colour each pixel by its attention relative to the panel's own min..max, and make low attention
-    transparent, so the image stays visible where the heads do not look and the hot spots stand out
-    even when a panel's attention is nearly flat."""
+def shared_range(panels: dict[str, np.ndarray]) -> tuple[float, float]:
+    """``(lo, hi)``: the colour scale shared by every panel of one sample, over their finite values."""
+    vals = np.concatenate([np.ravel(v) for v in panels.values()]) if panels else np.zeros(0)
+    vals = vals[np.isfinite(vals)]
+    return (float(vals.min()), float(vals.max())) if vals.size else (0.0, 1.0)
+
+
+def scaled_rgba(r: np.ndarray, cmap, lo: float, hi: float) -> np.ndarray:
+    """Colour each pixel by its attention on the shared ``lo..hi`` scale, and make low attention
+    transparent, so the image stays visible where the heads do not look."""
     finite = np.isfinite(r)
-    lo, hi = (float(np.nanmin(r)), float(np.nanmax(r))) if finite.any() else (0.0, 1.0)
-    rel = np.where(finite, (r - lo) / (hi - lo) if hi > lo else 0.5, 0.0)
+    rel = np.clip(np.where(finite, (r - lo) / (hi - lo) if hi > lo else 0.5, 0.0), 0.0, 1.0)
     rgba = cmap(rel)
     rgba[..., 3] = np.where(finite, 0.1 + 0.75 * rel, 0.0)
     return rgba
@@ -109,8 +116,15 @@ def attention_overlay(att: np.ndarray, rects: np.ndarray, top: Sequence[Sequence
         step = max(1, int(1 / scale))
         img = img[::step, ::step]
     panels = head_means(att, top)
-    fig = new_figure(3.3 * (len(panels) + 1), 3.3 * height / max(width, 1.0) + 1.4)
-    axes = fig.subplots(1, len(panels) + 1, squeeze=False)[0]
+    n = len(panels) + 1
+    cols = 2 if n == 4 else n  # 2 x 2 stays legible in a 700-px page; 4 in a row shrinks text to ~4 pt
+    rows = math.ceil(n / cols)
+    fig_w = 3.3 * cols
+    fig = new_figure(fig_w, rows * (3.3 * height / max(width, 1.0) + 0.5) + 1.2)
+    axes = fig.subplots(rows, cols, squeeze=False).ravel()
+    for ax in axes[n:]:
+        ax.set_axis_off()
+    axes = axes[:n]
     extent = (0, width, height, 0)
 
     def base(ax, subtitle):
@@ -131,16 +145,17 @@ def attention_overlay(att: np.ndarray, rects: np.ndarray, top: Sequence[Sequence
 
     base(axes[0], "input")
     cmap = colormaps["inferno"]
+    lo, hi = shared_range(panels)
     for ax, (name, vals) in zip(axes[1:], panels.items()):
         r = raster(vals, rects, width, height, scale)
         share = mass_in_box(np.clip(vals, 0, None), rects, gt_box)
         base(ax, name + f"\npeak {np.nanmax(vals):.3g}" +
              (f", {100 * share:.0f}% in GT box" if share is not None else ""))
-        ax.imshow(relative_rgba(r, cmap), extent=extent, interpolation="nearest")
-    fig.colorbar(ScalarMappable(Normalize(0, 1), cmap), ax=list(axes), orientation="horizontal",
+        ax.imshow(scaled_rgba(r, cmap, lo, hi), extent=extent, interpolation="nearest")
+    fig.colorbar(ScalarMappable(Normalize(lo, hi), cmap), ax=list(axes), orientation="horizontal",
                  fraction=0.05, shrink=0.5, aspect=40, pad=0.02,
-                 label="attention within each panel (its min → its peak); faint = little attention")
+                 label="mean attention per visual token, one scale for all panels; faint = little attention")
     if axes[0].get_legend_handles_labels()[0]:
         axes[0].legend(loc="lower left", fontsize=7, framealpha=0.85)
-    fig.suptitle(title, fontsize=10)
+    fig.suptitle(wrap_title(title, fig_w - 0.2), fontsize=TITLE_SIZE)
     return to_png(fig)

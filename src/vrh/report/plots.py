@@ -17,9 +17,11 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from matplotlib.ticker import MaxNLocator
 
+from vrh.report.load import is_num
 from vrh.report.overlay import attention_overlay
 from vrh.report.style import (BASELINE_COLOR, OTHER_COLORS, OUTCOME_COLORS, OUTCOME_LABELS, RANDOM_COLOR,
-                              VRH_COLOR, VRH_LIGHT, new_figure, to_png)
+                              TITLE_SIZE, VRH_COLOR, VRH_LIGHT, curve_style, new_figure, to_png, wrap_title)
+from vrh.sparsity import DEFAULT_THRESHOLDS
 
 
 def _pct_axis(ax, label: str = "accuracy (%)") -> None:
@@ -30,62 +32,102 @@ def _pct_axis(ax, label: str = "accuracy (%)") -> None:
 
 
 def _num(x) -> float:
-    return float("nan") if x is None else float(x)
+    """A plotted value: None, non-numbers and infinities become NaN (a gap in the line, no bar)."""
+    ok = isinstance(x, (int, float, np.number)) and not isinstance(x, (bool, np.bool_))
+    return float(x) if ok and np.isfinite(x) else float("nan")
 
 
 # --- head scores ------------------------------------------------------------------------------------
 def score_heatmap(scores, *, title: str, top: Sequence[Sequence[int]] = ()) -> bytes:
     """Layer x head map of a ``[L, H]`` score map (0-based axes, layer 0 at the top); ``top`` heads are
-    ringed so the detected set is visible even where its scores are close to the rest."""
+    ringed so the detected set is visible even where its scores are close to the rest. The ring's legend
+    sits below the axes, never on a cell; the title wraps to the figure's width instead of being clipped."""
     arr = np.asarray(scores, dtype=float)
     L, H = arr.shape
-    fig = new_figure(min(11.0, 3.0 + 0.22 * H), min(9.0, 2.2 + 0.16 * L))
+    width = min(11.0, max(6.0, 3.0 + 0.22 * H))
+    fig = new_figure(width, min(9.5, 2.9 + 0.16 * L + (0.3 if len(top) else 0.0)))
     ax = fig.add_subplot()
     im = ax.imshow(arr, cmap="Reds", aspect="auto", interpolation="nearest", origin="upper")
     fig.colorbar(im, ax=ax, label="VRH score", shrink=0.9)
     if len(top):
         ax.scatter([h for _, h in top], [l for l, _ in top], s=40, facecolors="none", edgecolors="#1f77b4",
-                   linewidths=1.2, label=f"top-{len(top)} heads")
-        ax.legend(loc="upper right", fontsize=8, framealpha=0.9)
+                   linewidths=1.2, label=f"ringed: the top-{len(top)} heads")
+        fig.legend(loc="outside lower center", fontsize=8, frameon=False)
     ax.set_xlabel("head (0-based)")
-    ax.set_ylabel("layer (0-based)")
+    ax.set_ylabel("layer\n(0-based)" if L < 8 else "layer (0-based)")  # a short axis cannot hold one line
     ax.xaxis.set_major_locator(MaxNLocator(integer=True, nbins=16))
     ax.yaxis.set_major_locator(MaxNLocator(integer=True, nbins=16))
-    ax.set_title(title, fontsize=10)
+    ax.set_title(wrap_title(title, width - 0.4), fontsize=TITLE_SIZE)
     return to_png(fig)
 
 
-def score_histogram(scores, *, title: str, thresholds: Sequence[float] = (1e-3, 5e-3), bins: int = 60) -> bytes:
-    """Distribution of head scores (Fig. 5), log-count axis so the long sparse tail stays visible, with the
-    paper's thresholds drawn and labelled with the fraction of heads above each."""
-    from vrh.sparsity import fraction_above, histogram
+def score_histogram(scores, *, title: str, thresholds: Sequence[float] = DEFAULT_THRESHOLDS, bins: int = 40) -> bytes:
+    """Distribution of head scores (Fig. 5) on log-log axes, with the sparsity thresholds drawn and
+    labelled with the share of heads above each.
+
+    The score axis is logarithmic because the thresholds (1e-3, 5e-3) sit two decades below the largest
+    scores: on a linear axis both lines fall on the first bar and cannot be told apart. Heads scoring 0 or
+    less have no place on a log axis; the legend counts them."""
+    from vrh.sparsity import fraction_above
 
     arr = np.asarray(scores, dtype=float)
-    counts, edges = histogram(arr, bins=bins)
-    fig = new_figure(6.4, 3.6)
+    finite = arr[np.isfinite(arr)]
+    pos = finite[finite > 0]
+    ends = ([float(pos.min()), float(pos.max())] if pos.size else []) + [float(t) for t in thresholds if t > 0]
+    hi = max(ends, default=1.0) * 1.05
+    lo = max(min(ends, default=hi / 100) / 1.5, hi * 1e-7)  # float dust (1e-30) would add decades of nothing
+    edges = np.geomspace(lo, hi * 1.0001, bins + 1)
+    counts, _ = np.histogram(np.clip(pos, lo, None), bins=edges)
+    label = f"{pos.size} heads > 0" + (f" (those below {lo:.0e} in the first bar)" if (pos < lo).any() else "")
+    if finite.size - pos.size:
+        label += f"; {finite.size - pos.size} heads <= 0 not on this log axis"
+    if arr.size - finite.size:
+        label += f"; {arr.size - finite.size} without a score"
+    fig = new_figure(6.4, 4.0 + 0.2 * len(thresholds))
     ax = fig.add_subplot()
     ax.bar(edges[:-1], counts, width=np.diff(edges), align="edge", color=VRH_COLOR, alpha=0.75,
-           edgecolor="white", linewidth=0.3, label=f"{arr.size} heads")
+           edgecolor="white", linewidth=0.3, label=label)
+    ax.set_xscale("log")
     if counts.size and counts.max() > 0:
         ax.set_yscale("log")
         ax.set_ylim(0.8, counts.max() * 2)
-    for t, style in zip(thresholds, ["--", ":", "-."] * 4):
-        ax.axvline(t, color=BASELINE_COLOR, linestyle=style, linewidth=1.2,
-                   label=f"> {t:g}: {100 * fraction_above(arr, t):.1f}% of heads")
-    ax.set_xlabel("head score")
+    colors = [BASELINE_COLOR, "#1f77b4", "#2ca02c", "#9467bd"]
+    for i, t in enumerate(thresholds):
+        ax.axvline(t, color=colors[i % 4], linestyle=["--", ":", "-.", "-"][i % 4], linewidth=1.6,
+                   label=f"threshold {t:g}: {100 * fraction_above(arr, t):.1f}% of heads above")
+    ax.set_xlabel("head score (log scale)")
     ax.set_ylabel("number of heads (log)")
-    ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8)
+    ax.set_title(wrap_title(title, 6.0), fontsize=TITLE_SIZE)
+    fig.legend(loc="outside lower center", fontsize=8, frameon=False)
     return to_png(fig)
 
 
 # --- masking effects ----------------------------------------------------------------------------------
+def k_axis(ax, ks: Sequence, xlabel: str = "number of masked heads k") -> None:
+    """k on a true numeric axis with a tick at every k run. Linear while the ks span at most about a
+    decade; beyond that (the paper's 0, 1, 3, 5, 10, 20, 50) a symmetric-log axis, linear below 1 and
+    logarithmic above, so k = 0 keeps its place and small ks are not crushed together."""
+    vals = sorted({float(k) for k in ks if is_num(k)})
+    nonzero = [v for v in vals if v > 0]
+    if nonzero and max(nonzero) / min(nonzero) > 12:
+        ax.set_xscale("symlog", linthresh=1.0, linscale=0.5)
+        xlabel += " (symmetric log scale)"
+    elif vals:
+        pad = 0.05 * ((vals[-1] - vals[0]) or 1.0)
+        ax.set_xlim(vals[0] - pad, vals[-1] + pad)
+    if vals:
+        ax.set_xticks(vals, [f"{v:g}" for v in vals])
+        ax.minorticks_off()
+    ax.set_xlabel(xlabel)
+
+
 def k_curve(ks: Sequence[int], vrh: Sequence[float | None], random_runs: Sequence[Sequence[float]], *,
             baseline: float | None, title: str, ylabel: str = "accuracy (%)") -> bytes:
     """Accuracy vs number of masked heads (Fig. 4): VRH in red, random heads as a grey mean line with the
-    min-max band and the individual seeds as dots, the unmasked model as a dashed line. k is placed on
-    evenly spaced ticks because sweeps use uneven k (0, 1, 3, 5, 10, 20, 50)."""
-    x = np.arange(len(ks))
+    min-max band and the individual seeds as dots, the unmasked model as a dashed line. k is a number on
+    the x axis (:func:`k_axis`), so uneven sweeps (0, 1, 3, 6) are drawn at their true distances."""
+    x = np.asarray([_num(k) for k in ks], dtype=float)
+    random_runs = [[_num(v) for v in r] for r in (list(random_runs) + [[]] * len(x))[:len(x)]]  # a cut-short run
     fig = new_figure(6.4, 3.8)
     ax = fig.add_subplot()
     if baseline is not None:
@@ -101,12 +143,12 @@ def k_curve(ks: Sequence[int], vrh: Sequence[float | None], random_runs: Sequenc
             ax.scatter([x[i]] * len(r), r, s=10, color=RANDOM_COLOR, alpha=0.6, zorder=3)
         ax.plot(x, means, color=RANDOM_COLOR, marker="s", markersize=4, linewidth=1.8,
                 label=f"random heads (mean, min-max of {n_seeds} seed{'s' if n_seeds > 1 else ''})")
-    ax.plot(x, [_num(v) for v in vrh], color=VRH_COLOR, marker="o", linewidth=2.2, label="top-k VRHs", zorder=4)
-    ax.set_xticks(x, [str(k) for k in ks])
-    ax.set_xlabel("number of masked heads k")
+    ax.plot(x, [_num(v) for v in vrh][:len(x)], color=VRH_COLOR, marker="o", linewidth=2.2, label="top-k VRHs",
+            zorder=4)
+    k_axis(ax, ks)
     _pct_axis(ax, ylabel)
-    ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8, loc="lower left")
+    ax.set_title(wrap_title(title, 6.0), fontsize=TITLE_SIZE)
+    ax.legend(fontsize=8, loc="best", framealpha=0.9)
     return to_png(fig)
 
 
@@ -126,62 +168,96 @@ def outcome_bars(labels: Sequence[str], fractions: Sequence[Mapping[str, float] 
     ax.set_xticks(x, labels, rotation=35 if len(labels) > 4 else 0, ha="right" if len(labels) > 4 else "center",
                   fontsize=8)
     _pct_axis(ax, "share of samples (%)")
-    ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.set_title(wrap_title(title, fig.get_figwidth() - 2.0), fontsize=TITLE_SIZE)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return to_png(fig)
+
+
+TRANSFER_BARS = [("baseline_accuracy", "unmasked", "white", BASELINE_COLOR, None),
+                 ("random_accuracy_mean", "random heads", RANDOM_COLOR, RANDOM_COLOR, None),
+                 ("own_heads_accuracy", "own VRHs", VRH_COLOR, VRH_COLOR, None),
+                 ("transferred_heads_accuracy", "transferred VRHs", VRH_LIGHT, VRH_COLOR, "//")]
 
 
 def transfer_bars(groups: Sequence[str], values: Sequence[Mapping[str, float | None]], *, title: str) -> bytes:
     """Cross-model masking (Fig. 7, bottom row) at one k: per model pair, accuracy unmasked, with random
-    heads, with the model's own top-k VRHs and with the partner's (transferred) top-k VRHs."""
-    bars = [("baseline_accuracy", "unmasked", "white", BASELINE_COLOR, None),
-            ("random_accuracy_mean", "random heads", RANDOM_COLOR, RANDOM_COLOR, None),
-            ("own_heads_accuracy", "own VRHs", VRH_COLOR, VRH_COLOR, None),
-            ("transferred_heads_accuracy", "transferred VRHs", VRH_LIGHT, VRH_COLOR, "//")]
-    fig = new_figure(max(5.0, 1.5 + 1.6 * len(groups)), 4.0)
+    heads, with the model's own top-k VRHs and with the partner's (transferred) top-k VRHs. A condition
+    no pair ran (``own`` needs B's own detection) gets no bar and no legend entry, rather than an empty
+    slot that reads as 0 %."""
+    bars = [b for b in TRANSFER_BARS if any(np.isfinite(_num(v.get(b[0]))) for v in values)]
+    fig = new_figure(max(5.0, 1.5 + 0.4 * len(bars) * len(groups)), 4.0)
     ax = fig.add_subplot()
     x = np.arange(len(groups))
-    w = 0.2
+    w = 0.8 / max(len(bars), 1)
     for j, (key, label, face, edge, hatch) in enumerate(bars):
         vals = [_num(v.get(key)) for v in values]
-        pos = x + (j - 1.5) * w
+        pos = x + (j - (len(bars) - 1) / 2) * w
         ax.bar(pos, vals, width=w, color=face, edgecolor=edge, hatch=hatch, linewidth=1.2, label=label)
         for p, v in zip(pos, vals):
             if np.isfinite(v):
                 ax.text(p, v + 0.01, f"{100 * v:.0f}", ha="center", va="bottom", fontsize=7)
     ax.set_xticks(x, groups, fontsize=8)
     _pct_axis(ax)
-    ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.set_title(wrap_title(title, 4.5), fontsize=TITLE_SIZE)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return to_png(fig)
 
 
+def _curve_groups(curves: Mapping[str, Sequence[float | None]], n: int) -> list[tuple[list[str], list[float]]]:
+    """Curves with identical values (to 1e-9, NaN equal to NaN) merged, in first-seen order: on small
+    models several methods pick the same heads, and identical lines drawn one over another hide all but
+    the last. Returns ``[(names, values)]``."""
+    groups: list[tuple[list[str], list[float]]] = []
+    for name, ys in curves.items():
+        vals = [_num(v) for v in list(ys)[:n]]
+        vals += [float("nan")] * (n - len(vals))
+        for names, ref in groups:
+            if np.allclose(ref, vals, rtol=0, atol=1e-9, equal_nan=True):
+                names.append(name)
+                break
+        else:
+            groups.append(([name], vals))
+    return groups
+
+
 def curve_family(ks: Sequence, curves: Mapping[str, Sequence[float | None]], *, title: str,
-                 baseline: float | None = None, xlabel: str = "number of masked heads k") -> bytes:
-    """Several accuracy-vs-k curves on one axis (Fig. 3 / Fig. 7 bottom): a curve named like ``random``
-    is grey, "transfer..." red dashed, one named like VRH / ours / own red, the rest distinct colours."""
-    x = np.arange(len(ks))
-    fig = new_figure(6.4, 3.8)
+                 baseline: float | None = None, xlabel: str = "number of masked heads k",
+                 highlight: str | None = None) -> bytes:
+    """Several accuracy-vs-k curves on one numeric k axis (Fig. 3 / Fig. 7 bottom).
+
+    A curve named like ``random`` is grey, "transfer..." red dashed, ``highlight`` (or one named like VRH /
+    ours / own) solid red; every other curve gets its own colour + dash + marker (:func:`style.curve_style`),
+    so 15 methods stay tellable apart past the 8-colour cycle. Curves with identical values share one line
+    and one legend entry listing every name (``a = b = c``), instead of hiding each other."""
+    x = np.asarray([_num(k) for k in ks], dtype=float)
+    groups = _curve_groups(curves, len(x))
+    n_lines = sum(len(names) for names, _ in groups) + (baseline is not None)
+    fig = new_figure(8.0, max(3.8, 1.6 + 0.19 * n_lines))
     ax = fig.add_subplot()
     if baseline is not None:
         ax.axhline(baseline, color=BASELINE_COLOR, linestyle="--", linewidth=1, label="unmasked")
-    others = iter(OTHER_COLORS * 4)
-    for name, ys in curves.items():
-        low = name.lower()
-        if "random" in low:
-            style = dict(color=RANDOM_COLOR, marker="s", linewidth=1.8)
+    n_other = 0
+    for names, ys in groups:
+        low = " ".join(names).lower()
+        if highlight in names:
+            style = dict(color=VRH_COLOR, marker="o", linewidth=2.4, linestyle="-", zorder=4)
+        elif "random" in low:
+            style = dict(color=RANDOM_COLOR, marker="s", linewidth=1.8, linestyle="-")
         elif "transfer" in low:
             style = dict(color=VRH_COLOR, marker="^", linewidth=1.8, linestyle="--")
-        elif any(t in low for t in ("vrh", "ours", "own")):
-            style = dict(color=VRH_COLOR, marker="o", linewidth=2.2)
+        elif highlight is None and any(t in low for t in ("vrh", "ours", "own")):
+            style = dict(color=VRH_COLOR, marker="o", linewidth=2.4, linestyle="-", zorder=4)
         else:
-            style = dict(color=next(others), marker="D", linewidth=1.4, markersize=4)
-        ax.plot(x, [_num(v) for v in ys][:len(x)], label=name, **style)
-    ax.set_xticks(x, [str(k) for k in ks])
-    ax.set_xlabel(xlabel)
+            style = dict(curve_style(n_other), linewidth=1.4, markersize=5, markerfacecolor="none")
+            n_other += 1
+        label = " = ".join(names) + (f"  ({len(names)} identical)" if len(names) > 2 else "")
+        ax.plot(x, ys, label="\n".join(wrap_title(label, 2.6, 8).split("\n")), **style)
+    k_axis(ax, ks, xlabel)
     _pct_axis(ax)
-    ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.set_title(wrap_title(title, 5.0), fontsize=TITLE_SIZE)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), framealpha=0.9)
     return to_png(fig)
 
 
@@ -203,7 +279,7 @@ def stability_curve(n_values: Sequence[int], mean: Sequence[float | None], std: 
         ax.minorticks_off()
     ax.set_xlabel("scoring samples n")
     _pct_axis(ax, f"top-{k if k is not None else 'k'} overlap with the reference (%)")
-    ax.set_title(title, fontsize=10)
+    ax.set_title(wrap_title(title, 5.6), fontsize=TITLE_SIZE)
     ax.legend(fontsize=8, loc="lower right")
     return to_png(fig)
 
@@ -224,7 +300,7 @@ def labelled_bars(labels: Sequence[str], values: Sequence[float | None], colors:
         ax.legend(fontsize=8)
     ax.set_xticks(x, labels, fontsize=8)
     _pct_axis(ax)
-    ax.set_title(title, fontsize=10)
+    ax.set_title(wrap_title(title, fig.get_figwidth() - 0.6), fontsize=TITLE_SIZE)
     return to_png(fig)
 
 __all__ = ["score_heatmap", "score_histogram", "k_curve", "outcome_bars", "transfer_bars", "curve_family",

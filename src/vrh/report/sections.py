@@ -14,6 +14,7 @@ import numpy as np
 
 from vrh.report import plots
 from vrh.report.document import Fig, Section, Table, Text, slug
+from vrh.report.kchoice import KChoice
 from vrh.report.load import Run, at, is_num, num, pct, pm, sample_kind
 from vrh.report.notes import random_control_blocks
 from vrh.sparsity import DEFAULT_THRESHOLDS, sparsity_summary
@@ -21,12 +22,11 @@ from vrh.sparsity import DEFAULT_THRESHOLDS, sparsity_summary
 MAX_OVERLAYS = 4  # samples drawn per detection run; more adds bytes, not insight
 
 
-def default_k(n_heads: int, k: int | None) -> int:
-    """The k used for "top-k" marks and overlays: the caller's, else the paper's 20, but never so many
-    that "all but the top-k" is empty on a small model (at most an eighth of the heads)."""
-    if k is not None:
-        return max(1, min(k, n_heads - 1)) if n_heads > 1 else 1
-    return max(1, min(20, n_heads // 8))
+def thresholds_text(thresholds=DEFAULT_THRESHOLDS) -> str:
+    """``0.001 (non-negligible) and 0.005 (high)``: the one definition of sparsity used on the whole page
+    (:data:`vrh.sparsity.DEFAULT_THRESHOLDS`, the paper's Fig. 5 thresholds)."""
+    names = ["non-negligible", "high"]
+    return " and ".join(f"{t:g}" + (f" ({names[i]})" if i < len(names) else "") for i, t in enumerate(thresholds))
 
 
 def _outcome_accuracy(records: list[dict]) -> float | None:
@@ -79,14 +79,26 @@ def summary_row(run: Run) -> list[str]:
     elif cmd == "stability":
         n = max(r["n_values"]) if r.get("n_values") else n
         note = "n = largest scoring-set size"
+    elif cmd == "demo":
+        n = r.get("n_eval", n)
+        note = (f"unmasked, held-out grounding split; heads detected on {num(r.get('n_detect'), 'd')} other "
+                f"samples; headline k = {r.get('k', '?')} of {r.get('num_heads_total', '?')} heads")
     rc = run.random_control
     if rc and rc["warnings"]:
         note = ((note + "; " if note else "")
                 + f"{len(rc['warnings'])} random-control warning(s), shown with its figures")
     if run.problems:
         note = (note + "; " if note else "") + "; ".join(run.problems)
-    return [run.name, cmd, "finished" if run.finished else "INCOMPLETE", run.model, run.data,
+    return [run.name, cmd, "finished" if run.finished else "INCOMPLETE", run.model, _data(run),
             num(n, "d") if is_num(n) else "–", pct(acc), note]
+
+
+def _data(run: Run) -> str:
+    """The data a run's accuracy is on; a demo writes its own synthetic world (no data option)."""
+    if run.data == "–" and run.command == "demo":
+        seed = (run.config.get("config") or {}).get("world_seed")
+        return "synthetic world" + (f" (seed {seed})" if seed is not None else "")
+    return run.data
 
 
 def summary_section(runs: list[Run]) -> Section:
@@ -113,26 +125,28 @@ def _overlap(a: list, b: list, k: int) -> float | None:
     return len({tuple(h) for h in a[:k]} & {tuple(h) for h in b[:k]}) / k
 
 
-def scores_section(runs: list[Run], k: int | None) -> Section | None:
+def scores_section(runs: list[Run], kc: KChoice) -> Section | None:
     dets = [r for r in runs if r.command == "detect" and r.head_scores and r.head_scores.get("scores")]
     if not dets:
         return None
     s = Section("Head scores and sparsity")
     s.add(Text("Score of every (layer, head), 0-based, from the primary scorer of each detection run; the "
                "ringed cells are the top-k heads that masking removes. Sparsity follows Fig. 5: the share of "
-               "heads above 1e-3 (non-negligible) and 5e-3 (high)."))
+               f"heads scoring above {thresholds_text()}; every sparsity figure on this page uses these "
+               "thresholds."))
     for run in dets:
         hs = run.head_scores
         scores = np.asarray(hs["scores"], dtype=float)
-        kk = default_k(scores.size, k)
+        kk = kc.for_heads(scores.size)
         ranking = hs.get("ranking") or []
         title = run.title(", ".join(x for x in (hs.get("scorer"), is_num(hs.get("n_scored")) and
                                                  f"n={hs['n_scored']}") if x))
         sub = Section(run.name, level=3)
         sub.add(Fig(f"{slug(run.name)}-heatmap", plots.score_heatmap(scores, title=title, top=ranking[:kk]),
-                    f"Layer x head VRH scores; top-{kk} heads ringed."))
+                    f"Layer x head VRH scores; ringed: the {kc.caption(scores.size)}."))
         sub.add(Fig(f"{slug(run.name)}-histogram", plots.score_histogram(scores, title=title),
-                    "Distribution of head scores (log count); dashed lines: sparsity thresholds."))
+                    "Distribution of head scores, both axes logarithmic; vertical lines: the sparsity "
+                    f"thresholds {thresholds_text()}."))
         sp = sparsity_summary(scores, DEFAULT_THRESHOLDS)
         rows = [[f"heads above {t:g}", f"{pct(sp['fraction_above'][t])} %", str(sp["count_above"][t])]
                 for t in DEFAULT_THRESHOLDS]
@@ -145,10 +159,10 @@ def scores_section(runs: list[Run], k: int | None) -> Section | None:
         if len(variants) > 1:
             vrows = []
             for name, v in variants.items():
-                vsp = sparsity_summary(v.get("scores") or [[np.nan]])
-                vrows.append([name, pct(vsp["fraction_above"][1e-3]), pct(vsp["fraction_above"][5e-3]),
+                vsp = sparsity_summary(v.get("scores") or [[np.nan]], DEFAULT_THRESHOLDS)
+                vrows.append([name, *(pct(vsp["fraction_above"][t]) for t in DEFAULT_THRESHOLDS),
                               num(vsp["max"]), pct(vsp["top1pct_share"]), pct(_overlap(v.get("ranking"), ranking, kk))])
-            sub.add(Table(["scorer", "> 1e-3 (%)", "> 5e-3 (%)", "max", "top-1% share (%)",
+            sub.add(Table(["scorer", *(f"> {t:g} (%)" for t in DEFAULT_THRESHOLDS), "max", "top-1% share (%)",
                            f"top-{kk} overlap with primary (%)"], vrows, "Scorer variants of this run"))
         if hs.get("skipped"):
             sub.add(Text(f"{len(hs['skipped'])} samples skipped (e.g. {hs['skipped'][0]}).", muted=True))
@@ -227,8 +241,9 @@ def outcome_section(runs: list[Run]) -> Section | None:
     if evals:
         labels = [f"{r.name}\n{_mask_label(r)}" for r in evals]
         fracs = [_fractions(r.res) for r in evals]
-        s.add(Fig("evaluate-outcomes", plots.outcome_bars(labels, fracs, title="Masked evaluations"),
-                  "One bar per evaluate run."))
+        if any(fracs):
+            s.add(Fig("evaluate-outcomes", plots.outcome_bars(labels, fracs, title="Masked evaluations"),
+                      "One bar per evaluate run."))
         s.add(Table(["run", "masked", "n", "accuracy (%)", "mislocated / wrong (%)", "parse failure (%)", "mean IoU"],
                     [[r.name, _mask_label(r), num(r.res.get("n"), "d"), pct(r.res.get("accuracy")),
                       pct((_fractions(r.res) or {}).get("mislocated", (_fractions(r.res) or {}).get("wrong"))),
@@ -237,7 +252,7 @@ def outcome_section(runs: list[Run]) -> Section | None:
 
 
 # --- attention overlays -------------------------------------------------------------------------------
-def overlay_section(runs: list[Run], k: int | None) -> Section | None:
+def overlay_section(runs: list[Run], kc: KChoice) -> Section | None:
     s = Section("Attention overlays")
     s.add(Text("Mean attention from the output tokens onto the image (Fig. A1): all heads, the top-k VRHs, "
                "and all other heads. Green: ground-truth box; cyan dashed: the model's predicted box."))
@@ -249,7 +264,7 @@ def overlay_section(runs: list[Run], k: int | None) -> Section | None:
             if att.ndim != 3:
                 s.add(Text(f"{run.name}/{sid}: no visual-token cells stored; skipped.", muted=True))
                 continue
-            kk = default_k(att.shape[0] * att.shape[1], k)
+            kk = kc.for_heads(att.shape[0] * att.shape[1])
             what = rec.get("expression") or rec.get("question") or ""
             title = f"{run.name} / {sid}" + (f': "{what}"' if what else "") + \
                 (f"  (IoU {rec['iou']:.2f}, {rec.get('outcome')})" if is_num(rec.get("iou")) else "")
@@ -258,5 +273,7 @@ def overlay_section(runs: list[Run], k: int | None) -> Section | None:
                 image = str(run.path / image)  # tolerate records written relative to the run
             png = plots.attention_overlay(att, rects, ranking[:kk], image=image, gt_box=rec.get("gt_box"),
                                           pred_box=rec.get("pred_box"), title=title)
-            s.add(Fig(f"{slug(run.name)}-overlay-{slug(sid)}", png, f"Sample {sid}, top-{kk} heads of {run.name}."))
+            s.add(Fig(f"{slug(run.name)}-overlay-{slug(sid)}", png,
+                      f"Sample {sid}; {kc.caption(att.shape[0] * att.shape[1])} of {run.name}. The three "
+                      "attention panels share one colour scale."))
     return s if len(s.blocks) > 1 else None

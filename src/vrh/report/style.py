@@ -9,6 +9,7 @@ figures, headless-safe.
 from __future__ import annotations
 
 import io
+import textwrap
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -21,7 +22,24 @@ OUTCOME_COLORS = {"correct": "#2e8b57", "mislocated": "#f0a030", "wrong": "#f0a0
 OUTCOME_LABELS = {"correct": "correct", "mislocated": "mislocated", "wrong": "wrong answer",
                   "parse_failure": "parse failure"}
 OTHER_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22"]
+LINESTYLES = ["-", "--", ":", "-."]
+MARKERS = ["D", "v", "P", "X", "<", ">", "h", "*"]
 DPI = 110
+TITLE_SIZE = 10
+
+
+def wrap_title(text: str, width_in: float, fontsize: float = TITLE_SIZE) -> str:
+    """``text`` broken into lines that fit ``width_in`` inches: a title wider than its figure is clipped at
+    both edges of the PNG (matplotlib's layout engines do not shrink or wrap titles)."""
+    chars = max(20, int(width_in * 72 / (0.56 * fontsize)))  # ~0.56 em per character of the sans-serif font
+    return "\n".join(textwrap.wrap(text, chars, break_long_words=True, break_on_hyphens=False)) or text
+
+
+def curve_style(i: int) -> dict:
+    """The ``i``-th of 32 distinct (colour, line style, marker) combinations: methods beyond the colour
+    cycle still differ in dash and marker, so no two curves of one figure look alike."""
+    return dict(color=OTHER_COLORS[i % len(OTHER_COLORS)], linestyle=LINESTYLES[(i // len(OTHER_COLORS)) % 4],
+                marker=MARKERS[(i + i // len(OTHER_COLORS)) % len(MARKERS)])
 
 
 def new_figure(width: float, height: float) -> Figure:

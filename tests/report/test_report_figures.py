@@ -1,0 +1,120 @@
+"""The report's figures read at a glance (issue 18): nothing clipped or covered, thresholds apart, k on a
+numeric axis, many methods told apart, no bar for a condition that was not run, one colour scale per
+overlay. Each test inspects the matplotlib figure a builder drew (captured on its way to PNG), in pixels.
+"""
+
+import numpy as np
+import pytest
+
+from vrh.report import overlay, plots
+
+
+@pytest.fixture
+def drawn(monkeypatch):
+    """Every figure a builder turns into a PNG, in order (the PNG is still made)."""
+    figs = []
+
+    def keep(fig):
+        figs.append(fig)
+        return real(fig)
+
+    real = plots.to_png
+    monkeypatch.setattr(plots, "to_png", keep)
+    monkeypatch.setattr(overlay, "to_png", keep)
+    return figs
+
+
+def _box(artist, fig):
+    return artist.get_window_extent(fig.canvas.get_renderer())
+
+
+def _inside(artist, fig, tol=1.0):
+    b, w, h = _box(artist, fig), fig.bbox.width, fig.bbox.height
+    return b.x0 >= -tol and b.y0 >= -tol and b.x1 <= w + tol and b.y1 <= h + tol
+
+
+LONG_TITLE = "detect: organism_a (llava) on grounding.jsonl (out/sum/mean, n=200), a title longer than the figure"
+
+
+def test_heatmap_keeps_title_and_labels_in_the_png_and_its_legend_off_the_cells(drawn):
+    scores = np.random.default_rng(0).random((4, 8))
+    plots.score_heatmap(scores, title=LONG_TITLE, top=[(3, 3), (3, 6), (1, 0)])
+    fig = drawn[0]
+    ax = fig.axes[0]
+    fig.canvas.draw()
+    for artist in (ax.title, ax.yaxis.label, ax.xaxis.label, *fig.legends):
+        assert _inside(artist, fig), artist
+    assert ax.title.get_text().replace("\n", " ") == LONG_TITLE  # wrapped, not shortened
+    legends = fig.legends + ([ax.get_legend()] if ax.get_legend() else [])
+    assert legends and "top-3" in legends[0].texts[0].get_text()
+    assert not any(_box(lg, fig).overlaps(_box(ax.patch, fig)) for lg in legends)  # never on a cell
+
+
+def test_histogram_threshold_lines_are_far_apart(drawn):
+    scores = np.array([[1e-6, 2e-5, 8e-4, 1.3e-3], [6e-3, 0.02, 0.27, 0.8]])
+    plots.score_histogram(scores, title="t")  # the page's thresholds: vrh.sparsity.DEFAULT_THRESHOLDS
+    fig = drawn[0]
+    ax = fig.axes[0]
+    fig.canvas.draw()
+    xs = [ax.transData.transform((line.get_xdata()[0], 1))[0] for line in ax.lines]
+    assert len(xs) == 2 and abs(xs[1] - xs[0]) > 30  # pixels: 1e-3 and 5e-3 are told apart
+    labels = [t.get_text() for lg in fig.legends for t in lg.texts]
+    assert any("0.001: 62.5%" in t for t in labels) and any("0.005: 50.0%" in t for t in labels)
+
+
+def test_k_curve_puts_k_on_a_numeric_axis(drawn):
+    plots.k_curve([0, 1, 3, 6], [0.9, 0.5, 0.2, 0.05], [[0.9], [0.9], [0.88], [0.87]], baseline=0.9, title="t")
+    ax = drawn[0].axes[0]
+    px = [ax.transData.transform((k, 0.5))[0] for k in (0, 1, 3, 6)]
+    assert px[3] - px[2] == pytest.approx(3 * (px[1] - px[0]), rel=1e-6)  # true distances, not categories
+    assert list(ax.get_xticks()) == [0, 1, 3, 6]
+    vrh_line = next(line for line in ax.lines if line.get_label() == "top-k VRHs")
+    assert list(vrh_line.get_xdata()) == [0, 1, 3, 6]
+    plots.k_curve([0, 1, 3, 5, 10, 20, 50], [0.9] * 7, [[0.9]] * 7, baseline=None, title="t")
+    ax = drawn[1].axes[0]
+    assert ax.get_xscale() == "symlog" and list(ax.get_xticks()) == [0, 1, 3, 5, 10, 20, 50]
+
+
+def test_fifteen_methods_differ_in_style_and_identical_curves_share_an_entry(drawn):
+    rng = np.random.default_rng(1)
+    curves = {f"method {i}": list(rng.random(3)) for i in range(13)}
+    curves["twin a"] = curves["twin b"] = [0.5, 0.4, 0.3]
+    curves["twin c"] = [0.5, 0.4, 0.3]
+    curves["random"] = [0.9, 0.9, 0.88]
+    plots.curve_family([5, 10, 20], curves, title="t", highlight="method 0")
+    ax = drawn[0].axes[0]
+    lines = [line for line in ax.lines if line.get_label() != "unmasked"]
+    labels = [line.get_label() for line in lines]
+    assert len(lines) == 15 and any(lb.startswith("twin a = twin b = twin c") for lb in labels)
+    styles = [(line.get_color(), line.get_linestyle(), line.get_marker()) for line in lines]
+    assert len(set(styles)) == len(styles)  # 15 methods past a 10-colour cycle: still all different
+    assert lines[labels.index("method 0")].get_color() == plots.VRH_COLOR
+    assert lines[labels.index("random")].get_color() == plots.RANDOM_COLOR
+    assert list(lines[0].get_xdata()) == [5, 10, 20]
+
+
+def test_transfer_without_own_heads_has_no_own_bar(drawn):
+    res = {"baseline_accuracy": 0.9, "own_heads_accuracy": None, "transferred_heads_accuracy": 0.2,
+           "random_accuracy_mean": 0.88}
+    plots.transfer_bars(["A → B"], [res], title="t")
+    ax = drawn[0].axes[0]
+    assert [t.get_text() for t in ax.get_legend().texts] == ["unmasked", "random heads", "transferred VRHs"]
+    assert len(ax.containers) == 3
+    plots.transfer_bars(["A → B"], [{**res, "own_heads_accuracy": 0.1}], title="t")
+    assert "own VRHs" in [t.get_text() for t in drawn[1].axes[0].get_legend().texts]
+
+
+def test_overlay_panels_share_one_colour_scale(drawn):
+    L, H, V = 2, 4, 16
+    att = np.full((L, H, V), 0.01)
+    att[1, 2, 5] = att[0, 1, 5] = 1.0  # the two top heads look hard at token 5; the others barely look
+    rects = np.array([[x, y, x + 8, y + 8] for y in range(0, 32, 8) for x in range(0, 32, 8)], dtype=float)
+    overlay.attention_overlay(att, rects, [(1, 2), (0, 1)], image=None, gt_box=[8, 8, 16, 16], pred_box=None,
+                              title="sample")
+    fig = drawn[0]
+    panels = {ax.get_title().split("\n")[0]: ax for ax in fig.axes if ax.images}
+    top, rest = panels["top-2 VRHs"], panels["all but top-2"]
+    alpha = {name: ax.images[-1].get_array()[..., 3].max() for name, ax in (("top", top), ("rest", rest))}
+    assert alpha["top"] > 0.8 and alpha["rest"] < 0.2  # the weak panel looks weak, not as bright
+    cbar = next(ax for ax in fig.axes if not ax.images and ax.get_xlabel().startswith("mean attention"))
+    assert cbar.get_xlim() == pytest.approx((0.01, 1.0))  # lowest and highest head-mean over all panels
