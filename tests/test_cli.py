@@ -191,3 +191,18 @@ def test_bad_detection_input_fails_before_the_model_loads(tmp_path, tiny_dataset
     assert "nosuch" in capsys.readouterr().err and not out.exists()
     assert main(["detect", "--model", "x", "--data", tiny_dataset, "--n", "200", "--out", str(out)]) == 2
     assert "12 grounding samples" in capsys.readouterr().err and not out.exists()
+
+
+def test_k_outside_the_model_is_refused_naming_the_option(tmp_path, tiny_checkpoint, tiny_dataset, capsys):
+    det = tmp_path / "det"
+    assert main(["detect", "--model", tiny_checkpoint, "--data", tiny_dataset, "--n", "4", "--out", str(det),
+                 "--max-new-tokens", "4"]) == 0
+    capsys.readouterr()
+    base = ["--model", tiny_checkpoint, "--data", tiny_dataset, "--max-new-tokens", "4"]
+    assert main(["evaluate", *base, "--mask-heads", str(det), "--k", "100", "--out", str(tmp_path / "e1")]) == 2
+    err = capsys.readouterr().err
+    assert "--k 100" in err and "heads" in err  # names the option and the model's head count
+    assert main(["evaluate", *base, "--mask-heads", str(det), "--k", "5", "--random", "--out", str(tmp_path / "e2")]) == 2
+    assert "--k 5" in capsys.readouterr().err  # 8 heads: no 5 random heads outside the top-5
+    assert main(["sweep", *base, "--heads", str(det), "--ks", "0,33", "--out", str(tmp_path / "s")]) == 2
+    assert "--ks" in capsys.readouterr().err
