@@ -13,12 +13,12 @@ import os
 import sys
 from collections.abc import Sequence
 
-from vrh.commands import (compare, data, demo, detect, dpo_pairs, evaluate, organism, report, stability, sweep,
-                          transfer)
+from vrh.commands import (compare, data, demo, detect, dpo_pairs, evaluate, models, organism, report, stability,
+                          sweep, transfer)
 from vrh.options import add_options, parse_config
 
 # the order is the order of --help
-COMMANDS = (demo, detect, evaluate, sweep, compare, transfer, stability, dpo_pairs, report, organism, data)
+COMMANDS = (demo, detect, evaluate, sweep, compare, transfer, stability, dpo_pairs, report, organism, data, models)
 
 
 def build_parser() -> argparse.ArgumentParser:

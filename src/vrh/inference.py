@@ -69,10 +69,14 @@ class LoadedModel:
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def load_model(model: str, *, device: str = "cpu", dtype: str = "float32", revision: str | None = None
-               ) -> LoadedModel:
-    """Load a checkpoint (local folder, hub id, or the ``organism`` alias) through its adapter."""
-    from transformers import AutoConfig
+def load_model(model: str, *, device: str = "cpu", dtype: str = "float32", revision: str | None = None,
+               adapter: str | None = None) -> LoadedModel:
+    """Load a checkpoint (local folder, hub id, or the ``organism`` alias) through its adapter: ``adapter``
+    (a registered name or ``package.module:Class``, see docs/adapters.md) or the one its model type picks.
+
+    The model type is read from the raw ``config.json``, not through ``AutoConfig``: for a remote-code
+    family that would run (or interactively offer to run) the checkpoint's code; vrh refuses it instead."""
+    from transformers import PretrainedConfig
 
     path = resolve_model_path(model)
     looks_local = path.startswith(("/", "./", "../", "~")) or Path(path).exists()
@@ -82,13 +86,13 @@ def load_model(model: str, *, device: str = "cpu", dtype: str = "float32", revis
     if not looks_local:
         check_hub_id_available(path, revision)
     kwargs = {"revision": revision} if revision else {}
-    config = AutoConfig.from_pretrained(path, **kwargs)
-    adapter = get_adapter(config.model_type)
+    config, _ = PretrainedConfig.get_config_dict(path, **kwargs)
+    chosen = get_adapter(config.get("model_type", ""), adapter=adapter)
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; choose from {sorted(DTYPES)}")
-    m, processor = adapter.load(path, dtype=DTYPES[dtype], device=device)
+    m, processor = chosen.load(path, dtype=DTYPES[dtype], device=device)
     m.eval()
-    return LoadedModel(m, processor, adapter, path, revision)
+    return LoadedModel(m, processor, chosen, path, revision)
 
 
 def _offline_variable() -> str | None:

@@ -134,6 +134,9 @@ DTYPES = ("float32", "bfloat16", "float16")
 class ModelOptions:
     model: str = option("organism", help="checkpoint folder, hub id, or 'organism' / 'organism:NAME' (the "
                                          "shipped model organism)")
+    adapter: str | None = option(None, help="adapter to use instead of the one the checkpoint's model type "
+                                            "picks: a name from 'vrh models' or package.module:Class (a custom "
+                                            "adapter, docs/adapters.md)")
     device: str = option("cpu", help="torch device, e.g. cuda:0")
     dtype: str = option("float32", choices=DTYPES, help="model weights dtype")
     threads: int | None = option(None, parse=optional_int, help="torch CPU threads (default: 1 on a CPU device "
@@ -153,9 +156,11 @@ class DataOptions:
 
 @dataclass(frozen=True, kw_only=True)
 class EvalOptions:
-    task: str = option("grounding", help="task of the evaluated samples: grounding (IoU >= --tau) or vqa")
+    task: str = option("grounding", help="task of the evaluated samples: grounding (IoU >= --tau), vqa, or point (a point inside the mask)")
     n: int | None = option(None, parse=optional_int, help="evaluate the first N held-out samples (default: all of them)")
     tau: float = option(0.5, help="IoU threshold for a correct box")
+    clip_boxes: bool = option(False, help="clip predicted boxes to the image before IoU (default: scored as written, "
+                                          "as lmms-eval's RefCOCO evaluation does)")
     disjoint: bool = option(True, negate="--no-disjoint",
                             help="also evaluate samples the detection run scored (default: only samples it did not score, "
                                  "paper App. H)")
@@ -192,4 +197,7 @@ class DetectOptions:
     min_overlap: float = option(0.0, help="key set: minimum fraction of a visual cell inside the GT box "
                                           "(0 = any overlap)")
     seed: int = option(0, help="seed of the detection / evaluation split (and of rand1 token choice)")
+    detect_ids: str | None = option(None, metavar="FILE",
+                                    help="file of sample ids, one per line, to detect on instead of a seeded draw of "
+                                         "--n (default: the seeded draw); the rest is held out")
     n_overlays: int = option(8, help="samples whose per-head attention maps are kept for overlays")

@@ -128,3 +128,11 @@ def test_cells_break_only_where_it_does_not_garble_them():
     assert '<td class="n">200</td>' in html  # numbers never wrap (.n: nowrap)
     assert "<td>sweep_grounding</td>" in html  # short words break only between words
     assert '<td class="brk">/tmp/demo_r/sweep_grounding</td>' in html  # paths may break anywhere
+
+
+def test_compare_section_names_the_variant_of_each_method():
+    from vrh.report.characterize import _variant_lines
+
+    text = _variant_lines({"ocr_heads": {"keys": "prompt", "row": "own"}, "out/sum/mean": {"m": 20}, "x": {}})
+    assert text == "ocr_heads (keys=prompt, row=own); out/sum/mean (m=20)"
+    assert _variant_lines(None) == ""

@@ -68,6 +68,8 @@ class Adapter:
 
     name: str = ""  # short id used in run folders and on the CLI
     model_types: tuple[str, ...] = ()  # config.model_type values this adapter serves
+    box_convention: str = ""  # how answers write a box: coordinates and format (vrh models)
+    token_layout: str = ""  # visual tokens -> image, one line (vrh models)
 
     # --- loading -------------------------------------------------------------------------------
     def load(self, path: str, *, dtype: torch.dtype = torch.float32, device: str = "cpu",

@@ -68,6 +68,8 @@ def box_span(text: str) -> str:
 class Glm4vAdapter(QwenVLAdapter):
     name = "glm4v"
     model_types = ("glm4v", "glm46v")
+    box_convention = '<|begin_of_box|>[x1,y1,x2,y2]<|end_of_box|>, 0-1000 relative, after a think block'
+    token_layout = 'one token per 28-px merged cell of the resized image, row-major (image_grid_thw), as Qwen2-VL'
     model_class = "Glm4vForConditionalGeneration"
     processor_class = "Glm4vProcessor"
     prompt_template = "Help me to locate {expression} in the image and give me its bounding boxes."

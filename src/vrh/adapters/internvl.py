@@ -81,6 +81,8 @@ def tile_grid(image_size: tuple[int, int], settings: dict[str, Any]) -> tuple[in
 class InternVLAdapter(ChatTemplateAdapter):
     name = "internvl"
     model_types = ("internvl",)
+    box_convention = '[[x1, y1, x2, y2]], 0-1000 relative to the original image'
+    token_layout = '448-px tiles (1-12, row-major), 16x16 tokens of 28 px each (pixel shuffle), then a thumbnail tile (no cells) when tiled; <img>...</img>'
     prompt_template = ("Please provide the bounding box coordinate of the region this sentence describes: "
                        "<ref>{expression}</ref>")
 
@@ -145,7 +147,7 @@ class InternVLAdapter(ChatTemplateAdapter):
             return None
         box = found[1]
         scale = NORM if sum(box) >= 4 else 1  # the official judge: small sums are 0-1 fractions
-        return grounding.from_normalized(box, scale, image_size)  # clipped to the image
+        return grounding.from_normalized(box, scale, image_size)  # not clipped (the task's `clip` option)
 
     def format_box(self, box: Box, meta: dict[str, Any], image_size: tuple[int, int]) -> str:
         from vrh import grounding

@@ -54,6 +54,8 @@ def _resized_hw(ip: Any, height: int, width: int) -> tuple[int, int]:
 class LlavaAdapter(ChatTemplateAdapter):
     name = "llava"
     model_types = ("llava",)
+    box_convention = '[x1, y1, x2, y2] integer pixels of the original image (box_template in vrh.json may change it)'
+    token_layout = "one token per patch of the processor's crop, row-major; CLS first under the 'full' strategy (whole image, no cell)"
     answer_sep = " "  # "... ASSISTANT:" + " " + answer, as LLaVA-1.5 answers
     prompt_template = "Locate the {expression} in the image. Answer with its bounding box [x1, y1, x2, y2] in pixels."
     vqa_template = "{question}"
@@ -127,7 +129,7 @@ class LlavaAdapter(ChatTemplateAdapter):
         from vrh import grounding
 
         found = grounding.parse_box(text)  # already original pixels: no frame change
-        return None if found is None else grounding.clip_box(found[1], image_size)
+        return None if found is None else found[1]  # not clipped: that is the task's `clip` option
 
     def format_box(self, box: Box, meta: dict[str, Any], image_size: tuple[int, int]) -> str:
         x1, y1, x2, y2 = (int(round(v)) for v in box)

@@ -83,6 +83,8 @@ def kept_grid(image_hw: tuple[int, int], rows: int, cols: int) -> torch.Tensor:
 class LlavaNextAdapter(ChatTemplateAdapter):
     name = "llava_next"
     model_types = ("llava_next",)
+    box_convention = '[x1, y1, x2, y2] floats in 0-1 (x / width, y / height)'
+    token_layout = 'base tile g x g tokens (squashed image, no cells), then the unpadded anyres grid row-major with one newline token per row (no cells)'
     answer_sep = " "  # "[/INST]" / "ASSISTANT:" + " " + answer; load() drops it when the template ends blank
     prompt_template = ("Bounding box coordinates are specified in the format (top-left x, top-left y, bottom-right "
                        "x, bottom-right y). All values are floating point numbers bounded between 0 and 1. Please "

@@ -123,6 +123,8 @@ class QwenVLAdapter(ChatTemplateAdapter):
 class Qwen2VLAdapter(QwenVLAdapter):
     name = "qwen2_vl"
     model_types = ("qwen2_vl",)
+    box_convention = '<|box_start|>(x1,y1),(x2,y2)<|box_end|>, 0-1000 relative'
+    token_layout = 'one token per 28-px merged cell (14-px patches, 2x2 merge) of the resized image, row-major (image_grid_thw)'
     model_class = "Qwen2VLForConditionalGeneration"
     processor_class = "Qwen2VLProcessor"
     prompt_template = "Output the bounding box of <|object_ref_start|>{expression}<|object_ref_end|> in the image."
@@ -145,6 +147,8 @@ class Qwen2VLAdapter(QwenVLAdapter):
 class Qwen2_5_VLAdapter(QwenVLAdapter):
     name = "qwen2_5_vl"
     model_types = ("qwen2_5_vl",)
+    box_convention = 'JSON bbox_2d [x1, y1, x2, y2], pixels of the resized input image'
+    token_layout = 'one token per 28-px merged cell (14-px patches, 2x2 merge) of the resized image, row-major (image_grid_thw)'
     model_class = "Qwen2_5_VLForConditionalGeneration"
     processor_class = "Qwen2_5_VLProcessor"
     box_frame = "resized"
@@ -155,6 +159,8 @@ class Qwen2_5_VLAdapter(QwenVLAdapter):
 class Qwen3VLAdapter(QwenVLAdapter):
     name = "qwen3_vl"
     model_types = ("qwen3_vl",)
+    box_convention = 'JSON bbox_2d [x1, y1, x2, y2], 0-1000 relative'
+    token_layout = 'one token per 32-px merged cell (16-px patches, 2x2 merge), row-major; DeepStack adds vision features to them after the first LM layers'
     model_class = "Qwen3VLForConditionalGeneration"
     processor_class = "Qwen3VLProcessor"
     prompt_template = "Locate the {expression} in the image, output its bbox coordinates using JSON format."

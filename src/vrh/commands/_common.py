@@ -31,4 +31,4 @@ def load(cfg: Any, lm: Any = None, model: str | None = None):
     from vrh.inference import load_model
 
     configure_threads(cfg)
-    return load_model(model or cfg.model, device=cfg.device, dtype=cfg.dtype)
+    return load_model(model or cfg.model, device=cfg.device, dtype=cfg.dtype, adapter=getattr(cfg, "adapter", None))

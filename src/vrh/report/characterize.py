@@ -216,8 +216,21 @@ def compare_section(runs: list[Run]) -> Section | None:
             rl = rnd if isinstance(rnd, list) else [rnd]
             rows.append(["random"] + [pm(at(rl, i), at(rstd, i)) for i in range(len(ks))])
         sub.add(Table(["method"] + [f"k={k}" for k in ks], rows, "Accuracy (%) after masking the top-k heads"))
+        variants = _variant_lines(r.get("method_options"))
+        if variants:
+            sub.add(Text("Which variant of each method ran (every option, defaults included; a prior method's "
+                         "defaults are its authors' reference code, docs/baselines.md): " + variants, muted=True))
         s.add(sub)
     return s
+
+
+def _variant_lines(options) -> str:
+    """``name (key=value, ...)`` per method that has options, from compare's ``method_options``."""
+    if not isinstance(options, dict):
+        return ""
+    parts = [f"{name} ({', '.join(f'{k}={v}' for k, v in opts.items())})" for name, opts in options.items()
+             if isinstance(opts, dict) and opts]
+    return "; ".join(parts)
 
 
 def other_section(runs: list[Run]) -> Section | None:
