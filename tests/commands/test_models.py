@@ -56,7 +56,10 @@ def test_custom_adapter_is_listed_with_its_attributes(tmp_path, capsys):
     rows = {r["name"]: r for r in _json(capsys, "--adapter", f"{plugin}:Mine")}
     mine = rows["mine"]
     assert mine["status"] == "custom" and mine["model_types"] == ["mine_vlm"] and mine["source"].endswith(":Mine")
-    assert mine["token_layout"].startswith("one token per 14-px") and mine["box_convention"] == "(not stated)"
+    from vrh.adapters.llava import LlavaAdapter
+
+    assert mine["token_layout"].startswith("one token per 14-px")  # its own
+    assert mine["box_convention"] == LlavaAdapter.box_convention  # inherited from the adapter it extends
     assert main(["models", "--adapter", f"{plugin}:Mine"]) == 0
     assert f"    class:  {mine['source']}" in capsys.readouterr().out
 
