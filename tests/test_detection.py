@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 import torch
 
 from vrh import runs
@@ -115,3 +116,25 @@ def test_head_scores_record_the_variant_that_ran(tiny_checkpoint, tiny_dataset):
                       max_new_tokens=8).head_scores
     assert hs.variants["ocr_heads"]["options"]["keys"] == "prompt"  # the reference variant by default
     assert hs.variants["qrhead:calibrate=false"]["options"]["calibrate"] is False
+
+
+def test_detect_ids_file_overrides_the_seeded_draw(tmp_path, tiny_dataset):
+    from vrh.detection import detection_split
+    from vrh.options import DetectOptions
+
+    ids = tmp_path / "ids.txt"
+    ids.write_text("# chosen by hand\ng3\n\ng7  # trailing comment\n")
+    det, held, _ = detection_split(tiny_dataset, DetectOptions(detect_ids=str(ids)))
+    assert [s.id for s in det] == ["g3", "g7"]  # --n (200 by default) is replaced by the list
+    assert len(held) == 10 and not {s.id for s in held} & {"g3", "g7"}
+    _, capped, _ = detection_split(tiny_dataset, DetectOptions(detect_ids=str(ids), n_eval=4, seed=1))
+    assert len(capped) == 4 and {s.id for s in capped} <= {s.id for s in held}
+    seeded, _, _ = detection_split(tiny_dataset, DetectOptions(n=2))
+    assert [s.id for s in seeded] != ["g3", "g7"]
+    for text, match in [("g3\nq1\n", r"not grounding samples .*\['q1'\]"), ("g3\ng3\n", r"twice: \['g3'\]"),
+                        ("# none\n", "lists no sample id")]:
+        ids.write_text(text)
+        with pytest.raises(ValueError, match=match):
+            detection_split(tiny_dataset, DetectOptions(detect_ids=str(ids)))
+    with pytest.raises(FileNotFoundError, match="--detect-ids: no such file"):
+        detection_split(tiny_dataset, DetectOptions(detect_ids=str(tmp_path / "nope.txt")))

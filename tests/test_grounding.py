@@ -189,9 +189,10 @@ def test_from_resized_and_back():
     assert from_resized(to_resized(box, (448, 336), (640, 480)), (448, 336), (640, 480)) == pytest.approx(box)
 
 
-def test_converters_clip_to_image():
-    assert from_normalized((-10, -10, 1100, 500), 1000, (200, 100)) == (0, 0, 200, 50)
-    assert from_resized((-4, 10, 120, 60), (112, 56), (224, 112)) == (0, 20, 224, 112)
+def test_converters_do_not_clip():
+    # lmms-eval's RefCOCO protocol scores a box as written; clipping is GroundingTask's `clip` option
+    assert from_normalized((-10, -10, 1100, 500), 1000, (200, 100)) == (-2, -1, 220, 50)
+    assert from_resized((-4, 10, 120, 60), (112, 56), (224, 112)) == (-8, 20, 240, 120)
     assert clip_box((-1, 5, 300, 400), (100, 200)) == (0, 5, 100, 200)
     # fully off-image collapses to zero area, which scores IoU 0
     assert iou(clip_box((150, 0, 180, 10), (100, 100)), (0, 0, 100, 100)) == 0.0

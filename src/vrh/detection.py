@@ -17,6 +17,7 @@ all call it.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -235,7 +236,18 @@ def check_scorers(specs: Sequence[str], seed: int = 0) -> list[str]:
 
 
 def detection_split(data: str | Path, opts: DetectOptions) -> tuple[list[Sample], list[Sample], dict[str, Any]]:
+    """The detection samples, the held-out rest and the dataset's identity: a seeded draw of ``opts.n``
+    (:func:`vrh.data.split_detect_eval`), or the ids listed in ``opts.detect_ids`` (a file, one id per line),
+    which then replace ``--n``; ``--n-eval`` caps the held-out rest either way."""
     samples, info = load_task_samples(data, "grounding")
+    if opts.detect_ids is not None:
+        det_ids = read_id_list(opts.detect_ids, [s.id for s in samples], data)
+        rest = [s for s in samples if s.id not in det_ids]
+        if opts.n_eval is not None and opts.n_eval > len(rest):
+            raise ValueError(f"--n-eval {opts.n_eval} asks for more samples than the {len(rest)} left after "
+                             f"--detect-ids {opts.detect_ids}; lower --n-eval")
+        _, held_out = split_detect_eval(rest, 0, opts.n_eval, opts.seed)
+        return [s for s in samples if s.id in det_ids], held_out, info
     if opts.n < 1:
         raise ValueError(f"--n must be >= 1, got {opts.n}")
     if opts.n + (opts.n_eval or 0) > len(samples):
@@ -244,6 +256,27 @@ def detection_split(data: str | Path, opts: DetectOptions) -> tuple[list[Sample]
                          + ("--n or --n-eval" if opts.n_eval else "--n"))
     det, held_out = split_detect_eval(samples, opts.n, opts.n_eval, opts.seed)
     return det, held_out, info
+
+
+def read_id_list(path: str | Path, known: Sequence[str], data: str | Path) -> set[str]:
+    """The sample ids listed in ``path`` (one per line; blank lines and ``#`` comments ignored); an empty
+    list, a duplicate or an id that is not a grounding sample of ``data`` is an error naming it."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"--detect-ids: no such file {path}")
+    ids = [line.split("#", 1)[0].strip() for line in path.read_text(encoding="utf-8").splitlines()]
+    ids = [i for i in ids if i]
+    if not ids:
+        raise ValueError(f"--detect-ids {path} lists no sample id")
+    dup = sorted(i for i, c in Counter(ids).items() if c > 1)
+    if dup:
+        raise ValueError(f"--detect-ids {path} lists id(s) twice: {dup[:5]}")
+    known = set(known)
+    unknown = [i for i in ids if i not in known]
+    if unknown:
+        raise ValueError(f"--detect-ids {path}: {len(unknown)} id(s) are not grounding samples of {data}, e.g. "
+                         f"{unknown[:5]}")
+    return set(ids)
 
 
 def run_detection(lm: LoadedModel, data: str | Path, out: str | Path, opts: DetectOptions, *,

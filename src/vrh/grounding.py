@@ -141,7 +141,9 @@ def iou(a: Sequence[float], b: Sequence[float]) -> float:
 
 
 def clip_box(box: Sequence[float], image_size: tuple[int, int]) -> Box:
-    """Clip an xyxy box to ``[0, W] x [0, H]`` (the result may be degenerate; IoU then gives 0)."""
+    """Clip an xyxy box to ``[0, W] x [0, H]`` (the result may be degenerate; IoU then gives 0). Used only
+    when the grounding task's ``clip`` option asks for it: clipping a prediction that overflows the image
+    shrinks its area and so raises its IoU, which lmms-eval's RefCOCO scoring does not do."""
     W, H = image_size
     x1, y1, x2, y2 = (float(v) for v in box)
     return (min(max(x1, 0.0), W), min(max(y1, 0.0), H), min(max(x2, 0.0), W), min(max(y2, 0.0), H))
@@ -163,13 +165,17 @@ def _scale(box: Sequence[float], sx: float, sy: float) -> Box:
 
 
 def from_normalized(box: Sequence[float], scale: float, image_size: tuple[int, int]) -> Box:
-    """A box on a ``[0, scale]`` grid (Qwen2-VL: 1000) -> original pixels, clipped to the image.
+    """A box on a ``[0, scale]`` grid (Qwen2-VL: 1000) -> original pixels. Not clipped: a box that sticks
+    out of the image is scored as written (lmms-eval's RefCOCO protocol); clipping is the grounding task's
+    ``clip`` option.
 
     >>> from_normalized((250, 500, 750, 1000), 1000, (640, 480))
     (160.0, 240.0, 480.0, 480.0)
+    >>> from_normalized((-10, 0, 1100, 500), 1000, (200, 100))
+    (-2.0, 0.0, 220.0, 50.0)
     """
     W, H = image_size
-    return clip_box(_scale(box, W / scale, H / scale), image_size)
+    return _scale(box, W / scale, H / scale)
 
 
 def to_normalized(box: Sequence[float], scale: float, image_size: tuple[int, int]) -> Box:
@@ -179,13 +185,14 @@ def to_normalized(box: Sequence[float], scale: float, image_size: tuple[int, int
 
 
 def from_resized(box: Sequence[float], resized_size: tuple[int, int], image_size: tuple[int, int]) -> Box:
-    """Pixels of the resized image the model saw (``(W', H')``) -> original pixels, clipped.
+    """Pixels of the resized image the model saw (``(W', H')``) -> original pixels (not clipped, see
+    :func:`from_normalized`).
 
     >>> from_resized((28, 28, 56, 56), resized_size=(112, 56), image_size=(200, 100))
     (50.0, 50.0, 100.0, 100.0)
     """
     (rW, rH), (W, H) = resized_size, image_size
-    return clip_box(_scale(box, W / rW, H / rH), image_size)
+    return _scale(box, W / rW, H / rH)
 
 
 def to_resized(box: Sequence[float], resized_size: tuple[int, int], image_size: tuple[int, int]) -> Box:

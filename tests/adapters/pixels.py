@@ -15,6 +15,8 @@ from collections.abc import Callable
 import numpy as np
 from PIL import Image
 
+from vrh.testing.tiny_idefics3 import idefics3_pixels
+from vrh.testing.tiny_llava_onevision import llava_onevision_pixels
 from vrh.testing.tiny_llava_next import llava_next_pixels
 
 from vrh.testing.tiny_llava_next import llava_next_pixels
@@ -86,6 +88,10 @@ READERS: dict[str, Callable] = {
     "llava": llava_pixels,
     "llava_next": llava_next_pixels,  # 5-D pixel_values, unpadded anyres grid + newlines (its tiny builder's module)
     "internvl": internvl_pixels,
+    "paligemma": internvl_pixels,  # also n x n row-major cells of one square input (test_paligemma.py)
+    "gemma3": internvl_pixels,  # views (image, crops) of n x n row-major pooled cells (test_gemma3.py)
+    "idefics3": idefics3_pixels,  # 5-D pixel_values: tiles then the global frame (its tiny builder's module)
+    "llava_onevision": llava_onevision_pixels,  # like llava_next; refuses a bilinearly shrunk grid
     "llava_next": llava_next_pixels,  # base tile, unpadded anyres grid; None for row newlines
 }
 

@@ -141,7 +141,7 @@ def test_prompt_is_the_official_one():
     ("<ref>the man in red</ref><box>[[100, 200, 500, 800]]</box>", (64.0, 96.0, 320.0, 384.0)),
     ("[[0.1, 0.2, 0.5, 0.8]]", (64.0, 96.0, 320.0, 384.0)),  # four numbers summing below 4: 0-1 fractions
     ("[[0, 0, 1000, 1000]]", (0.0, 0.0, 640.0, 480.0)),
-    ("[[0, 0, 1200, 1000]]", (0.0, 0.0, 640.0, 480.0)),  # clipped to the image
+    ("[[0, 0, 1200, 1000]]", (0.0, 0.0, 768.0, 480.0)),  # not clipped: scored as written (GroundingTask clip)
 ])
 def test_canonical_answers_parse(text, box):
     assert ADAPTER.parse_box(text, {}, (640, 480)) == pytest.approx(box)

@@ -11,7 +11,7 @@ from PIL import Image
 
 from vrh import grounding
 from vrh.data import Sample
-from vrh.tasks import GroundingTask, Task, VQATask, get_task, register_task, task_names
+from vrh.tasks import GroundingTask, Task, VQATask, get_task, register_task, task_from_settings, task_names
 from vrh.tasks import base
 
 GT = (8.0, 12.0, 40.0, 44.0)
@@ -73,7 +73,7 @@ def test_built_in_tasks_are_registered():
 
 
 def test_unknown_task_lists_registered_ones():
-    with pytest.raises(ValueError, match=r"unknown task 'caption'.*grounding, vqa"):
+    with pytest.raises(ValueError, match=r"unknown task 'caption'.*grounding, point, vqa"):
         get_task("caption")
 
 
@@ -91,8 +91,8 @@ def test_bad_tau_is_rejected(tau):
 
 
 def test_config_records_the_settings():
-    assert get_task("grounding").config() == {"name": "grounding", "tau": 0.5}
-    assert get_task("grounding", tau=1).config() == {"name": "grounding", "tau": 1.0}
+    assert get_task("grounding").config() == {"name": "grounding", "tau": 0.5, "clip": False}
+    assert get_task("grounding", tau=1, clip=True).config() == {"name": "grounding", "tau": 1.0, "clip": True}
     assert get_task("vqa").config() == {"name": "vqa"}
     json.dumps(get_task("grounding", tau=0.3).config())
 
@@ -138,6 +138,21 @@ def test_grounding_tau_decides_correct_vs_mislocated():
     text = '{"bbox_2d": [24, 12, 56, 44]}'  # IoU 1/3 with GT
     assert get_task("grounding").judge(FakeAdapter(), g_sample(), text, {})["outcome"] == "mislocated"
     assert get_task("grounding", tau=0.3).judge(FakeAdapter(), g_sample(), text, {})["outcome"] == "correct"
+
+
+def test_grounding_boxes_are_scored_unclipped_unless_clip():
+    """lmms-eval's RefCOCO IoU takes the predicted box as written: a box overflowing the 64x48 image keeps
+    its whole area in the union. clip=True clips it to the image first (and is recorded in the config)."""
+    text = "[8, 12, 72, 44]"  # 64 px wide, 24 of them off the image; GT is (8, 12, 40, 44)
+    plain = get_task("grounding").judge(FakeAdapter(), g_sample(), text, {})
+    assert plain["pred_box"] == [8.0, 12.0, 72.0, 44.0] and plain["iou"] == pytest.approx(0.5)
+    clipped = get_task("grounding", clip=True).judge(FakeAdapter(), g_sample(), text, {})
+    assert clipped["pred_box"] == [8.0, 12.0, 64.0, 44.0] and clipped["iou"] == pytest.approx(32 / 56)
+    off = get_task("grounding", clip=True).judge(FakeAdapter(), g_sample(), "[70, 12, 90, 44]", {})
+    assert off["outcome"] == "mislocated" and off["iou"] == 0.0  # wholly off the image: degenerate after clipping
+    with pytest.raises(ValueError, match="'clip' must be True or False"):
+        get_task("grounding", clip="yes")
+    assert task_from_settings("grounding", {"tau": 0.5, "clip": True}).config()["clip"] is True
 
 
 def test_grounding_judge_hands_meta_and_image_size_to_the_adapter():

@@ -33,10 +33,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     c.add_argument("--all-expressions", action="store_true",
                    help="refcoco/+/g: one sample per referring expression instead of one per row (answer[0])")
     c.add_argument("--images", default=None, metavar="DIR",
-                   help="toloka: local folder holding the images named by the CSV's URLs (default: images/ beside "
-                        "the CSV)")
+                   help="toloka, vaw, spatialrgpt, *-refer: local image folder (toloka: by the CSV's URL file names, "
+                        "default images/ beside the CSV; vaw: Visual Genome <image_id>.jpg; spatialrgpt: by "
+                        "image_info.file_path, default the JSONL's folder; *-refer: COCO train2014)")
     c.add_argument("--expression", default=None, choices=("object", "prompt"),
-                   help="refspatial: the field that becomes the expression (default: object)")
+                   help="refspatial --task grounding: the field that becomes the expression (default: object)")
+    c.add_argument("--task", default=None, choices=("grounding", "point"),
+                   help="refspatial: grounding against the mask's box (default), or point: the benchmark's own "
+                        "prompt + suffix judged by a point inside the mask (vrh evaluate --task point)")
+    c.add_argument("--allow-pickle", action="store_true",
+                   help="*-refer: read a refs(...).p pickle (unpickling runs code the file's author chose; only for "
+                        "a copy you trust)")
+    c.add_argument("--refs", default=None, metavar="NAME",
+                   help="*-refer: the refs file to read when the folder holds several, e.g. 'refs(umd).p'")
+    c.add_argument("--seed", type=int, default=None,
+                   help="vaw: seed of the multiple-choice generator (default: 0)")
+    c.add_argument("--regions", default=None, choices=("draw", "describe"),
+                   help="spatialrgpt: draw the regions on the image (default) or describe their boxes in the text")
     i = sub.add_parser("inspect", help="counts, box/answer statistics and a few samples drawn as PNG",
                        description="counts, box/answer statistics and a few samples drawn as PNG")
     i.add_argument("file", metavar="FILE", help="a dataset JSONL (e.g. DIR/data.jsonl from convert)")
@@ -62,7 +75,9 @@ def _convert(args: argparse.Namespace) -> int:
     from vrh.data.sources import convert
 
     report = convert(args.name, args.src, args.out, split=args.split, limit=args.limit, overwrite=args.overwrite,
-                     all_expressions=args.all_expressions, images=args.images, expression=args.expression)
+                     all_expressions=args.all_expressions, images=args.images, expression=args.expression,
+                     task=args.task, allow_pickle=args.allow_pickle, refs=args.refs, seed=args.seed,
+                     regions=args.regions)
     print("\n".join(report.lines()))
     return 0
 

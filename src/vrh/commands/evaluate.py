@@ -63,7 +63,7 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
     from vrh.tasks import task_from_settings
 
     t0 = time.time()
-    task = task_from_settings(cfg.task, {"tau": cfg.tau})
+    task = task_from_settings(cfg.task, {"tau": cfg.tau, "clip": cfg.clip_boxes})
     samples, data_info = select_eval_samples(cfg.data, cfg.task, cfg.n, [cfg.mask_heads] if cfg.mask_heads else [],
                                              cfg.disjoint)
     head_source(cfg.mask_heads, cfg.scorer)  # a missing run folder or a bad head list fails before the model loads

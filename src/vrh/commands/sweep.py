@@ -39,7 +39,7 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
     from vrh.options import config_record
     from vrh.tasks import task_from_settings
 
-    task = task_from_settings(cfg.task, {"tau": cfg.tau})
+    task = task_from_settings(cfg.task, {"tau": cfg.tau, "clip": cfg.clip_boxes})
     src = head_source(cfg.heads, cfg.scorer, option="--heads")  # before loading the model: fail fast
     if src.kind != "run":
         raise FileNotFoundError(f"--heads {cfg.heads}: a detection run folder is expected (vrh detect --out), "

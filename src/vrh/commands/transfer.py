@@ -101,7 +101,7 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
     from vrh.tasks import task_from_settings
 
     t0 = time.time()
-    task = task_from_settings(cfg.task, {"tau": cfg.tau})
+    task = task_from_settings(cfg.task, {"tau": cfg.tau, "clip": cfg.clip_boxes})
     src_a = _run_source(cfg.heads, cfg.scorer, "--heads")  # before loading the model: fail fast
     src_b = _run_source(cfg.heads_b, cfg.scorer, "--heads-b") if cfg.heads_b else None
     samples, data_info = select_eval_samples(cfg.data, cfg.task, cfg.n,

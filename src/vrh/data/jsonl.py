@@ -10,6 +10,12 @@ A VQA line::
     {"id": "vqa-3", "image": "/data/img/3.jpg", "task": "vqa", "question": "What color is the mug?",
      "answer": "red"}
 
+A point line (RefSpatial-Bench's own metric): the question is asked as it is, and the answer is a point
+judged inside the ``mask`` image (non-zero pixels; a path resolved like ``image``, kept in ``meta["mask"]``)::
+
+    {"id": "rs-1", "image": "images/1.png", "task": "point", "question": "Point to ... (x, y).",
+     "mask": "images/1_mask.png"}
+
 A VQA line may say how its ``answer`` is judged with ``"answer_type"`` (default ``"exact"``): ``"exact"``
 (normalised full-string match; the answer needs a letter or digit), ``"choice"`` (the answer is one option
 letter ``A``-``Z``) or ``"number"`` (the answer is a number in digits, e.g. ``3`` or ``-2.5``). The rules
@@ -44,7 +50,7 @@ from typing import Any
 
 from vrh.grounding import Box, xywh_to_xyxy
 
-TASKS = ("grounding", "vqa")
+TASKS = ("grounding", "vqa", "point")  # point: a question asked as it is, answered by a point inside `mask`
 PIXEL_BOX_FORMATS = ("xyxy", "xywh")
 SCALED_BOX_FORMATS = {"xyxy_norm": 1.0, "xywh_norm": 1.0, "xyxy_1000": 1000.0}  # format -> value of a full side
 BOX_FORMATS = PIXEL_BOX_FORMATS + tuple(SCALED_BOX_FORMATS)
@@ -212,6 +218,18 @@ def _check_bounds(box: Box, size: tuple[int, int], raw: Sequence[float] = (), fm
     return (max(x1, 0.0), max(y1, 0.0), min(x2, float(W)), min(y2, float(H)))
 
 
+def _mask_path(rec: dict, folder: Path, check_images: bool) -> Path:
+    """The line's ``mask`` image path, absolute (relative paths are to the JSONL's folder, as ``image``)."""
+    value = rec.get("mask")
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"'mask' must be a non-empty path string (a point sample needs one), got {value!r}")
+    path = Path(value).expanduser()
+    path = (path if path.is_absolute() else folder / path).resolve()
+    if check_images and not path.is_file():
+        raise ValueError(f"mask file not found: {path}")
+    return path
+
+
 def _parse_line(rec: Any, folder: Path, check_images: bool) -> Sample:
     """Validate one decoded line; raises ValueError with a reason (the caller adds file:line)."""
     if not isinstance(rec, dict):
@@ -232,7 +250,7 @@ def _parse_line(rec: Any, folder: Path, check_images: bool) -> Sample:
     grounding = task == "grounding"
     expression = _text(rec, "expression", required=grounding)
     question = _text(rec, "question", required=not grounding)
-    answer = _text(rec, "answer", required=not grounding)
+    answer = _text(rec, "answer", required=task == "vqa")
     if rec.get("box_format") is not None and rec["box_format"] not in BOX_FORMATS:
         raise ValueError(f"unknown box_format {rec['box_format']!r}; expected one of {BOX_FORMATS}")
     if grounding and "answer_type" in rec:
@@ -256,6 +274,8 @@ def _parse_line(rec: Any, folder: Path, check_images: bool) -> Sample:
     if not check_images:
         size = None  # documented: image_size is known only when images are checked
     meta = {k: v for k, v in rec.items() if k not in _KNOWN}
+    if task == "point" or "mask" in rec:  # a mask image (RefSpatial): resolved like `image`, kept in meta
+        meta["mask"] = str(_mask_path(rec, folder, check_images))
     return Sample(id=rec["id"], image_path=image_path, task=task, expression=expression, box=box,
                   question=question, answer=answer, image_size=size, meta=meta,
                   answer_type=rec.get("answer_type", "exact"))

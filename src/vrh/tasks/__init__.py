@@ -7,7 +7,8 @@
 
 from vrh.tasks.base import Task, get_task, register_task, task_from_settings, task_names
 from vrh.tasks.grounding import GroundingTask
+from vrh.tasks.point import PointTask
 from vrh.tasks.vqa import VQATask, judge_answer
 
-__all__ = ["GroundingTask", "Task", "VQATask", "get_task", "judge_answer", "register_task", "task_from_settings",
+__all__ = ["GroundingTask", "PointTask", "Task", "VQATask", "get_task", "judge_answer", "register_task", "task_from_settings",
            "task_names"]

@@ -4,10 +4,14 @@ Its own module (not in ``tiny_models``) because the family builders import ``tin
 and config helpers: collecting them here keeps the imports one-way.
 """
 
+from vrh.testing.tiny_gemma3 import tiny_gemma3
 from vrh.testing.tiny_glm4v import tiny_glm4v
+from vrh.testing.tiny_idefics3 import tiny_idefics3
 from vrh.testing.tiny_internvl import tiny_internvl
 from vrh.testing.tiny_llava_next import tiny_llava_next
+from vrh.testing.tiny_llava_onevision import tiny_llava_onevision
 from vrh.testing.tiny_models import tiny_llava, tiny_qwen2_5_vl, tiny_qwen2_vl, tiny_qwen3_vl
+from vrh.testing.tiny_paligemma import tiny_paligemma
 
 TINY_BUILDERS = {
     "qwen2_vl": tiny_qwen2_vl,
@@ -17,4 +21,8 @@ TINY_BUILDERS = {
     "internvl": tiny_internvl,
     "glm4v": tiny_glm4v,
     "llava_next": tiny_llava_next,
+    "idefics3": tiny_idefics3,
+    "llava_onevision": tiny_llava_onevision,
+    "paligemma": tiny_paligemma,
+    "gemma3": tiny_gemma3,
 }

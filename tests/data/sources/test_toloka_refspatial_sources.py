@@ -107,3 +107,24 @@ def test_refspatial_box_is_the_mask_bbox(tmp_path, write_parquet):
                        "empty expression: object is ''"]
     rep = convert("refspatial", tmp_path / "snap", tmp_path / "out2", progress=False, expression="prompt")
     assert load_dataset(tmp_path / "out2" / "data.jsonl")[0].expression.startswith("Please point")
+
+
+def test_refspatial_point_conversion_is_judged_by_the_point_task(tmp_path, write_parquet):
+    from vrh.tasks import get_task
+
+    row = {"id": 7, "image": {"bytes": encoded(Image.new("RGB", (40, 20), "gray")), "path": None},
+           "mask": {"bytes": mask(40, 20, (10, 4, 20, 12)), "path": None}, "object": "the cup",
+           "prompt": "Please point to the cup.", "step": 1,
+           "suffix": "Your answer should be formatted as a list of tuples, i.e. [(x1, y1)], with coordinates "
+                     "between 0 and 1."}
+    write_parquet(tmp_path / "snap" / "data" / "location-00000-of-00001.parquet", [row, {**row, "id": 8, "suffix": ""}])
+    rep = convert("refspatial", tmp_path / "snap", tmp_path / "out", task="point", progress=False)
+    [s] = load_dataset(tmp_path / "out" / "data.jsonl")
+    assert rep.n_samples == 1 and s.id == "refspatial-location-7" and s.task == "point"
+    assert s.question == "Please point to the cup. " + row["suffix"]  # the benchmark's prompt + suffix
+    assert s.meta["mask"] == str((tmp_path / "out" / "images" / "refspatial-location-7_mask.png").resolve())
+    assert get_task("point").judge(None, s, "[(0.375, 0.4)]", {})["outcome"] == "correct"
+    assert get_task("point").judge(None, s, "[(0.1, 0.4)]", {})["outcome"] == "outside"
+    assert "empty suffix" in json.loads((tmp_path / "out" / "skipped.jsonl").read_text())["reason"]
+    with pytest.raises(ValueError, match="--expression applies to --task grounding"):
+        convert("refspatial", tmp_path / "snap", tmp_path / "x", task="point", expression="prompt")

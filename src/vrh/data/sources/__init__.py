@@ -5,7 +5,8 @@ JSONL format (``vrh data convert NAME SRC --out DIR``). One module per source, r
 See ``docs/benchmarks.md`` for every source's layout, which field becomes what, and how it is judged.
 """
 
-from vrh.data.sources import countbench, cvbench, mmstar, refcoco, refspatial, spatial457, toloka  # noqa: F401
+from vrh.data.sources import (countbench, cvbench, mathvista, mmstar, refcoco, refer, refspatial,  # noqa: F401
+                              spatial457, spatialrgpt, toloka, vaw)
 from vrh.data.sources.convert import ConvertReport, convert
 from vrh.data.sources.registry import RowContext, Skip, SkipRow, Source, get_source, register_source, source_names
 

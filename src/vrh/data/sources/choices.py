@@ -60,3 +60,17 @@ def inline_letters(question: str) -> str:
 def with_suffix(question: str) -> str:
     """The question as the model sees it: the text, a newline, :data:`CHOICE_SUFFIX`."""
     return f"{question.rstrip()}\n{CHOICE_SUFFIX}"
+
+
+def options_block(question: str, options: list[str]) -> str:
+    """The question with its options written out, one ``(A) text`` line each, before the choice instruction.
+
+    >>> print(options_block("Find x.", ["1", "2"]))
+    Find x.
+    Choices:
+    (A) 1
+    (B) 2
+    """
+    lines = [question.strip(), "Choices:"]
+    lines += [f"({letter}) {text}" for letter, text in zip(letters_for(len(options)), options)]
+    return "\n".join(lines)

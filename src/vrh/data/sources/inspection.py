@@ -90,6 +90,8 @@ def render(sample: Sample, path: Path) -> Path:
     W, H = im.size
     if sample.task == "grounding":
         text = f"{sample.id}: {sample.expression}"
+    elif sample.task == "point":
+        text = f"{sample.id}: {sample.question}\n=> a point inside the mask (box: the mask's bounds)"
     else:
         text = f"{sample.id}: {sample.question}\n=> {sample.answer} ({sample.answer_type})"
     lines = [w for part in text.splitlines() for w in (textwrap.wrap(part, CAPTION_CHARS) or [""])]

@@ -1,0 +1,201 @@
+"""SpatialRGPT-Bench (``a8cheng/SpatialRGPT-Bench``, ``val_SpatialRGPT-Bench.jsonl``, 1,406 rows): spatial
+questions about marked regions, e.g. "Is Region [0] behind Region [1]?".
+
+Each JSONL line: ``id``, ``image_info.file_path`` (the image, relative to ``--images DIR``, default the
+JSONL's folder), ``text_q`` (the question, regions written ``Region [k]``), ``conversations`` (the last
+``gpt`` turn is the gold answer, a sentence), ``bbox`` (one ``[x1, y1, x2, y2]`` pixel box per region) and
+``qa_info`` (``type`` qualitative / quantitative, ``category``). The ``rle`` masks are not used (boxes
+are). Missing image files are one error listing them.
+
+What becomes a sample (the benchmark's official judge is GPT-4; vrh keeps the questions a rule can judge):
+
+* ``*_predicate`` (``behind_predicate``, ``tall_predicate``, ...): a yes/no question. Gold: ``yes`` when the
+  gold sentence starts with yes / indeed / correct / true / right, ``no`` when with no / not / incorrect /
+  false / wrong (else a counted skip). The question ends with ``Answer with yes or no.``; judged ``exact``.
+* ``*_choice`` (``left_choice``, ``tall_choice``, ...): "Which is ..., Region [0] or Region [1]?" becomes
+  multiple choice over the regions the question names, in order (``(A) Region [0]``, ``(B) Region [1]``);
+  gold: the first region the gold sentence names; judged ``choice``.
+* ``quantitative`` rows (distances, sizes, directions with units) are skipped with that reason: the
+  benchmark accepts a number within 25% of the gold, and vrh's ``number`` rule compares exactly.
+
+How the model is shown the regions (``--regions``, recorded in ``convert.json``):
+
+* ``draw`` (default): region k's box is outlined on the image in ``REGION_COLOURS[k]`` (red, blue, ...;
+  each sample gets its own PNG) and the question starts ``Region [0] is outlined in red and Region [1] in
+  blue.``
+* ``describe``: the image is left as it is and the question starts with each region's box as fractions
+  of the image's width and height, ``Region [0] is the box from (0.12, 0.30) to (0.45, 0.80)``
+  (top-left to bottom-right corner; fractions, because each VLM family writes pixel boxes in its own frame).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from vrh.data.jsonl import Sample
+from vrh.data.sources.choices import letters_for, options_block, with_suffix
+from vrh.data.sources.images import REGION_COLOURS, check_box, decode, draw_regions
+from vrh.data.sources.registry import RowContext, SkipRow, Source, register_source
+
+REGION_MODES = ("draw", "describe")
+YES_NO_SUFFIX = "Answer with yes or no."
+YES = ("yes", "indeed", "correct", "true", "right")
+NO = ("no", "not", "incorrect", "false", "wrong")
+MAX_LISTED = 20
+_REGION_RE = re.compile(r"Region \[(\d+)\]")
+_FIRST_WORD_RE = re.compile(r"[A-Za-z]+")
+
+
+def _jsonl_file(src: Path, split: str) -> Path:
+    if src.is_file():
+        return src
+    if not src.is_dir():
+        raise FileNotFoundError(f"no such file or folder: {src}")
+    found = sorted(src.glob(f"{split}_*.jsonl")) or sorted(src.glob("*.jsonl"))
+    if len(found) != 1:
+        raise ValueError(f"expected one {split}_*.jsonl in {src}, found {[p.name for p in found] or 'none'}; pass "
+                         "the JSONL file")
+    return found[0]
+
+
+def read_rows(src: Path, split: str, options: dict[str, Any]):
+    mode = options.get("regions", "draw")
+    if mode not in REGION_MODES:
+        raise ValueError(f"--regions must be one of {REGION_MODES}, got {mode!r}")
+    path = _jsonl_file(Path(src), split)
+    rows = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines()):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            rec = {"_malformed": f"invalid JSON ({e.msg} at column {e.colno})"}
+        if not isinstance(rec, dict):
+            rec = {"_malformed": f"expected a JSON object, got {type(rec).__name__}"}
+        rows.append((str(rec.get("id", n)), rec))
+    folder = Path(options.get("images") or path.parent).expanduser()
+    if not folder.is_dir():
+        raise FileNotFoundError(f"image folder {folder} not found; pass --images DIR")
+    wanted = {r["image_info"]["file_path"] for _, r in rows
+              if isinstance(r.get("image_info"), dict) and isinstance(r["image_info"].get("file_path"), str)}
+    missing = sorted(f for f in wanted if not (folder / f).is_file())
+    if missing:
+        listed = ", ".join(missing[:MAX_LISTED]) + (", ..." if len(missing) > MAX_LISTED else "")
+        raise FileNotFoundError(f"{len(missing)} image file(s) named in {path} are not in {folder}: {listed}")
+    for _, r in rows:
+        r["_images"] = folder
+    return iter(rows)
+
+
+def gold_yes_no(answer: str) -> str:
+    """``yes`` / ``no`` from the gold sentence's first word.
+
+    >>> gold_yes_no("Indeed, Region [0] is behind Region [1]."), gold_yes_no("No, it is not.")
+    ('yes', 'no')
+    """
+    m = _FIRST_WORD_RE.search(answer)
+    word = m.group(0).lower() if m else ""
+    if word in YES:
+        return "yes"
+    if word in NO:
+        return "no"
+    raise SkipRow(f"cannot read yes/no from the gold answer {answer!r}")
+
+
+def region_preamble(regions: list[int], boxes: list, size: tuple[int, int], mode: str) -> str:
+    """The sentence that tells the model which region is which.
+
+    >>> region_preamble([0, 1], [(0, 0, 10, 10), (5, 5, 20, 10)], (20, 10), "draw")
+    'Region [0] is outlined in red and Region [1] in blue.'
+    >>> region_preamble([0], [(2, 1, 10, 5)], (20, 10), "describe")
+    'Region [0] is the box from (0.10, 0.10) to (0.50, 0.50) (fractions of the image width and height).'
+    """
+    if mode == "draw":
+        parts = [f"Region [{k}] is outlined in {REGION_COLOURS[k]}" if i == 0 else f"Region [{k}] in {REGION_COLOURS[k]}"
+                 for i, k in enumerate(regions)]
+        return (", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0]) + "."
+    W, H = size
+    parts = []
+    for k in regions:
+        x1, y1, x2, y2 = boxes[k]
+        parts.append(f"Region [{k}] is the box from ({x1 / W:.2f}, {y1 / H:.2f}) to ({x2 / W:.2f}, {y2 / H:.2f})")
+    return "; ".join(parts) + " (fractions of the image width and height)."
+
+
+def _gold_text(row: dict[str, Any]) -> str:
+    turns = row.get("conversations")
+    if isinstance(turns, list):
+        for turn in reversed(turns):
+            if isinstance(turn, dict) and turn.get("from") == "gpt" and isinstance(turn.get("value"), str):
+                return turn["value"]
+    if isinstance(row.get("answer"), str):
+        return row["answer"]
+    raise SkipRow("no gold answer (no 'gpt' turn in conversations)")
+
+
+def convert_row(key: str, row: dict[str, Any], ctx: RowContext) -> list[Sample]:
+    if "_malformed" in row:
+        raise SkipRow(row["_malformed"])
+    info = row.get("qa_info") if isinstance(row.get("qa_info"), dict) else {}
+    category = str(info.get("category") or "")
+    if info.get("type") == "quantitative":
+        raise SkipRow(f"quantitative question ({category}): the benchmark accepts a number within 25%, vrh "
+                      "judges numbers exactly")
+    kind = "choice" if category.endswith("_choice") else "predicate" if category.endswith("_predicate") else None
+    if kind is None:
+        raise SkipRow(f"unknown category {category!r}: expected *_predicate or *_choice")
+    question = row.get("text_q")
+    if not isinstance(question, str) or not question.strip():
+        raise SkipRow(f"empty question: {question!r}")
+    regions = list(dict.fromkeys(int(k) for k in _REGION_RE.findall(question)))
+    boxes = row.get("bbox")
+    if not regions:
+        raise SkipRow("the question names no region (Region [k])")
+    if not isinstance(boxes, list) or max(regions) >= len(boxes):
+        raise SkipRow(f"the question names Region [{max(regions)}] but bbox has "
+                      f"{len(boxes) if isinstance(boxes, list) else 0} box(es)")
+    gold = _gold_text(row)
+    image_info = row.get("image_info") if isinstance(row.get("image_info"), dict) else {}
+    if not isinstance(image_info.get("file_path"), str):
+        raise SkipRow("image_info.file_path is missing")
+    data = ctx.images.read(row["_images"] / image_info["file_path"])
+    _, size = decode(data)
+    checked = []
+    for b in boxes:
+        if not isinstance(b, (list, tuple)) or len(b) != 4:
+            raise SkipRow(f"bbox entries must be [x1, y1, x2, y2], got {b!r}")
+        checked.append(check_box(tuple(b), size))
+    mode = ctx.options.get("regions", "draw")
+    if mode == "draw":  # region k in colour k; regions the question does not name are not drawn
+        drawn = [checked[k] if k in regions else None for k in range(max(regions) + 1)]
+        image_path, _ = ctx.images.put(draw_regions(data, drawn), f"{Path(image_info['file_path']).stem}_{key}")
+    else:
+        image_path, _ = ctx.images.put(data, image_info["file_path"])
+    text = f"{region_preamble(regions, checked, size, mode)} {' '.join(question.split())}"
+    if kind == "predicate":
+        q, answer, answer_type = f"{text}\n{YES_NO_SUFFIX}", gold_yes_no(gold), "exact"
+    else:
+        named = _REGION_RE.search(gold)
+        if named is None:
+            raise SkipRow(f"the gold answer {gold!r} names no region")
+        if int(named.group(1)) not in regions:
+            raise SkipRow(f"the gold answer names Region [{named.group(1)}], which the question does not offer")
+        answer = letters_for(len(regions))[regions.index(int(named.group(1)))]
+        q, answer_type = with_suffix(options_block(text, [f"Region [{k}]" for k in regions])), "choice"
+    return [Sample(id=ctx.sample_id(key), image_path=image_path, task="vqa", question=q, answer=answer,
+                   answer_type=answer_type, image_size=size,
+                   meta={"benchmark": ctx.source, "split": ctx.split, "category": category, "regions": mode,
+                         "region_boxes": [list(checked[k]) for k in regions], "gold_text": gold})]
+
+
+register_source(Source(
+    name="spatialrgpt", summary="SpatialRGPT-Bench qualitative questions -> vqa (yes/no exact, region choice); "
+                                "regions drawn (--regions draw) or described",
+    layout="val_SpatialRGPT-Bench.jsonl (or the JSONL file) with the images under --images DIR (default: the "
+           "JSONL's folder), by image_info.file_path",
+    task="vqa", splits=("val",), read_rows=read_rows, convert_row=convert_row, expected_rows={"val": 1406},
+    options=("images", "regions")))

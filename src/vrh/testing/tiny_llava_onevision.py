@@ -1,0 +1,120 @@
+"""Tiny random-init LLaVA-OneVision (``LlavaOnevisionForConditionalGeneration``) with a locally built processor:
+the real ``LlavaOnevisionProcessor`` without its video processor (which needs torchvision) over the PIL
+``LlavaOnevisionImageProcessorPil`` (anyres), a 1-layer SigLIP tower on 48-px tiles of 16-px patches (3 x 3
+tokens per tile, no CLS: the "full" feature strategy of the released checkpoints), a tiny Qwen2 LM and an
+in-memory BPE tokenizer with a chat template shaped like ``llava-hf/llava-onevision-qwen2-7b-ov-hf``'s
+(``<|im_start|>user <image>\\n...<|im_end|>\\n<|im_start|>assistant\\n``). No download, no torchvision.
+
+The default pinpoints allow up to 3 x 3 tiles, so the unpadded grid never exceeds ``anyres_max_9`` and is
+never shrunk; ``image_grid_pinpoints=BIG_PINPOINTS`` (up to 4 x 4 tiles, like the released 6 x 6 of 384 px)
+makes wide images exceed it, so the model shrinks their grid bilinearly.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+
+import torch
+
+ONEVISION_SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<image>", "<video>"]
+ONEVISION_CHAT_TEMPLATE = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + ' ' }}"
+    "{% if message['content'] is string %}{{ message['content'] }}{% else %}"
+    "{% for part in message['content'] | selectattr('type', 'equalto', 'image') %}{{ '<image>\n' }}{% endfor %}"
+    "{% for part in message['content'] | selectattr('type', 'equalto', 'text') %}{{ part['text'] }}{% endfor %}"
+    "{% endif %}{{ '<|im_end|>\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+TILE, PATCH = 48, 16
+PINPOINTS = [[TILE * i, TILE * j] for i in range(1, 4) for j in range(1, 4)]  # (height, width), up to 3 x 3 tiles
+BIG_PINPOINTS = [[TILE * i, TILE * j] for i in range(1, 5) for j in range(1, 5)]  # up to 4 x 4: may be shrunk
+
+
+@functools.lru_cache(maxsize=None)
+def _tiny_llava_onevision(seed: int, overrides_json: str):
+    from transformers import (LlavaOnevisionConfig, LlavaOnevisionForConditionalGeneration,
+                              LlavaOnevisionImageProcessorPil, LlavaOnevisionProcessor)
+
+    from vrh.adapters.qwen_vl import image_only
+    from vrh.testing.tiny_models import _finish, _text_cfg, build_tokenizer
+
+    ov = json.loads(overrides_json)
+    text_ov, vision_ov = ov.pop("text_config", {}), ov.pop("vision_config", {})
+    pinpoints = ov.pop("image_grid_pinpoints", PINPOINTS)
+    aspect = ov.pop("vision_aspect_ratio", "anyres_max_9")
+    tok = build_tokenizer(ONEVISION_SPECIAL_TOKENS, pad="<|endoftext|>", eos="<|im_end|>",
+                          chat_template=ONEVISION_CHAT_TEMPLATE)
+    vision = dict(model_type="siglip_vision_model", hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                  num_attention_heads=2, image_size=TILE, patch_size=PATCH)
+    vision.update(vision_ov)
+    text = _text_cfg(tok, text_ov, model_type="qwen2")
+    g = vision["image_size"] // vision["patch_size"]  # tokens per tile side
+    config = LlavaOnevisionConfig(text_config=text, vision_config=vision, image_grid_pinpoints=pinpoints,
+                                  image_token_index=tok.convert_tokens_to_ids("<image>"),
+                                  video_token_index=tok.convert_tokens_to_ids("<video>"),
+                                  vision_feature_select_strategy="full", vision_feature_layer=-1,
+                                  vision_aspect_ratio=aspect, **ov)
+    torch.manual_seed(seed)
+    model = LlavaOnevisionForConditionalGeneration._from_config(config, attn_implementation="sdpa",
+                                                                dtype=torch.float32)
+    side = vision["image_size"]
+    ip = LlavaOnevisionImageProcessorPil(size={"height": side, "width": side}, image_grid_pinpoints=pinpoints)
+    processor = image_only(LlavaOnevisionProcessor)(image_processor=ip, tokenizer=tok, num_image_tokens=g * g,
+                                                    vision_feature_select_strategy="full", vision_aspect_ratio=aspect,
+                                                    chat_template=tok.chat_template)
+    return _finish(model, tok), processor
+
+
+def tiny_llava_onevision(seed: int = 0, **overrides):
+    """LlavaOnevisionForConditionalGeneration: tiny Qwen2 LM (2 layers, 4q/2kv heads) + 1-layer SigLIP tower on
+    48-px anyres tiles (3 x 3 tokens each, plus one newline per grid row)."""
+    return _tiny_llava_onevision(seed, json.dumps(overrides, sort_keys=True))
+
+
+def packed_sources(processor, image_hw: tuple[int, int], features: torch.Tensor) -> torch.Tensor:
+    """The model's own ``pack_image_features`` (base tile, unpad, bilinear shrink, newlines) applied to
+    per-patch ``features`` ``[N, g*g, D]`` (N tiles of ``pixel_values``, base first), with newlines marked by a
+    row of -1: ``[V, D]`` in LM sequence order. Independent of the adapter, so tests check the adapter against
+    what the model really does."""
+    from types import SimpleNamespace
+
+    from transformers.models.llava_onevision.modeling_llava_onevision import LlavaOnevisionModel
+
+    tile = int(processor.image_processor.size["height"])
+    g = int(round(features.shape[1] ** 0.5))
+    cfg = SimpleNamespace(vision_config=SimpleNamespace(image_size=tile, patch_size=tile // g),
+                          image_grid_pinpoints=processor.image_processor.image_grid_pinpoints)
+    packed, _ = LlavaOnevisionModel.pack_image_features(
+        SimpleNamespace(config=cfg), [features], torch.tensor([image_hw]),
+        image_newline=torch.full((features.shape[-1],), -1.0, dtype=features.dtype),
+        vision_aspect_ratio=processor.vision_aspect_ratio)
+    return packed[0]
+
+
+def llava_onevision_pixels(batch, b: int, processor) -> list:
+    """Per visual token of sample ``b``: the ``[P, P, C]`` input pixels it is computed from, in 0-255
+    (normalisation undone), or None for a newline token (it shows no pixels). A grid the model shrinks
+    bilinearly has no such patch per token (each blends up to 2 x 2 patches): this reader refuses it, and
+    test_llava_onevision.py proves that layout by the blended patch centres instead. The reader the shared
+    adapter suite's pixel-content test (``tests/adapters/pixels.py``) uses for LLaVA-OneVision."""
+    import numpy as np
+
+    ip = processor.image_processor
+    g = int(round(int(processor.num_image_tokens) ** 0.5))
+    hw = tuple(int(v) for v in batch.inputs["image_sizes"][b])
+    from transformers.models.llava_onevision.modeling_llava_onevision import image_size_to_num_patches
+
+    n_tiles = image_size_to_num_patches(list(hw), ip.image_grid_pinpoints, int(ip.size["height"]))
+    t, q = torch.meshgrid(torch.arange(n_tiles), torch.arange(g * g), indexing="ij")  # [N, g*g] each
+    src = packed_sources(processor, hw, torch.stack([t, q], dim=-1).double())  # [V, 2] (tile, patch) or -1
+    if not torch.equal(src, src.round()):
+        raise ValueError("the model shrinks this image's grid bilinearly: its tokens are blends of patches")
+    p = int(ip.size["height"]) // g
+    mean, std = np.asarray(ip.image_mean, dtype=np.float64), np.asarray(ip.image_std, dtype=np.float64)
+    pv = (batch.inputs["pixel_values"][b].double().numpy().transpose(0, 2, 3, 1) * std + mean) * 255  # [N, S, S, C]
+    out = []
+    for tile, patch in src.long().tolist():
+        r, c = divmod(patch, g)
+        out.append(None if tile < 0 else pv[tile, r * p:(r + 1) * p, c * p:(c + 1) * p])
+    return out

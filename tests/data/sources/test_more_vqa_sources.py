@@ -1,0 +1,173 @@
+"""MathVista (parquet), VAW (JSON + Visual Genome folder) and SpatialRGPT-Bench (JSONL + image folder) in
+their real schemas, malformed rows included; the converted answers are judged by the VQA rules."""
+
+import io
+import json
+
+import pytest
+from PIL import Image
+
+from vrh.data import load_dataset
+from vrh.data.sources import convert
+from vrh.data.sources.choices import CHOICE_SUFFIX
+from vrh.data.sources.vaw import make_question
+from vrh.tasks.vqa import judge_answer
+
+
+def png(w=40, h=30, colour=(20, 120, 200)):
+    buf = io.BytesIO()
+    Image.new("RGB", (w, h), colour).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def skipped(out):
+    return {r["id"]: r["reason"] for r in map(json.loads, (out / "skipped.jsonl").read_text().splitlines())}
+
+
+# --- MathVista -------------------------------------------------------------------------------------------
+
+def mathvista_row(pid, **kw):
+    row = {"pid": str(pid), "question": "What is the measure of angle B?", "image": f"images/{pid}.jpg",
+           "decoded_image": {"bytes": png(), "path": None}, "choices": ["30°", "45°", "60°", "90°"],
+           "unit": None, "precision": None, "answer": "60°", "question_type": "multi_choice", "answer_type": "text",
+           "metadata": {"category": "math-targeted-vqa", "task": "geometry problem solving", "skills": ["algebraic"]},
+           "query": "Hint: Please answer ... at the end.\nQuestion: What is the measure of angle B?"}
+    return {**row, **kw}
+
+
+def test_mathvista_multiple_choice(tmp_path, write_parquet):
+    rows = [mathvista_row(1), mathvista_row(2, question_type="free_form", choices=None, answer="12"),
+            mathvista_row(3, answer="75°"),  # gold not among the options
+            mathvista_row(4, choices=[]), mathvista_row(5, decoded_image={"bytes": b"nope", "path": None})]
+    write_parquet(tmp_path / "mv" / "data" / "testmini-00000-of-00001.parquet", rows)
+    rep = convert("mathvista", tmp_path / "mv", tmp_path / "out", progress=False)
+    [s] = load_dataset(tmp_path / "out" / "data.jsonl")
+    assert rep.split == "testmini" and rep.expected_rows == 1000 and rep.n_samples == 1
+    assert s.question == ("What is the measure of angle B?\nChoices:\n(A) 30°\n(B) 45°\n(C) 60°\n(D) 90°\n"
+                          + CHOICE_SUFFIX)
+    assert s.answer == "C" and s.answer_type == "choice" and s.meta["answer_text"] == "60°"
+    assert s.meta["category"] == "geometry problem solving"
+    # the rule-based extractor: a letter is read, the option's text alone is not
+    assert judge_answer("The answer is (C).", s.answer, s.answer_type) == "correct"
+    assert judge_answer("60°", s.answer, s.answer_type) == "parse_failure"
+    reasons = skipped(tmp_path / "out")
+    assert reasons["mathvista-testmini-2"] == "question_type 'free_form': only multi_choice questions are converted"
+    assert "is not one of the choices" in reasons["mathvista-testmini-3"]
+    assert "1-26 choices" in reasons["mathvista-testmini-4"]
+    assert "unreadable image" in reasons["mathvista-testmini-5"]
+
+
+# --- VAW ------------------------------------------------------------------------------------------------
+
+TYPES = {"color": ["red", "blue", "green", "white", "black"], "material": ["wooden", "metal", "plastic"]}
+
+
+def vaw_entry(iid, **kw):
+    e = {"image_id": "2373241", "instance_id": str(iid), "instance_bbox": [4.0, 5.0, 20.0, 12.0],
+         "instance_polygon": None, "object_name": "mug", "positive_attributes": ["red", "wooden"],
+         "negative_attributes": ["blue", "green", "white", "black", "metal"]}
+    return {**e, **kw}
+
+
+@pytest.fixture
+def vaw(tmp_path):
+    (tmp_path / "images" / "VG_100K").mkdir(parents=True)
+    Image.new("RGB", (48, 32), "gray").save(tmp_path / "images" / "VG_100K" / "2373241.jpg")
+    (tmp_path / "attribute_types.json").write_text(json.dumps(TYPES))
+    entries = [vaw_entry(1), vaw_entry(2, negative_attributes=["metal"]),  # too few negatives of any type
+               vaw_entry(3, instance_bbox=[40, 5, 20, 12]),  # box outside the 48x32 image
+               vaw_entry(4, object_name=""), "not an object"]
+    (tmp_path / "val.json").write_text(json.dumps(entries))
+    return tmp_path
+
+
+def test_vaw_generator_is_seeded_and_draws_distractors_from_negative_labels(vaw, tmp_path):
+    rep = convert("vaw", vaw, tmp_path / "out", progress=False)
+    [s] = load_dataset(tmp_path / "out" / "data.jsonl")
+    assert rep.n_samples == 1 and s.id == "vaw-val-1" and s.answer_type == "choice"
+    # only "red" has 3 same-type negatives; the other options were all marked absent by annotators
+    assert s.meta["attribute"] == "red" and s.meta["category"] == "color"
+    assert set(s.meta["choices"]) - {"red"} <= {"blue", "green", "white", "black"} and len(s.meta["choices"]) == 4
+    assert s.question.startswith("What is the color of the mug in the red box?\nChoices:\n(A) ")
+    assert s.meta["choices"][ord(s.answer) - ord("A")] == "red"
+    drawn = Image.open(s.image_path).convert("RGB")
+    assert drawn.getpixel((4, 10)) == (255, 0, 0) and drawn.getpixel((40, 30)) != (255, 0, 0)  # the box, in red
+    reasons = skipped(tmp_path / "out")
+    assert "no positive attribute has 3 negative attributes" in reasons["vaw-val-2"]
+    assert "outside the 48x32 image" in reasons["vaw-val-3"]
+    assert "empty object_name" in reasons["vaw-val-4"]
+    assert reasons["vaw-val-row4"] == "entry is not a JSON object: 'not an object'" and rep.rows_read == 5
+    # same seed -> same question; another seed may reorder the options but never changes what is true
+    again = convert("vaw", vaw, tmp_path / "again", progress=False)
+    assert again.n_samples == 1
+    assert load_dataset(tmp_path / "again" / "data.jsonl")[0].question == s.question
+    orders = {tuple(make_question({**vaw_entry(1), "_types": {a: t for t, v in TYPES.items() for a in v}}, seed)[1])
+              for seed in range(8)}
+    assert len(orders) > 1
+
+
+def test_vaw_missing_images_are_one_error(vaw, tmp_path):
+    entries = json.loads((vaw / "val.json").read_text()) + [vaw_entry(9, image_id="404")]
+    (vaw / "val.json").write_text(json.dumps(entries))
+    with pytest.raises(FileNotFoundError, match=r"1 image file\(s\) .* 404.jpg"):
+        convert("vaw", vaw, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+# --- SpatialRGPT-Bench ---------------------------------------------------------------------------------
+
+def rgpt_line(i, category, text_q, gold, qtype="qualitative", bbox=((2, 2, 12, 10), (20, 4, 36, 20)), **kw):
+    return {"id": f"r{i}", "image_info": {"file_path": "scenes/a.png", "height": 30, "width": 40},
+            "text_q": text_q, "conversations": [{"from": "human", "value": "<image>\n" + text_q},
+                                                {"from": "gpt", "value": gold}],
+            "bbox": [list(b) for b in bbox], "rle": [], "qa_info": {"type": qtype, "category": category}, **kw}
+
+
+@pytest.fixture
+def rgpt(tmp_path):
+    (tmp_path / "scenes").mkdir()
+    Image.new("RGB", (40, 30), "white").save(tmp_path / "scenes" / "a.png")
+    lines = [rgpt_line(0, "behind_predicate", "Is Region [0] behind Region [1]?", "Indeed, Region [0] is behind."),
+             rgpt_line(1, "left_choice", "Which is more to the left, Region [0] or Region [1]?",
+                       "Region [1] is more to the left."),
+             rgpt_line(2, "direct_distance", "How far is Region [0] from Region [1]?", "2.5 meters",
+                       qtype="quantitative"),
+             rgpt_line(3, "tall_predicate", "Is Region [0] taller than Region [1]?", "Perhaps."),
+             rgpt_line(4, "wide_predicate", "Is Region [2] wider than Region [0]?", "No."),  # only 2 boxes
+             rgpt_line(5, "big_predicate", "Is Region [0] bigger than Region [1]?", "Yes.",
+                       bbox=((2, 2, 12, 10), (30, 4, 60, 20)))]  # box outside the image
+    (tmp_path / "val_SpatialRGPT-Bench.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines) + "{oops\n")
+    return tmp_path
+
+
+def test_spatialrgpt_draws_regions_and_keeps_rule_judgeable_questions(rgpt, tmp_path):
+    rep = convert("spatialrgpt", rgpt, tmp_path / "out", progress=False)
+    pred, choice = load_dataset(tmp_path / "out" / "data.jsonl")
+    assert rep.n_samples == 2 and rep.expected_rows == 1406
+    assert pred.question == ("Region [0] is outlined in red and Region [1] in blue. Is Region [0] behind Region [1]?"
+                             "\nAnswer with yes or no.")
+    assert (pred.answer, pred.answer_type) == ("yes", "exact")
+    assert judge_answer("Yes.", pred.answer, pred.answer_type) == "correct"
+    assert choice.question.endswith("(A) Region [0]\n(B) Region [1]\n" + CHOICE_SUFFIX)
+    assert (choice.answer, choice.answer_type) == ("B", "choice")
+    im = Image.open(pred.image_path).convert("RGB")
+    assert im.getpixel((2, 6)) == (255, 0, 0) and im.getpixel((20, 12)) == (0, 0, 255)  # region k in colour k
+    reasons = skipped(tmp_path / "out")
+    assert reasons["spatialrgpt-val-r2"].startswith("quantitative question (direct_distance)")
+    assert "cannot read yes/no" in reasons["spatialrgpt-val-r3"]
+    assert "names Region [2] but bbox has 2 box(es)" in reasons["spatialrgpt-val-r4"]
+    assert "outside the 40x30 image" in reasons["spatialrgpt-val-r5"]
+    assert "invalid JSON" in reasons["spatialrgpt-val-6"]
+
+
+def test_spatialrgpt_describe_leaves_the_image_and_writes_the_boxes(rgpt, tmp_path):
+    convert("spatialrgpt", rgpt, tmp_path / "out", progress=False, regions="describe")
+    pred = load_dataset(tmp_path / "out" / "data.jsonl")[0]
+    assert pred.question.startswith("Region [0] is the box from (0.05, 0.07) to (0.30, 0.33); Region [1] is the box "
+                                    "from (0.50, 0.13) to (0.90, 0.67) (fractions of the image width and height).")
+    assert Image.open(pred.image_path).convert("RGB").getpixel((2, 6)) == (255, 255, 255)
+    with pytest.raises(ValueError, match="--regions must be one of"):
+        convert("spatialrgpt", rgpt, tmp_path / "x", regions="paint")
+    (rgpt / "scenes" / "a.png").unlink()
+    with pytest.raises(FileNotFoundError, match=r"1 image file\(s\) .* scenes/a.png"):
+        convert("spatialrgpt", rgpt, tmp_path / "y")
