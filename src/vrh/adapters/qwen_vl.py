@@ -67,7 +67,12 @@ class QwenVLAdapter(ChatTemplateAdapter):
 
     # --- prompts -------------------------------------------------------------------------------
     def grounding_prompt(self, expression: str) -> str:
-        return self.prompt_template.format(expression=expression)
+        """The template with the expression in its slot; Qwen's templates say "Locate the {object}" (written
+        for category names), so an expression that brings its own article does not get a second one."""
+        template = self.prompt_template
+        if "the {expression}" in template and expression.lower().startswith(("the ", "a ", "an ")):
+            template = template.replace("the {expression}", "{expression}")
+        return template.format(expression=expression)
 
     # --- token -> image map --------------------------------------------------------------------
     def visual_map(self, processor: Any, enc: Any, b: int, image: Any) -> tuple[torch.Tensor, dict[str, Any]]:

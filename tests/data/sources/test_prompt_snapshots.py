@@ -68,9 +68,9 @@ def rows(folder):
 
 
 SNAPSHOTS = {
-    "refcoco": "Locate the the man in red in the image and output its bbox coordinates in JSON format.",
-    "refcoco-refer": "Locate the the man in red in the image and output its bbox coordinates in JSON format.",
-    "refspatial": "Locate the the free spot in the image and output its bbox coordinates in JSON format.",
+    "refcoco": "Locate the man in red in the image and output its bbox coordinates in JSON format.",
+    "refcoco-refer": "Locate the man in red in the image and output its bbox coordinates in JSON format.",
+    "refspatial": "Locate the free spot in the image and output its bbox coordinates in JSON format.",
     ("refspatial", "point"): (
         "Please point to the free spot left of the cup. Your answer should be formatted as a list of tuples, i.e. "
         "[(x1, y1)], where each tuple contains the x and y coordinates of a point satisfying the conditions above. "
