@@ -32,16 +32,18 @@ def test_top3_heads_carry_grounding_and_random_heads_do_not(tmp_path, monkeypatc
     assert len(top.heads) == K and len(rnd.heads) == K
     assert not set(rnd.heads) & set(top.heads)
 
-    masked = []  # what the runner really masked, per evaluation
-    real_mask = vrh.evaluation.mask_heads
+    masked: dict[tuple, int] = {}  # head set the runner really masked -> rows answered under it
+    real_mask = vrh.evaluation.mask_heads_per_row
 
-    def recording_mask(model, adapter, heads, **kw):
-        masked.append(tuple(sorted(tuple(h) for h in heads)))
-        return real_mask(model, adapter, heads, **kw)
+    def recording_mask(model, adapter, row_heads, **kw):
+        for heads in row_heads:
+            key = tuple(sorted(tuple(h) for h in heads))
+            masked[key] = masked.get(key, 0) + 1
+        return real_mask(model, adapter, row_heads, **kw)
 
-    monkeypatch.setattr(vrh.evaluation, "mask_heads", recording_mask)
+    monkeypatch.setattr(vrh.evaluation, "mask_heads_per_row", recording_mask)
     res = run_conditions(lm, get_task("grounding"), held_out, [cond.none(), top, rnd], **GEN)
-    assert masked == [(), top.heads, rnd.heads]
+    assert masked == {(): N_EVAL, top.heads: N_EVAL, rnd.heads: N_EVAL}
 
     base, top_acc, rnd_acc = (res.summary(c.label)["accuracy"] for c in (cond.none(), top, rnd))
     assert base - top_acc >= 0.40, (base, top_acc, top.heads)

@@ -360,3 +360,73 @@ def test_uniform_nests_restores_on_error_and_rejects_bad_mode(model):
             pass
     assert model.config.text_config._attn_implementation == impl and attention_mod.active_uniform_heads() == {}
     assert_clean(model, before)
+
+
+# --- a different head set per batch row (several conditions in one batch) ---------------------------
+from vrh.masking import mask_heads_per_row  # noqa: E402
+
+ROW_HEADS = [[], [(0, 1), (2, 3)], [(1, 0)], [(0, 1), (1, 0), (1, 2)]]  # row 0: unmasked
+
+
+def test_per_row_masks_equal_each_row_masked_alone(model):
+    x, attn = left_padded([7, 4, 6, 5])
+    before = snapshot(model)
+    with mask_heads_per_row(model, ADAPTER, ROW_HEADS):
+        got = logits(model, x, attn)
+    real = attn.bool()
+    for b, heads in enumerate(ROW_HEADS):
+        with mask_heads(model, ADAPTER, heads):
+            same_batch = logits(model, x, attn)[b]  # every row masked with row b's heads
+            alone = logits(model, x[b:b + 1, real[b]], None)[0]  # row b unpadded, alone
+        assert torch.equal(got[b], same_batch)
+        assert (got[b][real[b]] - alone).abs().max() <= 1e-5
+    unmasked = logits(model, x, attn)
+    assert torch.equal(got[0], unmasked[0])
+    assert all((got[b] - unmasked[b])[real[b]].abs().max() > 1e-3 for b in range(1, len(ROW_HEADS)))
+    assert_clean(model, before)
+
+
+def test_per_row_generate_with_kv_cache_equals_each_row_alone(model):
+    x, attn = left_padded([6, 3, 5, 6])
+    kw = dict(max_new_tokens=5, do_sample=False, use_cache=True, return_dict_in_generate=True, output_logits=True,
+              pad_token_id=PAD)
+    with torch.no_grad():
+        with mask_heads_per_row(model, ADAPTER, ROW_HEADS):
+            got = model.generate(input_ids=x, attention_mask=attn, **kw)
+        plain = model.generate(input_ids=x, attention_mask=attn, **kw)
+        for b, heads in enumerate(ROW_HEADS):
+            row = x[b:b + 1, attn[b].bool()]  # (1, n) without padding
+            with mask_heads(model, ADAPTER, heads):
+                alone = model.generate(input_ids=row, attention_mask=torch.ones_like(row), **kw)
+            assert torch.equal(got.sequences[b, x.shape[1]:], alone.sequences[0, row.shape[1]:])  # greedy answers
+            for step_got, step_alone in zip(got.logits, alone.logits):
+                assert (step_got[b] - step_alone[0]).abs().max() <= 1e-5
+    assert any((a - p)[1:].abs().max() > 1e-3 for a, p in zip(got.logits, plain.logits))
+    assert all(len(m._forward_pre_hooks) == 0 for m in model.modules())
+
+
+def test_per_row_validates_first_refuses_other_batch_sizes_and_cleans_up(model):
+    before = snapshot(model)
+    with pytest.raises(ValueError, match=r"row 1: head \(0, 4\): head 4 out of range"):
+        with mask_heads_per_row(model, ADAPTER, [[(0, 0)], [(0, NUM_HEADS)]]):
+            pytest.fail("body must not run")
+    with pytest.raises(ValueError, match="head geometry"):
+        with mask_heads_per_row(model, StandInAdapter(head_dim=HEAD_DIM * 2), [[(0, 0)], []]):
+            pytest.fail("body must not run")
+    assert_clean(model, before)
+    with pytest.raises(RuntimeError, match=r"expected \[2, seq"):
+        with mask_heads_per_row(model, ADAPTER, [[(0, 0)], []]):
+            logits(model, ids(5, batch=3))
+    with mask_heads_per_row(model, ADAPTER, [[], []]):  # nothing masked: nothing installed
+        assert all(len(m._forward_pre_hooks) == 0 for m in model.modules())
+    assert_clean(model, before)
+
+
+def test_per_row_nests_with_mask_heads(model):
+    x, attn = left_padded([5, 5])
+    with mask_heads(model, ADAPTER, [(2, 2)]), mask_heads_per_row(model, ADAPTER, [[(0, 1)], []]):
+        got = logits(model, x, attn)
+    with mask_heads(model, ADAPTER, [(2, 2), (0, 1)]):
+        assert torch.equal(got[0], logits(model, x, attn)[0])
+    with mask_heads(model, ADAPTER, [(2, 2)]):
+        assert torch.equal(got[1], logits(model, x, attn)[1])

@@ -1,8 +1,10 @@
 """Evaluation: greedy answers judged by a task, optionally with heads masked, and the held-out selection.
 
 :func:`evaluate_samples` is the one evaluation loop (greedy answers under :func:`vrh.masking.mask_heads`,
-each judged by the sample's :class:`vrh.tasks.Task`); :func:`vrh.runner.run_conditions` drives it for a
-list of masking conditions. :func:`select_eval_samples` applies the disjointness rule of paper App. H:
+each judged by the sample's :class:`vrh.tasks.Task`); :func:`evaluate_rows` is its batched-conditions twin,
+where each batch row is a (sample, head set) pair zeroed by :func:`vrh.masking.mask_heads_per_row`, so
+several conditions share one ``generate``. :func:`vrh.runner.run_conditions` drives both for a list of
+masking conditions. :func:`select_eval_samples` applies the disjointness rule of paper App. H:
 heads detected on some samples are evaluated on others.
 """
 
@@ -18,7 +20,7 @@ from vrh.console import console
 from vrh.data import Sample, dataset_hash, load_dataset
 from vrh.heads import Head
 from vrh.inference import LoadedModel, generate_answers
-from vrh.masking import mask_heads
+from vrh.masking import mask_heads, mask_heads_per_row, validate_heads
 from vrh.tasks import Task
 
 
@@ -56,6 +58,40 @@ def evaluate_samples(lm: LoadedModel, task: Task, samples: Sequence[Sample], hea
             if advance is not None:
                 advance(len(todo[start:start + batch_size]))
     return [finished[s.id] if s.id in finished else new[s.id] for s in samples]
+
+
+def evaluate_rows(lm: LoadedModel, task: Task, rows: Sequence[tuple[Sample, Sequence[Head]]], *,
+                  batch_size: int = 16, max_new_tokens: int = 64,
+                  on_record: Callable[[int, dict[str, Any]], None] | None = None,
+                  advance: Callable[[int], None] | None = None) -> list[dict[str, Any]]:
+    """Answer every ``(sample, heads)`` row with its own ``heads`` zeroed, ``batch_size`` rows per batch.
+
+    Why: the rows of several masking conditions (the same sample under k = 1, 2, 4, random seeds, ...)
+    share one left-padded, KV-cached greedy ``generate``, which costs about as much per decode step as
+    one condition's batch; a row's answer is the one :func:`evaluate_samples` gives it (tested). Zero mode
+    only (see :func:`vrh.masking.mask_heads_per_row`). Returns one record per row, in ``rows`` order, and
+    hands each to ``on_record(row index, record)`` as its batch is judged; ``advance`` counts rows. Every
+    head set is validated before anything is generated.
+    """
+    wrong = [s.id for s, _ in rows if s.task != task.name]
+    if wrong:
+        raise ValueError(f"{len(wrong)} rows are not {task.name} samples (e.g. {wrong[:3]})")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    for heads in {tuple(map(tuple, hs)) for _, hs in rows}:
+        validate_heads(heads, lm.adapter.num_layers(lm.model), lm.adapter.num_heads(lm.model))
+    out: list[dict[str, Any]] = []
+    for start in range(0, len(rows), batch_size):
+        chunk = rows[start:start + batch_size]
+        with mask_heads_per_row(lm.model, lm.adapter, [hs for _, hs in chunk]):
+            recs = answer_and_judge(lm, task, [s for s, _ in chunk], max_new_tokens)
+        for i, rec in enumerate(recs, start):
+            out.append(rec)
+            if on_record is not None:
+                on_record(i, rec)
+        if advance is not None:
+            advance(len(chunk))
+    return out
 
 
 # --- which samples to evaluate ------------------------------------------------------------------------

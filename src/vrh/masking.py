@@ -19,6 +19,9 @@ query position of every forward call: full prompts, single-token decode steps wi
 left-padded batches alike. (It does not change what the *other* heads attend to, and the head's keys
 and values still enter the KV cache; only its output is removed.)
 
+Several conditions in one batch: :func:`mask_heads_per_row` zeroes a different head set in each batch row
+(zero mode), so conditions share one left-padded ``generate``.
+
 Example::
 
     with mask_heads(model, adapter, [(3, 1), (10, 4)]):
@@ -33,7 +36,7 @@ from __future__ import annotations
 
 import operator
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -73,22 +76,34 @@ def validate_heads(heads: Iterable[Head], num_layers: int, num_heads: int) -> di
     return {layer: sorted(hs) for layer, hs in sorted(by_layer.items())}
 
 
+def _o_proj_input(args: tuple, kwargs: dict[str, Any]) -> tuple[torch.Tensor, str | None]:
+    """``o_proj``'s input and where it came from (``None``: positional, as every HF attention calls it)."""
+    if args:
+        return args[0], None
+    return kwargs["input"], "input"
+
+
+def _with_input(args: tuple, kwargs: dict[str, Any], key: str | None, x: torch.Tensor) -> tuple[tuple, dict]:
+    """The pre-hook's return value: the call's arguments with ``o_proj``'s input replaced by ``x``."""
+    if key is None:
+        return (x, *args[1:]), kwargs
+    return args, {**kwargs, key: x}
+
+
+def _check_width(x: torch.Tensor, num_heads: int, head_dim: int, layer: int, who: str) -> None:
+    if x.shape[-1] != num_heads * head_dim:
+        raise RuntimeError(
+            f"{who}: o_proj input of layer {layer} has last dim {x.shape[-1]}, expected "
+            f"num_heads*head_dim = {num_heads}*{head_dim} = {num_heads * head_dim}")
+
+
 def _zero_heads_hook(head_idx: list[int], num_heads: int, head_dim: int, layer: int):
     """A ``with_kwargs`` forward pre-hook for ``o_proj`` that zeroes the given heads' input slices."""
-    width = num_heads * head_dim
     cache: dict[torch.device, torch.Tensor] = {}  # index tensor per device, built once
 
     def hook(module: nn.Module, args: tuple, kwargs: dict[str, Any]):
-        # nn.Linear is called positionally in every HF attention, but accept input= too
-        if args:
-            x, key = args[0], None
-        else:
-            key = "input"
-            x = kwargs[key]
-        if x.shape[-1] != width:
-            raise RuntimeError(
-                f"mask_heads: o_proj input of layer {layer} has last dim {x.shape[-1]}, expected "
-                f"num_heads*head_dim = {num_heads}*{head_dim} = {width}")
+        x, key = _o_proj_input(args, kwargs)
+        _check_width(x, num_heads, head_dim, layer, "mask_heads")
         idx = cache.get(x.device)
         if idx is None:
             idx = cache[x.device] = torch.tensor(head_idx, dtype=torch.long, device=x.device)
@@ -96,10 +111,34 @@ def _zero_heads_hook(head_idx: list[int], num_heads: int, head_dim: int, layer: 
         per_head = x.reshape(*x.shape[:-1], num_heads, head_dim)
         # index_fill is out of place and writes exact zeros (x*0 would keep NaN/inf)
         per_head = per_head.index_fill(-2, idx, 0.0)
-        x = per_head.reshape(x.shape)  # [..., H, d_head] -> [..., H*d_head]
-        if key is None:
-            return (x, *args[1:]), kwargs
-        return args, {**kwargs, key: x}
+        return _with_input(args, kwargs, key, per_head.reshape(x.shape))  # [..., H, d_head] -> [..., H*d_head]
+
+    return hook
+
+
+def _zero_rows_hook(masked: torch.Tensor, head_dim: int, layer: int):
+    """A ``with_kwargs`` pre-hook for ``o_proj`` zeroing, in batch row b, the heads where ``masked[b]`` is True.
+
+    ``masked``: bool ``[B, H]``. The batch dim of every call must be B: greedy ``generate`` keeps it through
+    its KV-cached decode steps (no beams, no expansion), and anything else is an error, not a silent
+    broadcast of one row's mask onto another."""
+    n_rows, num_heads = masked.shape
+    cache: dict[torch.device, torch.Tensor] = {}  # the mask per device, built once
+
+    def hook(module: nn.Module, args: tuple, kwargs: dict[str, Any]):
+        x, key = _o_proj_input(args, kwargs)
+        _check_width(x, num_heads, head_dim, layer, "mask_heads_per_row")
+        if x.dim() != 3 or x.shape[0] != n_rows:
+            raise RuntimeError(
+                f"mask_heads_per_row: o_proj input of layer {layer} has shape {tuple(x.shape)}, expected "
+                f"[{n_rows}, seq, {num_heads * head_dim}] (one row per head set given; beam search or "
+                "num_return_sequences > 1 change the batch and are not supported)")
+        m = cache.get(x.device)
+        if m is None:
+            m = cache[x.device] = masked.to(x.device)[:, None, :, None]  # [B, H] -> [B, 1, H, 1]
+        per_head = x.reshape(*x.shape[:-1], num_heads, head_dim)  # [B, S, H*d_head] -> [B, S, H, d_head]
+        per_head = per_head.masked_fill(m, 0.0)  # exact zeros, like index_fill in mask_heads
+        return _with_input(args, kwargs, key, per_head.reshape(x.shape))  # -> [B, S, H*d_head]
 
     return hook
 
@@ -144,18 +183,67 @@ def _zero_mask(model: nn.Module, adapter: Any, heads: list[Head]) -> Iterator[No
     num_layers, num_heads = adapter.num_layers(model), adapter.num_heads(model)
     head_dim = adapter.head_dim(model)
     by_layer = validate_heads(heads, num_layers, num_heads)
+    hooks = {layer: _zero_heads_hook(idx, num_heads, head_dim, layer) for layer, idx in by_layer.items()}
+    with _o_proj_pre_hooks(model, adapter, hooks):
+        yield
 
+
+@contextmanager
+def mask_heads_per_row(model: nn.Module, adapter: Any, row_heads: Sequence[Iterable[Head]]) -> Iterator[None]:
+    """Within the context, batch row ``b`` of every language-model forward has ``row_heads[b]`` zeroed.
+
+    Why: several masking conditions (k values, detected vs random heads, seeds) can then share one
+    left-padded batch and one KV-cached greedy ``generate`` instead of one ``generate`` each. Row b's
+    output is the one :func:`mask_heads` (zero mode) gives for ``row_heads[b]`` -- same ``o_proj`` input,
+    same exact zeros -- so only the batch composition changes, as it does between any two batches. Every
+    forward inside must have exactly ``len(row_heads)`` rows (a mismatch raises instead of broadcasting).
+
+    Zero mode only: the uniform ablation lives inside vrh's attention function, which masks one head set
+    per module for the whole batch, so uniform conditions run one head set at a time
+    (:func:`vrh.runner.run_conditions` does that). Every row is validated before anything is installed;
+    rows with no heads are left untouched; hooks are removed on exit, also on error; it nests with
+    :func:`mask_heads` (masks add up).
+
+    Example::
+
+        with mask_heads_per_row(model, adapter, [[], [(3, 1)], [(3, 1), (10, 4)]]):
+            out = model.generate(**inputs_of_3_rows, max_new_tokens=32, do_sample=False)
+    """
+    row_heads = [list(hs) for hs in row_heads]
+    num_layers, num_heads = adapter.num_layers(model), adapter.num_heads(model)
+    head_dim = adapter.head_dim(model)
+    by_row = []
+    for b, heads in enumerate(row_heads):
+        try:
+            by_row.append(validate_heads(heads, num_layers, num_heads))
+        except ValueError as e:
+            raise ValueError(f"row {b}: {e}") from None
+    masked: dict[int, torch.Tensor] = {}  # layer -> bool [B, H], only layers some row masks
+    for b, by_layer in enumerate(by_row):
+        for layer, idx in by_layer.items():
+            if layer not in masked:
+                masked[layer] = torch.zeros(len(row_heads), num_heads, dtype=torch.bool)
+            masked[layer][b, idx] = True
+    hooks = {layer: _zero_rows_hook(m, head_dim, layer) for layer, m in sorted(masked.items())}
+    with _o_proj_pre_hooks(model, adapter, hooks):
+        yield
+
+
+@contextmanager
+def _o_proj_pre_hooks(model: nn.Module, adapter: Any, hooks: dict[int, Any]) -> Iterator[None]:
+    """Install ``{layer: pre-hook}`` on the layers' ``o_proj`` (geometry checked first); removed in finally."""
+    num_heads, head_dim = adapter.num_heads(model), adapter.head_dim(model)
+    o_projs = {layer: adapter.o_proj(model, layer) for layer in hooks}
+    for layer, o_proj in o_projs.items():
+        in_features = getattr(o_proj, "in_features", None)
+        if in_features is not None and in_features != num_heads * head_dim:
+            raise ValueError(
+                f"layer {layer}: o_proj.in_features={in_features} != num_heads*head_dim = "
+                f"{num_heads}*{head_dim}; the adapter's head geometry does not match the model")
     handles = []
     try:
-        for layer, head_idx in by_layer.items():
-            o_proj = adapter.o_proj(model, layer)
-            in_features = getattr(o_proj, "in_features", None)
-            if in_features is not None and in_features != num_heads * head_dim:
-                raise ValueError(
-                    f"layer {layer}: o_proj.in_features={in_features} != num_heads*head_dim = "
-                    f"{num_heads}*{head_dim}; the adapter's head geometry does not match the model")
-            hook = _zero_heads_hook(head_idx, num_heads, head_dim, layer)
-            handles.append(o_proj.register_forward_pre_hook(hook, with_kwargs=True))
+        for layer, hook in hooks.items():
+            handles.append(o_projs[layer].register_forward_pre_hook(hook, with_kwargs=True))
         yield
     finally:
         for handle in handles:

@@ -9,9 +9,15 @@ Every masking command (evaluate, sweep, compare, transfer, stability, dpo-pairs,
 * **every sample record is tagged** with its condition (:meth:`~vrh.conditions.Condition.tag`) and appended
   to ``samples.jsonl`` as soon as it is judged;
 * **resume**: records already in the run folder (from an interrupted run with the same config) are reused,
-  and only what is missing is generated.
-
-This is also the one place where several conditions could later share a forward (batching head sets).
+  and only what is missing is generated;
+* **several conditions per batch** (``batch_conditions=True``, the default): a batch row is a (sample,
+  head set) pair, so the zero-mode head sets share left-padded, KV-cached greedy ``generate`` calls
+  (:func:`vrh.evaluation.evaluate_rows`, :func:`vrh.masking.mask_heads_per_row`). Rows go sample-major
+  (a sample's rows sit next to each other: same prompt length, little padding). Uniform-mode head sets
+  cannot share a batch (the uniform ablation masks one head set per attention module) and are evaluated
+  one head set at a time, as everything is with ``batch_conditions=False``. Records, tags, resume,
+  ``subsets`` and summaries are the same either way (tested); only the order of lines in
+  ``samples.jsonl`` differs.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from typing import Any
 from vrh.conditions import Condition
 from vrh.console import progress
 from vrh.data import Sample
-from vrh.evaluation import evaluate_samples
+from vrh.evaluation import evaluate_rows, evaluate_samples
 from vrh.inference import LoadedModel
 from vrh.runs import RunFolder
 from vrh.tasks import Task
@@ -40,7 +46,7 @@ class ConditionResults:
     records: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # label -> records, samples order
     summaries: dict[str, dict[str, Any]] = field(default_factory=dict)  # label -> task.summarize(records)
     n_evaluations: int = 0  # distinct (head set, mask mode) evaluated, generated or resumed
-    n_generated: int = 0  # samples answered in this call (resumed ones excluded)
+    n_generated: int = 0  # (head set, sample) rows answered in this call (resumed ones excluded)
 
     def summary(self, label: str) -> dict[str, Any]:
         return self.summaries[label]
@@ -49,10 +55,27 @@ class ConditionResults:
         return [(c, self.summaries[c.label]) for c in self.conditions]
 
 
+@dataclass
+class _Group:
+    """One distinct ``(head set, mask mode)``: its conditions, the samples any of them needs, and what is done."""
+
+    conditions: list[Condition]
+    samples: list[Sample]
+    done: dict[str, dict[str, Any]]  # sample id -> untagged record of an interrupted run
+
+    @property
+    def lead(self) -> Condition:
+        return self.conditions[0]
+
+    @property
+    def todo(self) -> list[Sample]:
+        return [s for s in self.samples if s.id not in self.done]
+
+
 def run_conditions(lm: LoadedModel, task: Task, samples: Sequence[Sample], conditions: Sequence[Condition],
                    run: RunFolder | None = None, *, batch_size: int = 16, max_new_tokens: int = 64,
-                   description: str = "evaluate", subsets: Mapping[str, Sequence[str]] | None = None
-                   ) -> ConditionResults:
+                   description: str = "evaluate", subsets: Mapping[str, Sequence[str]] | None = None,
+                   batch_conditions: bool = True) -> ConditionResults:
     """Evaluate every condition on ``samples``; records go to ``run``'s ``samples.jsonl`` as they finish.
 
     ``subsets`` (label -> sample ids) restricts a condition to some of the samples (e.g. a fresh random head
@@ -61,6 +84,10 @@ def run_conditions(lm: LoadedModel, task: Task, samples: Sequence[Sample], condi
     With a ``run`` that holds records of an interrupted run (opened with ``resume=True``), a sample already
     judged under any condition with the same key is not generated again; conditions sharing a key get the
     same records, each tagged with its own label.
+
+    ``batch_conditions``: zero-mode head sets share batches, ``batch_size`` (sample, head set) rows each
+    (see the module docstring); ``False`` evaluates one head set at a time, ``batch_size`` samples per batch.
+    The progress bar counts rows either way.
     """
     labels = [c.label for c in conditions]
     dupes = sorted({l for l in labels if labels.count(l) > 1})
@@ -84,45 +111,65 @@ def run_conditions(lm: LoadedModel, task: Task, samples: Sequence[Sample], condi
         for rec in run.finished_samples():
             if rec.get("condition") in labels and rec.get("id") in wanted:
                 finished[rec["condition"]][rec["id"]] = rec
-    groups: dict[tuple, list[Condition]] = {}
+    by_key: dict[tuple, list[Condition]] = {}
     for c in conditions:
-        groups.setdefault(c.key, []).append(c)
+        by_key.setdefault(c.key, []).append(c)
 
-    out = ConditionResults(list(conditions))
-    todo_total = 0
-    plans = []
-    for key, conds in groups.items():
+    groups = []
+    for conds in by_key.values():
         wanted = set().union(*(members[c.label] for c in conds))
-        group_samples = [s for s in samples if s.id in wanted]
         done: dict[str, dict[str, Any]] = {}
         for c in conds:  # any condition of the group that finished a sample finished it for all
             for i, rec in finished[c.label].items():
                 done.setdefault(i, _untagged(rec))
-        plans.append((conds, group_samples, done))
-        todo_total += sum(1 for s in group_samples if s.id not in done)
+        groups.append(_Group(conds, [s for s in samples if s.id in wanted], done))
 
-    with progress(todo_total, description) as advance:
-        for conds, group_samples, done in plans:
-            def write(rec: dict[str, Any], conds=conds) -> None:
-                if run is not None:
-                    for c in conds:
-                        if rec["id"] in members[c.label]:
-                            run.append_sample({**c.tag(), **rec})
+    out = ConditionResults(list(conditions))
 
-            lead = conds[0]
-            records = evaluate_samples(lm, task, group_samples, lead.heads, mask_mode=lead.mask_mode,
-                                       batch_size=batch_size, max_new_tokens=max_new_tokens, on_record=write,
-                                       advance=advance, finished=done)
-            out.n_generated += sum(1 for s in group_samples if s.id not in done)
-            out.n_evaluations += 1
-            for c in conds:
-                mine = [r for r in records if r["id"] in members[c.label]]
-                if run is not None:  # resumed records this label lacks (finished under another label of the group)
-                    for rec in mine:
-                        if rec["id"] in done and rec["id"] not in finished[c.label]:
-                            run.append_sample({**c.tag(), **rec})
-                out.records[c.label] = mine
-                out.summaries[c.label] = task.summarize(mine)
+    def write(group: _Group, rec: dict[str, Any]) -> None:
+        if run is not None:
+            for c in group.conditions:
+                if rec["id"] in members[c.label]:
+                    run.append_sample({**c.tag(), **rec})
+
+    def finish(group: _Group, new: Mapping[str, dict[str, Any]]) -> None:
+        """The group's records in samples order, per label; resumed records a label lacks are appended."""
+        records = [group.done[s.id] if s.id in group.done else new[s.id] for s in group.samples]
+        out.n_generated += len(new)
+        out.n_evaluations += 1
+        for c in group.conditions:
+            mine = [r for r in records if r["id"] in members[c.label]]
+            if run is not None:  # resumed records this label lacks (finished under another label of the group)
+                for rec in mine:
+                    if rec["id"] in group.done and rec["id"] not in finished[c.label]:
+                        run.append_sample({**c.tag(), **rec})
+            out.records[c.label] = mine
+            out.summaries[c.label] = task.summarize(mine)
+
+    shared = [g for g in groups if batch_conditions and g.lead.key[1] == "zero"]
+    new: dict[int, dict[str, dict[str, Any]]] = {id(g): {} for g in shared}  # group -> id -> generated record
+    with progress(sum(len(g.todo) for g in groups), description) as advance:
+        if shared:
+            todo = {id(g): {s.id for s in g.todo} for g in shared}
+            rows = [(g, s) for s in samples for g in shared if s.id in todo[id(g)]]  # sample-major
+
+            def on_row(i: int, rec: dict[str, Any]) -> None:
+                group = rows[i][0]
+                new[id(group)][rec["id"]] = rec
+                write(group, rec)
+
+            evaluate_rows(lm, task, [(s, g.lead.heads) for g, s in rows], batch_size=batch_size,
+                          max_new_tokens=max_new_tokens, on_record=on_row, advance=advance)
+        for group in groups:  # plan order, so results list conditions the same way on both paths
+            if id(group) in new:
+                finish(group, new[id(group)])
+                continue
+            lead = group.lead
+            records = evaluate_samples(lm, task, group.samples, lead.heads, mask_mode=lead.mask_mode,
+                                       batch_size=batch_size, max_new_tokens=max_new_tokens,
+                                       on_record=lambda rec, g=group: write(g, rec), advance=advance,
+                                       finished=group.done)
+            finish(group, {r["id"]: r for r in records if r["id"] not in group.done})
     return out
 
 

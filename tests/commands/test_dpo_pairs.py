@@ -126,7 +126,14 @@ def test_kept_pairs_are_trl_vision_preference_rows(tmp_path, det_run, tiny_check
                 on_record(out[-1])
         return out
 
+    def fake_rows(lm, task, rows, *, on_record=None, **kw):  # batched conditions: (sample, heads) rows
+        recs = [fake_evaluate(lm, task, [s], hs)[0] for s, hs in rows]
+        for i, rec in enumerate(recs):
+            on_record(i, rec)
+        return recs
+
     monkeypatch.setattr(runner, "evaluate_samples", fake_evaluate)
+    monkeypatch.setattr(runner, "evaluate_rows", fake_rows)
     out = tmp_path / "dpo"
     res = dpo_pairs.run(dpo_pairs.Config(model=tiny_checkpoint, heads=str(det_run), k=2, n=4, out=str(out)), tiny_lm)
     assert res["n_pairs"] == 3 and res["dropped"] == {dpo.DROP_SAME_ANSWER: 1}
