@@ -648,12 +648,12 @@ def main(argv: list[str] | None = None) -> int:
     """``vrh organism train --out DIR [--config PRESET|JSON] [--steps N] [--export-to DIR]``."""
     ap = argparse.ArgumentParser(prog="vrh organism train", description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="work folder: ckpt.pt, config.json, export/")
-    ap.add_argument("--config", default=None, help=f"preset ({', '.join(PRESETS)}) or a JSON file")
-    ap.add_argument("--steps", type=int, default=None, help="override the config's total steps")
-    ap.add_argument("--no-resume", action="store_true")
+    ap.add_argument("--config", default=None, help=f"preset ({', '.join(PRESETS)}) or a JSON file (default: the default TrainConfig)")
+    ap.add_argument("--steps", type=int, default=None, help="override the config's total steps (default: the config's)")
+    ap.add_argument("--no-resume", action="store_true", help="start over even if OUT holds a checkpoint")
     ap.add_argument("--export-only", action="store_true", help="export the latest checkpoint, no training")
     ap.add_argument("--export-to", default=None, help="export folder (default OUT/export)")
-    ap.add_argument("--eval-n", type=int, default=500)
+    ap.add_argument("--eval-n", type=int, default=500, help="held-out samples evaluated at export (default: %(default)s)")
     args = ap.parse_args(argv)
     cfg = load_config(args.config)
     if args.steps is not None:
