@@ -53,7 +53,9 @@ def allowed_keys(attention_mask: torch.Tensor | None, q_len: int, kv_len: int, i
     """Which keys each query may see, bool ``(B or 1, 1 or H, Q, S)``: exactly the keys sdpa attends to.
 
     ``queries`` (LongTensor ``(Q,)``, indices into this call's ``q_len`` queries) selects rows; ``None``
-    means all ``q_len`` of them. ``S`` is ``kv_len``. The result may be an expanded view: do not write to it.
+    means all ``q_len`` of them. ``S`` is ``kv_len``. The result is on ``device`` (the caller's scores or
+    values: with a ``device_map`` a layer may receive a mask built on another GPU) and may be an expanded
+    view: do not write to it.
 
     * A materialized mask (what transformers' sdpa mask builds for padding, sliding windows or a KV cache
       offset) is read as sdpa reads it and cut to ``kv_len`` (sdpa crops a static cache's empty tail the
@@ -73,7 +75,7 @@ def allowed_keys(attention_mask: torch.Tensor | None, q_len: int, kv_len: int, i
     """
     n_q = q_len if queries is None else queries.numel()
     if attention_mask is not None:
-        m = attention_mask[..., :kv_len]  # (B or 1, 1 or H, N or 1, S)
+        m = attention_mask[..., :kv_len].to(device)  # (B or 1, 1 or H, N or 1, S); a no-op on its own device
         if queries is not None and m.shape[2] > 1:
             m = m.index_select(2, queries.to(m.device))  # (B or 1, 1 or H, Q, S)
         if m.dtype != torch.bool:

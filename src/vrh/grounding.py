@@ -59,8 +59,11 @@ _LIST_RE = re.compile(rf"[\[(]\s*+{_LN}{_SEP}{_LN}{_SEP}{_LN}{_SEP}{_LN}\s*+[\])
 _PATTERNS = (("json", _JSON_RE), ("box_tokens", _BOX_TOKENS_RE), ("list", _LIST_RE))
 
 
+MAX_COORDINATE = 1e12  # no image is this many pixels wide; beyond it, scaling to pixels could overflow to inf
+
+
 def valid_box(box: Sequence[float]) -> bool:
-    """Four finite numbers with ``x2 > x1`` and ``y2 > y1``.
+    """Four finite numbers of magnitude at most :data:`MAX_COORDINATE` with ``x2 > x1`` and ``y2 > y1``.
 
     Swapped corners (``x2 < x1``) are *rejected*, not reordered: a model that writes them has not
     produced the box format it was asked for, and silently fixing it would inflate accuracy.
@@ -68,7 +71,7 @@ def valid_box(box: Sequence[float]) -> bool:
     >>> valid_box((0, 0, 10, 5)), valid_box((10, 0, 0, 5)), valid_box((0, 0, 0, 5))
     (True, False, False)
     """
-    if len(box) != 4 or not all(math.isfinite(v) for v in box):
+    if len(box) != 4 or not all(math.isfinite(v) and abs(v) <= MAX_COORDINATE for v in box):
         return False
     x1, y1, x2, y2 = box
     return x2 > x1 and y2 > y1

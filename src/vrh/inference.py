@@ -7,6 +7,8 @@ way everywhere.
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,7 +60,8 @@ class LoadedModel:
 
     @property
     def device(self) -> torch.device:
-        return next(self.model.parameters()).device
+        """Where inputs go: the input embeddings' device (see :func:`input_device`)."""
+        return input_device(self.model)
 
     def describe(self) -> dict[str, Any]:
         return {"path": self.path, "revision": self.revision, "adapter": self.adapter.name,
@@ -66,17 +69,101 @@ class LoadedModel:
                 "num_heads": self.num_heads, "dtype": str(next(self.model.parameters()).dtype)}
 
 
+def input_device(model: nn.Module) -> torch.device:
+    """The device the model's inputs must be on: that of its input embeddings.
+
+    Why not ``next(model.parameters())``: with a ``device_map`` the first parameter (often the vision
+    tower's) may sit on another GPU than the embeddings, and an offloaded embedding's weight is on
+    ``meta`` while accelerate's hook runs it on its ``execution_device``.
+    """
+    emb = model.get_input_embeddings()
+    hooked = getattr(getattr(emb, "_hf_hook", None), "execution_device", None)
+    if hooked is not None:
+        return torch.device("cuda", hooked) if isinstance(hooked, int) else torch.device(hooked)
+    return emb.weight.device
+
+
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")  # transformers' named placements
+_TENSOR_PARALLEL = ("tp", "tp_plan", "tensor_parallel")
+
+
+class TensorParallelRefused(ValueError):
+    """Tensor parallelism was asked for; vrh's head indices assume every head of a layer in one process."""
+
+
+def _refuse_tensor_parallel(what: str) -> None:
+    raise TensorParallelRefused(
+        f"{what}: tensor parallelism is not supported. It splits each layer's heads across ranks, so a "
+        "rank's o_proj input and attention rows hold only its own slice and (layer, head) indices would "
+        "silently point at other heads. Use --device-map auto (whole heads, layers spread over GPUs), "
+        "combined with data parallelism over groups of GPUs (README, 'Models larger than one GPU').")
+
+
+def resolve_device_map(device_map: str | dict | None) -> str | dict | None:
+    """``--device-map`` text -> what ``from_pretrained(device_map=...)`` takes; refuses tensor parallelism.
+
+    None stays None (the whole model on ``--device``); a name from :data:`DEVICE_MAPS` stays as is; a JSON
+    object (``'{"model.visual": 0, "model.language_model": 1, "lm_head": 1}'``) becomes a dict. A dict
+    passes through.
+
+    >>> resolve_device_map('{"": "cpu"}')
+    {'': 'cpu'}
+    """
+    if device_map is None or isinstance(device_map, dict):
+        return device_map
+    text = device_map.strip()
+    if text.lower() in _TENSOR_PARALLEL:
+        _refuse_tensor_parallel(f"--device-map {device_map!r}")
+    if text in DEVICE_MAPS:
+        return text
+    if text.startswith("{"):
+        try:
+            parsed = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"--device-map {device_map!r} is not valid JSON: {e}") from None
+        if isinstance(parsed, dict):
+            return parsed
+    raise ValueError(f"--device-map {device_map!r}: expected one of {', '.join(DEVICE_MAPS)} or a JSON object "
+                     '{"module.name": device}')
+
+
+def check_device_map_launch(device_map: str | dict | None, env: dict[str, str] | None = None) -> None:
+    """Refuse a named ``device_map`` when several processes of a data-parallel launch share this node.
+
+    Why: each process would spread its copy of the model over *every* visible GPU, so the copies pile onto
+    the same GPUs. Combine the two by making each GPU group its own torchrun "node" (``--nnodes`` groups,
+    one process each, ``CUDA_VISIBLE_DEVICES`` = the group): then one process sees only its group. An
+    explicit JSON map is the user's own placement and passes.
+    """
+    env = os.environ if env is None else env
+    local = int(env.get("LOCAL_WORLD_SIZE") or 1)
+    if isinstance(device_map, str) and local > 1:
+        raise ValueError(
+            f"--device-map {device_map}: {local} processes share this node, and each would spread its model "
+            "copy over all of its GPUs. Run one process per GPU group instead: each group its own torchrun "
+            "node with --nproc-per-node 1 and CUDA_VISIBLE_DEVICES set to the group (README, 'Models larger "
+            "than one GPU').")
 
 
 def load_model(model: str, *, device: str = "cpu", dtype: str = "float32", revision: str | None = None,
-               adapter: str | None = None) -> LoadedModel:
+               adapter: str | None = None, device_map: str | dict | None = None) -> LoadedModel:
     """Load a checkpoint (local folder, hub id, or the ``organism`` alias) through its adapter: ``adapter``
     (a registered name or ``package.module:Class``, see docs/adapters.md) or the one its model type picks.
+
+    ``device_map`` (see :func:`resolve_device_map`; needs ``accelerate``) spreads a model too big for one
+    GPU over several; ``device`` is then not used and inputs go to :func:`input_device`. Tensor parallelism
+    is refused (:class:`TensorParallelRefused`).
 
     The model type is read from the raw ``config.json``, not through ``AutoConfig``: for a remote-code
     family that would run (or interactively offer to run) the checkpoint's code; vrh refuses it instead."""
     from transformers import PretrainedConfig
+
+    device_map = resolve_device_map(device_map)  # before any download: a bad value fails at once
+    check_device_map_launch(device_map)
+    if device_map is not None and importlib.util.find_spec("accelerate") is None:
+        raise ImportError(f"--device-map {device_map!r} needs the accelerate package (transformers places the "
+                          "model through it): pip install accelerate")
 
     path = resolve_model_path(model)
     looks_local = path.startswith(("/", "./", "../", "~")) or Path(path).exists()
@@ -90,7 +177,10 @@ def load_model(model: str, *, device: str = "cpu", dtype: str = "float32", revis
     chosen = get_adapter(config.get("model_type", ""), adapter=adapter)
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; choose from {sorted(DTYPES)}")
-    m, processor = chosen.load(path, dtype=DTYPES[dtype], device=device)
+    placement = {} if device_map is None else {"device_map": device_map}  # custom adapters may predate it
+    m, processor = chosen.load(path, dtype=DTYPES[dtype], device=device, **placement)
+    if (getattr(m, "tp_size", None) or 1) > 1:  # a checkpoint whose config asks for a TP plan under torchrun
+        _refuse_tensor_parallel(f"model {path} was loaded tensor-parallel (tp_size={m.tp_size})")
     m.eval()
     return LoadedModel(m, processor, chosen, path, revision)
 

@@ -139,6 +139,11 @@ class ModelOptions:
                                             "adapter, docs/adapters.md)")
     device: str = option("cpu", help="torch device, e.g. cuda:0")
     dtype: str = option("float32", choices=DTYPES, help="model weights dtype")
+    device_map: str | None = option(None, metavar="MAP",
+                                    help="spread a model too big for one GPU over several: auto (or balanced, "
+                                         "balanced_low_0, sequential) or a JSON object {module: device}; needs "
+                                         "accelerate; inputs then go to the input embeddings' device and --device "
+                                         "is not used (default: none, the whole model on --device)")
     threads: int | None = option(None, parse=optional_int, help="torch CPU threads (default: 1 on a CPU device "
                                                                 "with the organism, else torch's choice)")
 

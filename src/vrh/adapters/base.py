@@ -73,8 +73,12 @@ class Adapter:
 
     # --- loading -------------------------------------------------------------------------------
     def load(self, path: str, *, dtype: torch.dtype = torch.float32, device: str = "cpu",
-             attn_implementation: str = "sdpa") -> tuple[nn.Module, Any]:
-        """Load (model, processor) from a local path or hub id; offline when HF_HUB_OFFLINE is set."""
+             attn_implementation: str = "sdpa", device_map: str | dict | None = None) -> tuple[nn.Module, Any]:
+        """Load (model, processor) from a local path or hub id; offline when HF_HUB_OFFLINE is set.
+
+        ``device_map`` (None: the whole model on ``device``) goes to ``from_pretrained`` unchanged, e.g.
+        ``"auto"`` to spread a model too big for one GPU over several; the model is then left where
+        transformers placed it (``.to(device)`` would undo the split)."""
         raise NotImplementedError
 
     # --- structure -----------------------------------------------------------------------------

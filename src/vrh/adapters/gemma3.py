@@ -85,14 +85,15 @@ class Gemma3Adapter(ChatTemplateAdapter):
 
     # --- loading -------------------------------------------------------------------------------
     def load(self, path: str, *, dtype: torch.dtype = torch.float32, device: str = "cpu",
-             attn_implementation: str = "sdpa"):
+             attn_implementation: str = "sdpa", device_map: str | dict | None = None):
         from transformers import AutoProcessor, Gemma3ForConditionalGeneration
 
         model = Gemma3ForConditionalGeneration.from_pretrained(path, dtype=dtype,
-                                                               attn_implementation=attn_implementation)
+                                                               attn_implementation=attn_implementation,
+                                                               device_map=device_map)
         processor = AutoProcessor.from_pretrained(path)
         processor.tokenizer.padding_side = "left"
-        return model.to(device).eval(), processor
+        return (model if device_map is not None else model.to(device)).eval(), processor
 
     # --- prompts and inputs --------------------------------------------------------------------
     def grounding_prompt(self, expression: str) -> str:

@@ -79,7 +79,7 @@ class Glm4vAdapter(QwenVLAdapter):
                 "glm46v": ("Glm46VForConditionalGeneration", "Glm46VProcessor")}
 
     def load(self, path: str, *, dtype: torch.dtype = torch.float32, device: str = "cpu",
-             attn_implementation: str = "sdpa"):
+             attn_implementation: str = "sdpa", device_map: str | dict | None = None):
         """Pick the model and processor classes from the checkpoint's ``model_type`` (glm4v or glm46v)."""
         from transformers import AutoConfig
 
@@ -87,7 +87,8 @@ class Glm4vAdapter(QwenVLAdapter):
         if model_type not in self._CLASSES:
             raise ValueError(f"the glm4v adapter serves model types {sorted(self._CLASSES)}, not {model_type!r}")
         self.model_class, self.processor_class = self._CLASSES[model_type]
-        return super().load(path, dtype=dtype, device=device, attn_implementation=attn_implementation)
+        return super().load(path, dtype=dtype, device=device, attn_implementation=attn_implementation,
+                            device_map=device_map)
 
     # --- prompts -------------------------------------------------------------------------------
     def chat_text(self, processor: Any, prompt: str) -> str:

@@ -88,7 +88,7 @@ class Idefics3Adapter(ChatTemplateAdapter):
 
     # --- loading -------------------------------------------------------------------------------
     def load(self, path: str, *, dtype: torch.dtype = torch.float32, device: str = "cpu",
-             attn_implementation: str = "sdpa") -> tuple[nn.Module, Any]:
+             attn_implementation: str = "sdpa", device_map: str | dict | None = None) -> tuple[nn.Module, Any]:
         """Pick the classes from the checkpoint's ``model_type``. SmolVLM's processor carries a video
         processor that needs torchvision: vrh loads it with ``video_processor=None`` (images only)."""
         import transformers
@@ -97,7 +97,8 @@ class Idefics3Adapter(ChatTemplateAdapter):
         if model_type not in self._CLASSES:
             raise ValueError(f"the idefics3 adapter serves model types {sorted(self._CLASSES)}, not {model_type!r}")
         model_class, processor_class = (getattr(transformers, c) for c in self._CLASSES[model_type])
-        model = model_class.from_pretrained(path, dtype=dtype, attn_implementation=attn_implementation)
+        model = model_class.from_pretrained(path, dtype=dtype, attn_implementation=attn_implementation,
+                                            device_map=device_map)
         if model_type == "smolvlm":
             from vrh.adapters.qwen_vl import image_only  # the processor class without its video processor
 
@@ -109,7 +110,7 @@ class Idefics3Adapter(ChatTemplateAdapter):
         else:
             processor = processor_class.from_pretrained(path)
         processor.tokenizer.padding_side = "left"
-        return model.to(device).eval(), processor
+        return (model if device_map is not None else model.to(device)).eval(), processor
 
     # --- structure -----------------------------------------------------------------------------
     def decoder_layers(self, model: nn.Module) -> nn.ModuleList:

@@ -88,16 +88,17 @@ class InternVLAdapter(ChatTemplateAdapter):
 
     # --- loading -------------------------------------------------------------------------------
     def load(self, path: str, *, dtype: torch.dtype = torch.float32, device: str = "cpu",
-             attn_implementation: str = "sdpa") -> tuple[nn.Module, Any]:
+             attn_implementation: str = "sdpa", device_map: str | dict | None = None) -> tuple[nn.Module, Any]:
         from transformers import InternVLForConditionalGeneration
 
         from vrh.adapters.qwen_vl import load_qwen_processor  # AutoProcessor, or without the video processor
 
         model = InternVLForConditionalGeneration.from_pretrained(path, dtype=dtype,
-                                                                 attn_implementation=attn_implementation)
+                                                                 attn_implementation=attn_implementation,
+                                                                 device_map=device_map)
         processor = load_qwen_processor(path, "InternVLProcessor")
         processor.tokenizer.padding_side = "left"
-        return model.to(device).eval(), processor
+        return (model if device_map is not None else model.to(device)).eval(), processor
 
     # --- prompts -------------------------------------------------------------------------------
     def grounding_prompt(self, expression: str) -> str:

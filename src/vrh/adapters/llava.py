@@ -63,10 +63,11 @@ class LlavaAdapter(ChatTemplateAdapter):
 
     # --- loading -------------------------------------------------------------------------------
     def load(self, path: str, *, dtype: torch.dtype = torch.float32, device: str = "cpu",
-             attn_implementation: str = "sdpa") -> tuple[nn.Module, Any]:
+             attn_implementation: str = "sdpa", device_map: str | dict | None = None) -> tuple[nn.Module, Any]:
         from transformers import AutoProcessor, LlavaForConditionalGeneration
 
-        model = LlavaForConditionalGeneration.from_pretrained(path, dtype=dtype, attn_implementation=attn_implementation)
+        model = LlavaForConditionalGeneration.from_pretrained(path, dtype=dtype, attn_implementation=attn_implementation,
+                                                              device_map=device_map)
         processor = AutoProcessor.from_pretrained(path)
         processor.tokenizer.padding_side = "left"
         # older processor configs omit these; the model config is authoritative
@@ -75,7 +76,7 @@ class LlavaAdapter(ChatTemplateAdapter):
         if getattr(processor, "vision_feature_select_strategy", None) is None:
             processor.vision_feature_select_strategy = model.config.vision_feature_select_strategy
         self.configure({**(getattr(model.config, "vrh", None) or {}), **self._vrh_json(path)})
-        return model.to(device).eval(), processor
+        return (model if device_map is not None else model.to(device)).eval(), processor
 
     @staticmethod
     def _vrh_json(path: str) -> dict[str, Any]:

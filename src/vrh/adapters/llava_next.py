@@ -92,11 +92,12 @@ class LlavaNextAdapter(ChatTemplateAdapter):
 
     # --- loading -------------------------------------------------------------------------------
     def load(self, path: str, *, dtype: torch.dtype = torch.float32, device: str = "cpu",
-             attn_implementation: str = "sdpa") -> tuple[nn.Module, Any]:
+             attn_implementation: str = "sdpa", device_map: str | dict | None = None) -> tuple[nn.Module, Any]:
         from transformers import AutoProcessor, LlavaNextForConditionalGeneration
 
         model = LlavaNextForConditionalGeneration.from_pretrained(path, dtype=dtype,
-                                                                  attn_implementation=attn_implementation)
+                                                                  attn_implementation=attn_implementation,
+                                                                  device_map=device_map)
         processor = AutoProcessor.from_pretrained(path)
         processor.tokenizer.padding_side = "left"
         # older processor configs omit these; the model config is authoritative
@@ -106,7 +107,7 @@ class LlavaNextAdapter(ChatTemplateAdapter):
             processor.vision_feature_select_strategy = model.config.vision_feature_select_strategy
         # Llama-3's template ends the generation prompt with "\n\n": the answer follows without a space
         self.answer_sep = "" if self.chat_text(processor, "x")[-1:].isspace() else " "
-        return model.to(device).eval(), processor
+        return (model if device_map is not None else model.to(device)).eval(), processor
 
     # --- prompts -------------------------------------------------------------------------------
     def grounding_prompt(self, expression: str) -> str:

@@ -72,21 +72,22 @@ class LlavaOnevisionAdapter(LlavaNextAdapter):
 
     # --- loading -------------------------------------------------------------------------------
     def load(self, path: str, *, dtype: torch.dtype = torch.float32, device: str = "cpu",
-             attn_implementation: str = "sdpa") -> tuple[nn.Module, Any]:
+             attn_implementation: str = "sdpa", device_map: str | dict | None = None) -> tuple[nn.Module, Any]:
         """Model and processor; the processor without its video processor when torchvision is missing."""
         from transformers import LlavaOnevisionForConditionalGeneration
 
         from vrh.adapters.qwen_vl import load_qwen_processor  # AutoProcessor, or without the video processor
 
         model = LlavaOnevisionForConditionalGeneration.from_pretrained(path, dtype=dtype,
-                                                                       attn_implementation=attn_implementation)
+                                                                       attn_implementation=attn_implementation,
+                                                                       device_map=device_map)
         processor = load_qwen_processor(path, "LlavaOnevisionProcessor")
         processor.tokenizer.padding_side = "left"
         if processor.vision_aspect_ratio != model.config.vision_aspect_ratio:
             raise ValueError(f"{path}: the processor's vision_aspect_ratio {processor.vision_aspect_ratio!r} differs "
                              f"from the model's {model.config.vision_aspect_ratio!r}")
         self.answer_sep = "" if self.chat_text(processor, "x")[-1:].isspace() else " "
-        return model.to(device).eval(), processor
+        return (model if device_map is not None else model.to(device)).eval(), processor
 
     # --- token -> image map --------------------------------------------------------------------
     def visual_map(self, processor: Any, enc: Any, b: int, image: Any

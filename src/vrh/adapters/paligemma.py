@@ -86,15 +86,16 @@ class PaliGemmaAdapter(Adapter):
 
     # --- loading -------------------------------------------------------------------------------
     def load(self, path: str, *, dtype: torch.dtype = torch.float32, device: str = "cpu",
-             attn_implementation: str = "sdpa") -> tuple[nn.Module, Any]:
+             attn_implementation: str = "sdpa", device_map: str | dict | None = None) -> tuple[nn.Module, Any]:
         """The LM always eager (Gemma 2 has no sdpa path: sdpa cannot softcap), the tower as requested."""
         from transformers import AutoProcessor, PaliGemmaForConditionalGeneration
 
         impl = {"text_config": "eager", "vision_config": attn_implementation, "": attn_implementation}
-        model = PaliGemmaForConditionalGeneration.from_pretrained(path, dtype=dtype, attn_implementation=impl)
+        model = PaliGemmaForConditionalGeneration.from_pretrained(path, dtype=dtype, attn_implementation=impl,
+                                                                  device_map=device_map)
         processor = AutoProcessor.from_pretrained(path)
         processor.tokenizer.padding_side = "left"
-        return model.to(device).eval(), processor
+        return (model if device_map is not None else model.to(device)).eval(), processor
 
     # --- prompts -------------------------------------------------------------------------------
     def grounding_prompt(self, expression: str) -> str:

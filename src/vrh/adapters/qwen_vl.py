@@ -58,12 +58,12 @@ class QwenVLAdapter(ChatTemplateAdapter):
 
     # --- loading -------------------------------------------------------------------------------
     def load(self, path: str, *, dtype: torch.dtype = torch.float32, device: str = "cpu",
-             attn_implementation: str = "sdpa") -> tuple[nn.Module, Any]:
+             attn_implementation: str = "sdpa", device_map: str | dict | None = None) -> tuple[nn.Module, Any]:
         cls = getattr(importlib.import_module("transformers"), self.model_class)
-        model = cls.from_pretrained(path, dtype=dtype, attn_implementation=attn_implementation)
+        model = cls.from_pretrained(path, dtype=dtype, attn_implementation=attn_implementation, device_map=device_map)
         processor = load_qwen_processor(path, self.processor_class)
         processor.tokenizer.padding_side = "left"
-        return model.to(device).eval(), processor
+        return (model if device_map is not None else model.to(device)).eval(), processor
 
     # --- prompts -------------------------------------------------------------------------------
     def grounding_prompt(self, expression: str) -> str:
