@@ -206,3 +206,9 @@ def test_k_outside_the_model_is_refused_naming_the_option(tmp_path, tiny_checkpo
     assert "--k 5" in capsys.readouterr().err  # 8 heads: no 5 random heads outside the top-5
     assert main(["sweep", *base, "--heads", str(det), "--ks", "0,33", "--out", str(tmp_path / "s")]) == 2
     assert "--ks" in capsys.readouterr().err
+
+
+def test_a_leading_separator_is_accepted(capsys):
+    """`torchrun ... -m vrh -- COMMAND` may hand vrh the `--` that kept torchrun's parser off vrh's options."""
+    assert main(["--", "models", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)

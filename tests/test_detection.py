@@ -138,3 +138,135 @@ def test_detect_ids_file_overrides_the_seeded_draw(tmp_path, tiny_dataset):
             detection_split(tiny_dataset, DetectOptions(detect_ids=str(ids)))
     with pytest.raises(FileNotFoundError, match="--detect-ids: no such file"):
         detection_split(tiny_dataset, DetectOptions(detect_ids=str(tmp_path / "nope.txt")))
+
+
+# --- crash safety: kept batches, kill -9, out of memory --------------------------------------------------
+def _same_detection(a, b):
+    """Equal head scores (every field but timing), per-sample maps, overlays and records."""
+    ja, jb = a.head_scores.to_json(), b.head_scores.to_json()
+    ja.pop("elapsed_seconds"), jb.pop("elapsed_seconds")
+    assert ja == jb
+    assert set(a.per_sample) == set(b.per_sample)
+    assert all((a.per_sample[k] == b.per_sample[k]).all() for k in a.per_sample)
+    assert set(a.overlays) == set(b.overlays) and all((a.overlays[k] == b.overlays[k]).all() for k in a.overlays)
+    assert a.records == b.records
+
+
+def test_an_interrupted_detection_resumes_from_its_kept_batches(tmp_path, monkeypatch, tiny_checkpoint,
+                                                                 tiny_dataset):
+    import vrh.detection
+
+    lm = load_model(tiny_checkpoint)
+    samples = [s for s in load_dataset(tiny_dataset) if s.task == "grounding"][:5]
+    kw = dict(scorers=("out/sum/mean", "rand1/sum/mean", "ocr_heads"), batch_size=2, max_new_tokens=6, n_overlays=3)
+    whole = detect_heads(lm, samples, **kw)
+
+    real, calls, crash = vrh.detection._detect_batch, [], [True]
+
+    def crash_on_second(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2 and crash and crash.pop():
+            raise KeyboardInterrupt("simulated crash")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(vrh.detection, "_detect_batch", crash_on_second)
+    with pytest.raises(KeyboardInterrupt):
+        detect_heads(lm, samples, state_dir=tmp_path, **kw)
+    assert sorted(runs.read_batch_states(tmp_path)) == [0]
+    calls.clear()
+    resumed = detect_heads(lm, samples, state_dir=tmp_path, **kw)
+    assert len(calls) == 2  # batches 1 and 2 only
+    _same_detection(resumed, whole)
+    with pytest.raises(ValueError, match="other samples"):  # kept batches of another plan are refused
+        detect_heads(lm, samples[1:], state_dir=tmp_path, **kw)
+
+
+def test_out_of_memory_retries_the_batch_in_halves(monkeypatch, tiny_checkpoint, tiny_dataset):
+    import vrh.detection
+    import vrh.evaluation
+    from vrh.evaluation import evaluate_samples
+    from vrh.tasks import get_task
+
+    lm = load_model(tiny_checkpoint)
+    samples = [s for s in load_dataset(tiny_dataset) if s.task == "grounding"][:4]
+    kw = dict(scorers=("out/sum/mean",), max_new_tokens=6, n_overlays=2)
+    single = detect_heads(lm, samples, batch_size=1, **kw)
+    said = []
+    monkeypatch.setattr(vrh.evaluation.console, "print", lambda *a, **k: said.append(" ".join(map(str, a))))
+    real = vrh.detection.generate_answers
+
+    def small_only(lm_, images, *args, **kwargs):
+        if len(images) > 1:
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real(lm_, images, *args, **kwargs)
+
+    monkeypatch.setattr(vrh.detection, "generate_answers", small_only)
+    halved = detect_heads(lm, samples, batch_size=4, **kw)
+    _same_detection(halved, single)  # halves down to one sample: the batches of a batch_size=1 run
+    assert any("out of memory on a batch of 4" in s for s in said)
+    assert halved.head_scores.extra["capture_batches"] == 4
+
+    monkeypatch.setattr(vrh.detection, "generate_answers", lambda *a, **k: (_ for _ in ()).throw(
+        RuntimeError("shape mismatch")))
+    with pytest.raises(RuntimeError, match="shape mismatch"):  # any other error is not retried
+        detect_heads(lm, samples, batch_size=4, **kw)
+
+    task = get_task("grounding")
+    plain = evaluate_samples(lm, task, samples, batch_size=1, max_new_tokens=6)
+    real_aj = vrh.evaluation.answer_and_judge
+    monkeypatch.setattr(vrh.evaluation, "answer_and_judge", lambda lm_, task_, part, n: (
+        (_ for _ in ()).throw(torch.cuda.OutOfMemoryError("out of memory")) if len(part) > 1
+        else real_aj(lm_, task_, part, n)))
+    said.clear()
+    assert evaluate_samples(lm, task, samples, batch_size=4, max_new_tokens=6) == plain
+    assert any("evaluate: out of memory on a batch of 4" in s for s in said)
+
+
+def test_detect_killed_with_sigkill_resumes_to_the_uninterrupted_result(tmp_path):
+    """A real kill -9 of ``vrh detect`` mid-run, then ``--resume``: the run folder equals an uninterrupted
+    run's (head scores up to timing, per-sample maps, overlays, samples) and only unfinished batches ran."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import numpy as np
+
+    from vrh.cli import main
+    from vrh.organism.world import write_split
+
+    data = write_split(tmp_path / "data", 48, seed=41_000, task="grounding")
+    args = ["detect", "--model", "organism", "--data", str(data), "--n", "48", "--n-eval", "0", "--batch-size", "4",
+            "--max-new-tokens", "24", "--threads", "1", "--scorers", "out/sum/mean,ocr_heads"]
+    out, whole = tmp_path / "killed", tmp_path / "whole"
+    env = {**os.environ, "VRH_NO_PROGRESS": "1"}
+    cmd = [sys.executable, "-m", "vrh", *args, "--out", str(out)]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and proc.poll() is None:
+            if len(runs.read_batch_states(out)) >= 3:
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None, "the run finished before it could be killed"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    kept = runs.read_batch_states(out)
+    assert 3 <= len(kept) < 12 and not runs.is_finished(out)
+    done = subprocess.run(cmd + ["--resume"], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert not (out / runs.DETECT_STATE).exists()
+    assert main([*args, "--out", str(whole)]) == 0
+
+    a, b = runs.read_json(out / runs.HEAD_SCORES), runs.read_json(whole / runs.HEAD_SCORES)
+    assert a.pop("elapsed_seconds") >= 0 and b.pop("elapsed_seconds") >= 0
+    assert a == b and a["capture_batches"] == 12
+    for name in (runs.SAMPLE_SCORES, runs.OVERLAYS):
+        with np.load(out / name) as x, np.load(whole / name) as y:
+            assert x.files == y.files and all(np.array_equal(x[k], y[k]) for k in x.files)
+    assert runs.read_samples(out) == runs.read_samples(whole)
+    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in whole.iterdir())

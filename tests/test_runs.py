@@ -108,3 +108,39 @@ def test_head_scores_round_trip(tmp_path):
     assert back == hs and back.ranking("b") == [(0, 0), (0, 1)] and back.scores().tolist()[0][1] == pytest.approx(0.7)
     with pytest.raises(ValueError, match="no scorer 'c'"):
         back.scores("c")
+
+
+def test_rank_shards_count_as_finished_and_are_merged_before_results(tmp_path):
+    """What a data-parallel run leaves when it is killed: per-rank shards (one of them torn, one record in
+    two files after an interrupted merge); a resumed run of any size sees each record once and
+    write_results folds them into samples.jsonl."""
+    d = tmp_path / "r"
+    with runs.RunFolder(d) as run:
+        run.write_config({"command": "x"})
+        run.append_sample({"condition": "none", "id": "a"})
+    (d / runs.shard_name(0, 2)).write_text(json.dumps({"condition": "none", "id": "b"}) + "\n"
+                                           + json.dumps({"condition": "none", "id": "a"}) + "\n")
+    (d / runs.shard_name(1, 2)).write_text(json.dumps({"condition": "top1", "id": "a"}) + "\n{\"torn")
+    with runs.RunFolder(d, resume=True) as run:
+        keys = [(r["condition"], r["id"]) for r in run.finished_samples()]
+        assert keys == [("none", "a"), ("none", "b"), ("top1", "a")]
+        run.append_sample({"condition": "top1", "id": "b"})
+        run.write_results({"n": 4})
+    assert not list(d.glob(runs.SHARD_GLOB))
+    merged = [(r["condition"], r["id"]) for r in runs.read_samples(d)]
+    assert sorted(merged) == sorted([*keys, ("top1", "b")]) and len(merged) == 4
+
+
+def test_batch_states_round_trip_and_a_torn_write_is_ignored(tmp_path):
+    import torch
+
+    state = {"ids": ["a", "b"], "records": [{"id": "a", "iou": None, "box": [1.0, 2.0]}],
+             "scorers": {"s": {"lists": {"_scores": [torch.ones(2, 3)], "_include": [True]}, "counters": {"n_x": 1}}}}
+    runs.write_batch_state(tmp_path, 3, state)
+    (tmp_path / runs.DETECT_STATE / "batch-000004.pt.tmp").write_bytes(b"half a file")
+    got = runs.read_batch_states(tmp_path)
+    assert list(got) == [3] and got[3]["ids"] == ["a", "b"] and got[3]["records"] == state["records"]
+    assert torch.equal(got[3]["scorers"]["s"]["lists"]["_scores"][0], torch.ones(2, 3))
+    with runs.RunFolder(tmp_path, resume=True) as run:
+        runs.clear_batch_states(run)
+    assert runs.read_batch_states(tmp_path) == {}

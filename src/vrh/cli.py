@@ -41,6 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--"]:  # `torchrun ... -m vrh -- detect ...`: the separator that keeps torchrun off vrh's options
+        argv = argv[1:]
     args = parser.parse_args(argv)
     if not args.command:
         parser.print_help()

@@ -8,7 +8,11 @@ per batch and only when some scorer asks for it. The head scores count the forwa
 (``capture_forwards`` main, ``extra_capture_forwards`` per pass) next to the number of batches, so the
 one-pass claim is checked, not assumed.
 
-:func:`detect_heads` is the computation (returns a :class:`Detection`); :func:`run_detection` writes a
+:func:`detect_heads` is the computation (returns a :class:`Detection`); it works batch by batch and
+combines the batches' states (records, scorer states, overlays, counts) in sample order at the end, which
+makes it resumable (each finished batch kept on disk, ``detect_state/``), data-parallel (each rank takes
+every world-size-th batch, :mod:`vrh.distributed`) and tolerant of a batch that runs out of memory (retried
+as halves), with the same result as one uninterrupted process. :func:`run_detection` writes a
 detection run folder (``config.json``, ``samples.jsonl``, ``head_scores.json``, ``sample_scores.npz``,
 ``overlays.npz``, names and schemas in :mod:`vrh.runs`); ``vrh detect``, ``vrh compare`` and ``vrh demo``
 all call it.
@@ -30,7 +34,8 @@ from vrh import runs
 from vrh.capture import capture_attention_rows
 from vrh.console import console, progress
 from vrh.data import Sample, dataset_hash, split_detect_eval
-from vrh.evaluation import load_task_samples
+from vrh.distributed import my_batches, world
+from vrh.evaluation import halving_on_oom, load_task_samples
 from vrh.heads import rank_heads
 from vrh.inference import LoadedModel, generate_answers, query_sets
 from vrh.options import DetectOptions, config_record
@@ -91,54 +96,147 @@ EXTRA_PASSES: dict[str, Callable[..., _Capture]] = {"null_query": _null_query_pa
 def detect_heads(lm: LoadedModel, samples: Sequence[Sample], *, scorers: Sequence[str] = ("out/sum/mean",),
                  answer: str = "model", min_overlap: float = 0.0, seed: int = 0, n_overlays: int = 8,
                  batch_size: int = 16, max_new_tokens: int = 64, task: Task | None = None,
-                 on_record: Callable[[dict[str, Any]], None] | None = None) -> Detection:
-    """Score every head on grounding ``samples`` with every scorer (specs, see :mod:`vrh.scorers`)."""
+                 on_record: Callable[[dict[str, Any]], None] | None = None,
+                 state_dir: str | Path | None = None) -> Detection:
+    """Score every head on grounding ``samples`` with every scorer (specs, see :mod:`vrh.scorers`).
+
+    Batch ``b`` is ``samples[b * batch_size:(b + 1) * batch_size]``; its state is combined with the others
+    in sample order, so where and when a batch was computed does not change the result:
+
+    * ``state_dir``: each finished batch is kept there (:func:`vrh.runs.write_batch_state`) and the batches
+      already there are loaded, not computed (a rerun after a kill -9 redoes only the batches in flight);
+    * under torchrun / accelerate each rank computes every world-size-th batch and the ranks exchange their
+      states, so every rank returns the whole detection;
+    * a batch that runs out of memory is retried as halves (:func:`vrh.evaluation.halving_on_oom`).
+
+    Overlays are kept for the scored samples among the first ``n_overlays`` samples; the ``rand1`` query
+    seed of a sample is its position in ``samples``.
+    """
     if answer not in ("model", "gt"):
         raise ValueError(f"answer must be 'model' or 'gt', got {answer!r}")
     if not scorers:
         raise ValueError("at least one scorer is needed")
     t0 = time.time()
     task = task or get_task("grounding")
-    made = {}
-    for spec in scorers:
-        sc = make_scorer(spec, seed=seed)
-        if sc.name in made:
-            raise ValueError(f"scorer {spec!r} is listed twice (as {sc.name!r})")
-        made[sc.name] = sc
+    specs = list(scorers)
+    made = _make_scorers(specs, seed)
     passes = sorted({p for sc in made.values() for p in sc.extra_passes})
     unknown = [p for p in passes if p not in EXTRA_PASSES]
     if unknown:
         raise ValueError(f"scorers ask for capture passes {unknown} that detection does not know; it knows "
                          f"{sorted(EXTRA_PASSES)}")
+    dp = world()
+    n_batches = -(-len(samples) // batch_size) if batch_size >= 1 else 0
+    done = runs.read_batch_states(state_dir) if state_dir is not None else {}
+    for b, st in done.items():
+        want = [s.id for s in samples[b * batch_size:(b + 1) * batch_size]]
+        if b >= n_batches or list(st["ids"]) != want or set(st["scorers"]) != set(made):
+            raise ValueError(f"{state_dir}: the kept state of batch {b} is of other samples or scorers than this "
+                             "run's; rerun with the settings of the interrupted run, or --overwrite")
+    dp.barrier()  # every rank has read the kept batches before any rank adds to them
+    mine = [(b, start, stop) for b, start, stop in my_batches(len(samples), batch_size, dp) if b not in done]
+    indexed = list(enumerate(samples))  # (position, sample): the position seeds rand1 and picks overlays
+
+    def one(part: Sequence[tuple[int, Sample]]) -> dict[str, Any]:
+        return _detect_batch(lm, task, part, specs=specs, seed=seed, passes=passes, answer=answer,
+                             min_overlap=min_overlap, n_overlays=n_overlays, max_new_tokens=max_new_tokens)
+
+    new: dict[int, dict[str, Any]] = {}
+    with progress(sum(stop - start for _, start, stop in mine), "detect") as advance:
+        for b, start, stop in mine:
+            state = _join_states(halving_on_oom(one, indexed[start:stop], "detect"))
+            if state_dir is not None:
+                runs.write_batch_state(state_dir, b, state)  # before the records: the state is the truth
+            new[b] = state
+            for r in state["records"]:
+                if on_record is not None:
+                    on_record(r)
+            advance(stop - start)
+    for theirs in dp.all_gather(new) if dp.active else ():
+        new.update(theirs)
+    states = {**done, **new}
+    return _combine(lm, specs, seed, passes, [states[b] for b in range(n_batches)], time.time() - t0)
+
+
+def _make_scorers(specs: Sequence[str], seed: int) -> dict[str, Any]:
+    made = {}
+    for spec in specs:
+        sc = make_scorer(spec, seed=seed)
+        if sc.name in made:
+            raise ValueError(f"scorer {spec!r} is listed twice (as {sc.name!r})")
+        for method in ("state", "extend"):
+            if not callable(getattr(sc, method, None)):
+                raise TypeError(f"scorer {sc.name!r} has no {method}(); derive it from "
+                                "vrh.scoring.AccumulatingScorer so detection can combine batches")
+        made[sc.name] = sc
+    return made
+
+
+def _detect_batch(lm: LoadedModel, task: Task, part: Sequence[tuple[int, Sample]], *, specs, seed, passes, answer,
+                  min_overlap, n_overlays, max_new_tokens) -> dict[str, Any]:
+    """One batch, from answers to fresh scorers' states: everything :func:`_combine` needs of it."""
+    index = [i for i, _ in part]
+    chunk = [s for _, s in part]
+    images = [s.load_image() for s in chunk]
+    prompts = [task.prompt(lm.adapter, s) for s in chunk]
+    if answer == "model":
+        answers, metas = generate_answers(lm, images, prompts, max_new_tokens)
+    else:
+        metas = lm.adapter.build_batch(lm.processor, images, prompts).meta
+        answers = [lm.adapter.format_box(s.box, m, s.image_size) for s, m in zip(chunk, metas)]
+    recs = [task.judge(lm.adapter, s, a, m) for s, a, m in zip(chunk, answers, metas)]
+    keep = [i for i, a in enumerate(answers) if a.strip()]
+    made = _make_scorers(specs, seed)
+    forwards = {"main": 0, "batches": 0, **{p: 0 for p in passes}}
+    overlays: dict[str, np.ndarray] = {}
+    if keep:
+        _score_batch(lm, [chunk[i] for i in keep], [images[i] for i in keep], [prompts[i] for i in keep],
+                     [answers[i] for i in keep], [recs[i] for i in keep], [metas[i] for i in keep], made, passes,
+                     min_overlap, overlays, n_overlays, [index[i] for i in keep], forwards)
+    return {"ids": [s.id for s in chunk], "records": recs,
+            "skipped": [{"id": chunk[i].id, "reason": "empty answer"} for i in range(len(chunk)) if i not in keep],
+            "forwards": forwards, "scorers": {name: sc.state() for name, sc in made.items()},
+            "overlays": {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in overlays.items()}}
+
+
+def _join_states(pieces: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One batch's state from the states of its pieces (a batch split by an out-of-memory retry), in order."""
+    if len(pieces) == 1:
+        return pieces[0]
+    first, out = pieces[0], {"ids": [], "records": [], "skipped": [], "forwards": {}, "overlays": {}}
+    out["scorers"] = {name: {"lists": {k: [] for k in st["lists"]}, "counters": {k: 0 for k in st["counters"]}}
+                      for name, st in first["scorers"].items()}
+    for piece in pieces:
+        for key in ("ids", "records", "skipped"):
+            out[key] += piece[key]
+        out["overlays"].update(piece["overlays"])
+        for k, v in piece["forwards"].items():
+            out["forwards"][k] = out["forwards"].get(k, 0) + v
+        for name, st in piece["scorers"].items():
+            for k, tail in st["lists"].items():
+                out["scorers"][name]["lists"][k] += list(tail)
+            for k, v in st["counters"].items():
+                out["scorers"][name]["counters"][k] += v
+    return out
+
+
+def _combine(lm: LoadedModel, specs: Sequence[str], seed: int, passes: Sequence[str],
+             states: Sequence[dict[str, Any]], elapsed: float) -> Detection:
+    """The detection of all batches: their states folded in sample order into fresh scorers."""
+    made = _make_scorers(specs, seed)
     overlays: dict[str, np.ndarray] = {}
     skipped: list[dict[str, str]] = []
     records: list[dict[str, Any]] = []
     forwards = {"main": 0, "batches": 0, **{p: 0 for p in passes}}
-    n_scored = 0
-    with progress(len(samples), "detect") as advance:
-        for start in range(0, len(samples), batch_size):
-            chunk = list(samples[start:start + batch_size])
-            images = [s.load_image() for s in chunk]
-            prompts = [task.prompt(lm.adapter, s) for s in chunk]
-            if answer == "model":
-                answers, metas = generate_answers(lm, images, prompts, max_new_tokens)
-            else:
-                metas = lm.adapter.build_batch(lm.processor, images, prompts).meta
-                answers = [lm.adapter.format_box(s.box, m, s.image_size) for s, m in zip(chunk, metas)]
-            recs = [task.judge(lm.adapter, s, a, m) for s, a, m in zip(chunk, answers, metas)]
-            keep = [i for i, a in enumerate(answers) if a.strip()]
-            skipped += [{"id": chunk[i].id, "reason": "empty answer"} for i in range(len(chunk)) if i not in keep]
-            if keep:
-                _score_batch(lm, [chunk[i] for i in keep], [images[i] for i in keep], [prompts[i] for i in keep],
-                             [answers[i] for i in keep], [recs[i] for i in keep], [metas[i] for i in keep], made,
-                             passes, min_overlap, overlays, n_overlays, n_scored, forwards)
-                n_scored += len(keep)
-            for r in recs:
-                records.append(r)
-                if on_record is not None:
-                    on_record(r)
-            advance(len(chunk))
-    return _finish(lm, made, overlays, skipped, records, forwards, time.time() - t0)
+    for st in states:
+        for name, sc in made.items():
+            sc.extend(st["scorers"][name])
+        overlays.update({k: v.numpy() for k, v in st["overlays"].items()})
+        skipped += st["skipped"]
+        records += st["records"]
+        for k, v in st["forwards"].items():
+            forwards[k] = forwards.get(k, 0) + v
+    return _finish(lm, made, overlays, skipped, records, forwards, elapsed)
 
 
 def _answer_facts(lm: LoadedModel, batch, b: int, sample: Sample, meta: dict[str, Any]) -> dict[str, Any]:
@@ -159,7 +257,7 @@ def _answer_facts(lm: LoadedModel, batch, b: int, sample: Sample, meta: dict[str
 
 
 def _score_batch(lm, chunk, images, prompts, answers, records, metas, scorers, passes, min_overlap, overlays,
-                 n_overlays, first_index, forwards) -> None:
+                 n_overlays, index, forwards) -> None:
     main = _capture(lm, images, prompts, answers, [s.expression for s in chunk])
     extra = {p: EXTRA_PASSES[p](lm, chunk, images, answers) for p in passes}
     forwards["main"] += main.rows.num_forwards
@@ -178,7 +276,7 @@ def _score_batch(lm, chunk, images, prompts, answers, records, metas, scorers, p
         info = SampleInfo(key_positions=vis[in_box], visual_positions=vis, grid=grid,
                           queries={"out": q.out, "in": q.inp, "coord": q.coord, "last_prompt": q.last_prompt,
                                    "out_own": q.own},
-                          correct=rec.get("outcome") == "correct", iou=rec.get("iou"), index=first_index + b,
+                          correct=rec.get("outcome") == "correct", iou=rec.get("iou"), index=index[b],
                           **_answer_facts(lm, main.batch, b, s, metas[b]))
         extra_rows = {}
         for p, cap in extra.items():
@@ -191,7 +289,7 @@ def _score_batch(lm, chunk, images, prompts, answers, records, metas, scorers, p
         for scorer in scorers.values():
             scorer.update(rows, info, extra={p: extra_rows[p] for p in scorer.extra_passes})
         rec.update(n_visual_tokens=int(len(vis)), n_key_tokens=int(in_box.sum()), scored_answer=answers[b])
-        if len(overlays) // 2 < n_overlays:  # two arrays per sample: the maps and their rectangles
+        if index[b] < n_overlays:  # one of the first n_overlays samples (two arrays: maps, rectangles)
             vis_rows = rows[:, :, q.out][..., vis]  # (L, H, Q_out, V)
             overlays[s.id] = vis_rows.mean(dim=2).numpy()  # (L, H, V)
             overlays[s.id + "/rects"] = rects.numpy()  # (V, 4)
@@ -284,8 +382,9 @@ def run_detection(lm: LoadedModel, data: str | Path, out: str | Path, opts: Dete
                   command: str = "detect", extra_config: dict[str, Any] | None = None) -> runs.HeadScores:
     """Detect on the ``opts.n`` detection samples of ``data`` and write the run folder ``out``.
 
-    With ``resume``, a finished detection run with the same settings is reused as it is (detection
-    accumulates over all samples, so an unfinished one is redone)."""
+    With ``resume``, a finished detection run with the same settings is reused as it is, and an unfinished
+    one continues from the batches it kept in ``detect_state/`` (removed once the run is finished); the
+    result equals an uninterrupted run's, timing fields aside."""
     det, held_out, data_info = detection_split(data, opts)
     config = {"command": command, "config": {**config_record(opts), "data": str(data), "batch_size": batch_size,
                                              "max_new_tokens": max_new_tokens, **(extra_config or {})},
@@ -293,20 +392,23 @@ def run_detection(lm: LoadedModel, data: str | Path, out: str | Path, opts: Dete
               "data": {**data_info, "n_detect": len(det), "n_eval": len(held_out)},
               "detect_ids": [s.id for s in det], "eval_ids": [s.id for s in held_out]}
     if resume and runs.is_finished(out) and (Path(out) / runs.HEAD_SCORES).exists():
-        runs.RunFolder(out, resume=True).write_config(config)  # raises, naming the setting, if it differs
+        run = runs.RunFolder(out, resume=True)
+        run.write_config(config)  # raises, naming the setting, if it differs
+        runs.clear_batch_states(run)  # left by a kill between results.json and the clean-up
         console.print(f"detect: reusing the finished detection in {out}")
         return runs.read_head_scores(out)
-    # detection accumulates over all samples: an unfinished one is redone from scratch
-    run = runs.RunFolder(out, overwrite=overwrite or resume)
+    run = runs.RunFolder(out, overwrite=overwrite, resume=resume)
     run.write_config(config)
     with run:
         found = detect_heads(lm, det, scorers=opts.scorers, answer=opts.answer, min_overlap=opts.min_overlap,
                              seed=opts.seed, n_overlays=opts.n_overlays, batch_size=batch_size,
-                             max_new_tokens=max_new_tokens, on_record=run.append_sample)
+                             max_new_tokens=max_new_tokens, on_record=run.append_sample, state_dir=run.path)
+        run.replace_samples(found.records)  # sample order, with resumed batches and every rank's
         write_detection(run, found)
         hs = found.head_scores
         run.write_results({"n_scored": hs.n_scored, "n_skipped": len(hs.skipped), "scorer": hs.scorer,
                            "top_heads": hs.variants[hs.scorer]["ranking"][:20],
                            "elapsed_seconds": hs.extra["elapsed_seconds"]})
+        runs.clear_batch_states(run)
     console.print(f"detect: {hs.n_scored} samples scored, {len(hs.skipped)} skipped -> {out}")
     return hs

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from vrh import runs
 from vrh.console import console
@@ -31,6 +31,42 @@ def answer_and_judge(lm: LoadedModel, task: Task, samples: Sequence[Sample], max
     prompts = [task.prompt(lm.adapter, s) for s in samples]
     texts, metas = generate_answers(lm, images, prompts, max_new_tokens=max_new_tokens)
     return [task.judge(lm.adapter, s, t, m) for s, t, m in zip(samples, texts, metas)]
+
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def is_out_of_memory(err: BaseException) -> bool:
+    """Whether ``err`` is an accelerator (or CPU allocator) out-of-memory error."""
+    import torch
+
+    oom = getattr(torch.cuda, "OutOfMemoryError", None)
+    return (oom is not None and isinstance(err, oom)) or isinstance(err, MemoryError) \
+        or (isinstance(err, RuntimeError) and "out of memory" in str(err).lower())
+
+
+def halving_on_oom(fn: Callable[[Sequence[T]], R], items: Sequence[T], what: str) -> list[R]:
+    """``[fn(items)]``; when that runs out of memory, the same items as two halves, recursively (down to
+    one item, which re-raises), and says so. Returns each piece's result, in order.
+
+    Why: one long prompt (many visual tokens) can push a batch over the memory limit hours into a run;
+    halving that batch keeps the run going with the same answers (greedy decoding does not depend on the
+    batch's other rows)."""
+    try:
+        return [fn(items)]
+    except (RuntimeError, MemoryError) as err:  # torch.cuda.OutOfMemoryError is a RuntimeError
+        if not is_out_of_memory(err) or len(items) < 2:
+            raise
+    # outside the except block: the traceback (and the tensors it holds) is released before retrying
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    half = (len(items) + 1) // 2
+    console.print(f"[yellow]{what}: out of memory on a batch of {len(items)}; retrying it as batches of {half} "
+                  f"and {len(items) - half}[/yellow]")
+    return halving_on_oom(fn, items[:half], what) + halving_on_oom(fn, items[half:], what)
 
 
 def evaluate_samples(lm: LoadedModel, task: Task, samples: Sequence[Sample], heads: Sequence[Head] = (), *,
@@ -51,7 +87,9 @@ def evaluate_samples(lm: LoadedModel, task: Task, samples: Sequence[Sample], hea
     new: dict[str, dict[str, Any]] = {}
     with mask_heads(lm.model, lm.adapter, heads, mode=mask_mode):
         for start in range(0, len(todo), batch_size):
-            for rec in answer_and_judge(lm, task, todo[start:start + batch_size], max_new_tokens):
+            pieces = halving_on_oom(lambda part: answer_and_judge(lm, task, part, max_new_tokens),
+                                    todo[start:start + batch_size], "evaluate")
+            for rec in (r for piece in pieces for r in piece):
                 new[rec["id"]] = rec
                 if on_record is not None:
                     on_record(rec)
@@ -83,8 +121,12 @@ def evaluate_rows(lm: LoadedModel, task: Task, rows: Sequence[tuple[Sample, Sequ
     out: list[dict[str, Any]] = []
     for start in range(0, len(rows), batch_size):
         chunk = rows[start:start + batch_size]
-        with mask_heads_per_row(lm.model, lm.adapter, [hs for _, hs in chunk]):
-            recs = answer_and_judge(lm, task, [s for s, _ in chunk], max_new_tokens)
+
+        def answer(part: Sequence[tuple[Sample, Sequence[Head]]]) -> list[dict[str, Any]]:
+            with mask_heads_per_row(lm.model, lm.adapter, [hs for _, hs in part]):
+                return answer_and_judge(lm, task, [s for s, _ in part], max_new_tokens)
+
+        recs = [r for piece in halving_on_oom(answer, chunk, "evaluate") for r in piece]
         for i, rec in enumerate(recs, start):
             out.append(rec)
             if on_record is not None:

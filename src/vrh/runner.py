@@ -17,7 +17,12 @@ Every masking command (evaluate, sweep, compare, transfer, stability, dpo-pairs,
   cannot share a batch (the uniform ablation masks one head set per attention module) and are evaluated
   one head set at a time, as everything is with ``batch_conditions=False``. Records, tags, resume,
   ``subsets`` and summaries are the same either way (tested); only the order of lines in
-  ``samples.jsonl`` differs.
+  ``samples.jsonl`` differs;
+* **data-parallel** under ``torchrun`` / ``accelerate launch`` (:mod:`vrh.distributed`): the plan (rows,
+  or each group's samples still to do) is cut into the batches one process would run, and each rank
+  runs every world-size-th batch, appending to its own shard; the ranks then exchange their records, so
+  every rank returns the same :class:`ConditionResults`, and ``results.json`` merges the shards. A rerun
+  after a crash counts the records of every shard as finished.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from typing import Any
 from vrh.conditions import Condition
 from vrh.console import progress
 from vrh.data import Sample
+from vrh.distributed import my_batches, world
 from vrh.evaluation import evaluate_rows, evaluate_samples
 from vrh.inference import LoadedModel
 from vrh.runs import RunFolder
@@ -111,6 +117,8 @@ def run_conditions(lm: LoadedModel, task: Task, samples: Sequence[Sample], condi
         for rec in run.finished_samples():
             if rec.get("condition") in labels and rec.get("id") in wanted:
                 finished[rec["condition"]][rec["id"]] = rec
+    dp = world()
+    dp.barrier()  # every rank has read what is finished (so all plan alike) before any rank appends
     by_key: dict[tuple, list[Condition]] = {}
     for c in conditions:
         by_key.setdefault(c.key, []).append(c)
@@ -126,7 +134,7 @@ def run_conditions(lm: LoadedModel, task: Task, samples: Sequence[Sample], condi
 
     out = ConditionResults(list(conditions))
 
-    def write(group: _Group, rec: dict[str, Any]) -> None:
+    def write(group: _Group, rec: dict[str, Any]) -> None:  # to this rank's shard in a data-parallel run
         if run is not None:
             for c in group.conditions:
                 if rec["id"] in members[c.label]:
@@ -139,37 +147,44 @@ def run_conditions(lm: LoadedModel, task: Task, samples: Sequence[Sample], condi
         out.n_evaluations += 1
         for c in group.conditions:
             mine = [r for r in records if r["id"] in members[c.label]]
-            if run is not None:  # resumed records this label lacks (finished under another label of the group)
+            if run is not None and dp.is_main:  # resumed records this label lacks (finished under another label)
                 for rec in mine:
                     if rec["id"] in group.done and rec["id"] not in finished[c.label]:
                         run.append_sample({**c.tag(), **rec})
             out.records[c.label] = mine
             out.summaries[c.label] = task.summarize(mine)
 
-    shared = [g for g in groups if batch_conditions and g.lead.key[1] == "zero"]
-    new: dict[int, dict[str, dict[str, Any]]] = {id(g): {} for g in shared}  # group -> id -> generated record
-    with progress(sum(len(g.todo) for g in groups), description) as advance:
-        if shared:
-            todo = {id(g): {s.id for s in g.todo} for g in shared}
-            rows = [(g, s) for s in samples for g in shared if s.id in todo[id(g)]]  # sample-major
+    def mine(items: Sequence[Any]) -> list[Any]:
+        """This rank's batches of ``items`` (all of them in a one-process run)."""
+        return [x for _, start, stop in my_batches(len(items), batch_size, dp) for x in items[start:stop]]
 
-            def on_row(i: int, rec: dict[str, Any]) -> None:
-                group = rows[i][0]
-                new[id(group)][rec["id"]] = rec
-                write(group, rec)
+    shared_ix = [i for i, g in enumerate(groups) if batch_conditions and g.lead.key[1] == "zero"]
+    new: dict[int, dict[str, dict[str, Any]]] = {i: {} for i in range(len(groups))}  # group -> id -> record
+    todo = {i: {s.id for s in g.todo} for i, g in enumerate(groups)}
+    rows = [(i, s) for s in samples for i in shared_ix if s.id in todo[i]]  # sample-major
+    my_rows = mine(rows)
+    my_todo = {i: mine(g.todo) for i, g in enumerate(groups) if i not in shared_ix}
+    with progress(len(my_rows) + sum(len(t) for t in my_todo.values()), description) as advance:
+        if my_rows:
+            def on_row(j: int, rec: dict[str, Any]) -> None:
+                i = my_rows[j][0]
+                new[i][rec["id"]] = rec
+                write(groups[i], rec)
 
-            evaluate_rows(lm, task, [(s, g.lead.heads) for g, s in rows], batch_size=batch_size,
+            evaluate_rows(lm, task, [(s, groups[i].lead.heads) for i, s in my_rows], batch_size=batch_size,
                           max_new_tokens=max_new_tokens, on_record=on_row, advance=advance)
-        for group in groups:  # plan order, so results list conditions the same way on both paths
-            if id(group) in new:
-                finish(group, new[id(group)])
-                continue
-            lead = group.lead
-            records = evaluate_samples(lm, task, group.samples, lead.heads, mask_mode=lead.mask_mode,
-                                       batch_size=batch_size, max_new_tokens=max_new_tokens,
-                                       on_record=lambda rec, g=group: write(g, rec), advance=advance,
-                                       finished=group.done)
-            finish(group, {r["id"]: r for r in records if r["id"] not in group.done})
+        for i, part in my_todo.items():
+            lead = groups[i].lead
+            records = evaluate_samples(lm, task, part, lead.heads, mask_mode=lead.mask_mode, batch_size=batch_size,
+                                       max_new_tokens=max_new_tokens,
+                                       on_record=lambda rec, g=groups[i]: write(g, rec), advance=advance,
+                                       finished={})
+            new[i].update({r["id"]: r for r in records})
+    for theirs in dp.all_gather(new) if dp.active else ():  # every rank gets every rank's records
+        for i, recs in theirs.items():
+            new[i].update(recs)
+    for i, group in enumerate(groups):  # plan order, so results list conditions the same way on both paths
+        finish(group, new[i])
     return out
 
 

@@ -10,6 +10,13 @@ or raises (a failed write fails the run). The report reads run folders only thro
 Folder policy (:class:`RunFolder`): a new run refuses a non-empty folder unless told ``overwrite``
 (the whole folder is cleared, stale ``.npz`` files included; only a vrh run folder is ever cleared) or
 ``resume`` (finished samples are kept and the config must match).
+
+Data-parallel runs (:mod:`vrh.distributed`): every rank appends its records to its own
+``samples.rank{r}-of-{w}.jsonl`` (:func:`shard_name`); rank 0 alone clears the folder, writes
+``config.json`` and the stage outputs, and merges the shards into ``samples.jsonl`` before it writes
+``results.json``. A resumed run (any number of processes) counts the records of every shard as finished.
+Detection also keeps ``detect_state/batch-NNNNNN.pt``, one file per finished batch (:func:`write_batch_state`),
+removed once the run is finished.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import vrh
+from vrh.distributed import World, world
 
 CONFIG = "config.json"
 SAMPLES = "samples.jsonl"
@@ -35,6 +43,8 @@ HEAD_SCORES = "head_scores.json"
 SAMPLE_SCORES = "sample_scores.npz"  # detection: per-sample [N, L, H] maps, one array per scorer
 OVERLAYS = "overlays.npz"  # detection: "<id>" -> (L, H, V) mean attention on visual tokens, "<id>/rects" -> (V, 4)
 PAIRS = "pairs.jsonl"  # dpo-pairs: TRL vision preference pairs
+DETECT_STATE = "detect_state"  # detection, while unfinished: one torch.save file per finished batch
+SHARD_GLOB = "samples.rank*-of-*.jsonl"  # data-parallel runs, while unfinished: one samples file per rank
 ARTEFACTS = (CONFIG, SAMPLES, RESULTS, HEAD_SCORES, SAMPLE_SCORES, OVERLAYS, PAIRS)
 
 # results.json / head_scores.json carry this; bump when a key changes meaning or moves.
@@ -108,6 +118,24 @@ def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
     return out
 
 
+def shard_name(rank: int, size: int) -> str:
+    """The samples file rank ``rank`` of ``size`` appends to in a data-parallel run.
+
+    >>> shard_name(1, 4)
+    'samples.rank1-of-4.jsonl'
+    """
+    return f"samples.rank{rank}-of-{size}.jsonl"
+
+
+def _atomic_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in records)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
 def _jsonable(obj: Any) -> Any:
     """As JSON sees it (tuples become lists), for comparing configs."""
     return json.loads(json.dumps(obj))
@@ -120,9 +148,13 @@ class RunFolder:
     ``overwrite=True`` clears a previous run's folder completely; ``resume=True`` keeps its finished
     samples (and requires the same config, see :meth:`write_config`). Without either, a non-empty folder
     is refused with a message naming both flags.
+
+    In a data-parallel run every rank opens the folder (each checks it, rank 0 alone clears it) and
+    appends to its own shard; the writes of whole files are rank 0's (other ranks skip them).
     """
 
     def __init__(self, path: str | os.PathLike, *, resume: bool = False, overwrite: bool = False):
+        self.world: World = world()
         if resume and overwrite:
             raise ValueError("--resume and --overwrite exclude each other: resume keeps the run, overwrite deletes it")
         self.path = Path(path)
@@ -134,11 +166,15 @@ class RunFolder:
             raise FileExistsError(f"run folder {self.path} is not empty; pass --overwrite to replace it "
                                   "or --resume to continue the run in it")
         if non_empty and overwrite:
-            clear_run_folder(self.path)
-        if resume and not (self.path / CONFIG).exists():
-            resume = False  # nothing to continue: a fresh run in an empty (or new) folder
-        self.path.mkdir(parents=True, exist_ok=True)
+            _check_clearable(self.path)  # on every rank alike, before any rank waits for another
+        self.world.barrier()  # every rank has looked at the folder before rank 0 changes it
+        if self.world.is_main:
+            if non_empty and overwrite:
+                clear_run_folder(self.path)
+            self.path.mkdir(parents=True, exist_ok=True)
+        self.world.barrier()
         self._samples = None
+        self._samples_name = shard_name(self.world.rank, self.world.size) if self.world.active else SAMPLES
 
     def write_config(self, config: dict[str, Any]) -> dict[str, Any]:
         """Write ``config.json``; on resume, refuse a config that differs, naming the settings that do."""
@@ -151,31 +187,75 @@ class RunFolder:
             if diffs:
                 raise ValueError(f"cannot resume {self.path}: these settings differ from the interrupted run's: "
                                  + "; ".join(diffs) + " (rerun with the same settings, or --overwrite to start over)")
-        write_json(self.path / CONFIG, full)
+        if self.world.is_main:
+            write_json(self.path / CONFIG, full)
         return full
 
+    def shard_paths(self) -> list[Path]:
+        """Per-rank samples files of a data-parallel run not merged yet (any world size), sorted."""
+        return sorted(self.path.glob(SHARD_GLOB))
+
     def finished_samples(self) -> list[dict[str, Any]]:
+        """Records of ``samples.jsonl`` and, after them, of every rank's shard; a record that is in two
+        files (a merge interrupted between writing and deleting) counts once."""
         p = self.path / SAMPLES
-        return read_jsonl(p) if p.exists() else []
+        out = read_jsonl(p) if p.exists() else []
+        shards = self.shard_paths()
+        if not shards:
+            return out
+        seen = {_record_key(r) for r in out}
+        for shard in shards:
+            for rec in read_jsonl(shard):
+                if _record_key(rec) not in seen:
+                    seen.add(_record_key(rec))
+                    out.append(rec)
+        return out
 
     def append_sample(self, record: dict[str, Any]) -> None:
+        """Append one finished record to ``samples.jsonl`` (to this rank's shard in a data-parallel run)."""
+        path = self.path / self._samples_name
         if self._samples is None:
             # rewrite without a torn last line before appending
-            done = self.finished_samples()
-            with open(self.path / SAMPLES, "w") as f:
+            done = read_jsonl(path) if path.exists() else []
+            with open(path, "w") as f:
                 f.writelines(json.dumps(r) + "\n" for r in done)
-            self._samples = open(self.path / SAMPLES, "a")
+            self._samples = open(path, "a")
         self._samples.write(json.dumps(record) + "\n")
         # flushed to the OS per record (a crashed or killed process loses nothing it finished); fsync per
         # record cost ~0.3 s each on slow disks, so the disk sync happens once, on close
         self._samples.flush()
 
+    def merge_shards(self) -> None:
+        """Fold every rank's shard into ``samples.jsonl`` (rank 0, atomically, then the shards go).
+
+        A collective in a data-parallel run: every rank calls it, after its last record."""
+        self.close()
+        self.world.barrier()
+        if self.world.is_main and self.shard_paths():
+            self.replace_samples(self.finished_samples())
+        self.world.barrier()
+
+    def replace_samples(self, records: list[dict[str, Any]]) -> None:
+        """Rank 0: ``samples.jsonl`` becomes ``records`` (atomically) and the shards are deleted.
+
+        Detection writes its records in sample order this way after combining the ranks' batches."""
+        if not self.world.is_main:
+            return
+        self.close()
+        _atomic_jsonl(self.path / SAMPLES, list(records))
+        for shard in self.shard_paths():
+            shard.unlink()
+
     def write(self, name: str, obj: Any) -> Path:
-        write_json(self.path / name, obj)
+        """Write the JSON artefact ``name`` (rank 0 only in a data-parallel run)."""
+        if self.world.is_main:
+            write_json(self.path / name, obj)
         return self.path / name
 
     def write_results(self, results: dict[str, Any]) -> Path:
-        """``results.json`` with the schema version; written last, so its presence marks a finished run."""
+        """``results.json`` with the schema version; written last, so its presence marks a finished run.
+        In a data-parallel run the ranks' shards are merged first (every rank must call it)."""
+        self.merge_shards()
         return self.write(RESULTS, {"schema_version": SCHEMA_VERSION, **results})
 
     def close(self) -> None:
@@ -191,11 +271,19 @@ class RunFolder:
         self.close()
 
 
-def clear_run_folder(path: Path) -> None:
-    """Delete everything in a previous vrh run folder (sub-runs, npz, plots); refuse any other folder."""
+def _record_key(rec: Mapping[str, Any]) -> tuple[Any, Any]:
+    return rec.get("condition"), rec.get("id")
+
+
+def _check_clearable(path: Path) -> None:
     if not (path / CONFIG).exists():
         raise FileExistsError(f"{path} is not empty and is not a vrh run folder (no {CONFIG}); refusing to "
                               "delete its contents for --overwrite: choose another --out")
+
+
+def clear_run_folder(path: Path) -> None:
+    """Delete everything in a previous vrh run folder (sub-runs, npz, plots); refuse any other folder."""
+    _check_clearable(path)
     for child in path.iterdir():
         if child.is_dir() and not child.is_symlink():
             shutil.rmtree(child)
@@ -335,7 +423,8 @@ def write_sample_scores(run: RunFolder, per_sample: Mapping[str, Any]) -> Path:
     import numpy as np
 
     path = run.path / SAMPLE_SCORES
-    np.savez(path, **{_npz_key(k): np.asarray(v) for k, v in per_sample.items()})
+    if run.world.is_main:
+        np.savez(path, **{_npz_key(k): np.asarray(v) for k, v in per_sample.items()})
     return path
 
 
@@ -367,7 +456,8 @@ def write_overlays(run: RunFolder, overlays: Mapping[str, Any]) -> Path | None:
     if not overlays:
         return None
     path = run.path / OVERLAYS
-    np.savez(path, **{k: np.asarray(v) for k, v in overlays.items()})
+    if run.world.is_main:
+        np.savez(path, **{k: np.asarray(v) for k, v in overlays.items()})
     return path
 
 
@@ -386,3 +476,42 @@ def read_overlays(run_dir: str | os.PathLike) -> dict[str, tuple[Any, Any]]:
 def iter_runs(paths: list[str | os.PathLike]) -> Iterator[tuple[Path, dict[str, Any]]]:
     for p in paths:
         yield Path(p), read_config(p)
+
+
+# --- detection's resumable state ----------------------------------------------------------------------
+def write_batch_state(run_dir: str | os.PathLike, index: int, state: Mapping[str, Any]) -> Path:
+    """Keep detection's state of finished batch ``index`` (records, scorer states, overlays, counts) in
+    ``detect_state/batch-NNNNNN.pt``: written to a temp file, synced, renamed, so a file that exists is whole
+    (a kill -9 mid-write leaves only a ``.tmp`` that is ignored)."""
+    import torch
+
+    folder = Path(run_dir) / DETECT_STATE
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"batch-{index:06d}.pt"
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        torch.save(dict(state), f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return path
+
+
+def read_batch_states(run_dir: str | os.PathLike) -> dict[int, dict[str, Any]]:
+    """Batch index -> state of every batch :func:`write_batch_state` finished in ``run_dir``."""
+    import torch
+
+    folder = Path(run_dir) / DETECT_STATE
+    if not folder.is_dir():
+        return {}
+    out = {}
+    for path in sorted(folder.glob("batch-*.pt")):
+        out[int(path.stem.split("-")[1])] = torch.load(path, weights_only=True)
+    return out
+
+
+def clear_batch_states(run: RunFolder) -> None:
+    """Remove ``detect_state/`` (rank 0) once the run's final artefacts are written."""
+    folder = run.path / DETECT_STATE
+    if run.world.is_main and folder.is_dir():
+        shutil.rmtree(folder)

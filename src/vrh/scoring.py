@@ -35,7 +35,7 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
@@ -453,6 +453,29 @@ class AccumulatingScorer:
     def update(self, sample_rows: torch.Tensor, sample_info: SampleInfo,
                extra: Mapping[str, torch.Tensor] | None = None) -> None:  # pragma: no cover
         raise NotImplementedError
+
+    def state(self) -> dict[str, Any]:
+        """Everything :meth:`update` accumulated: the per-sample lists (maps, inclusion flags, and a
+        subclass's own private lists such as OCR Heads' entry counts) and the ``n_*`` counters.
+
+        Why: detection keeps one state per finished batch on disk and combines the batches of a resumed
+        run or of several processes with :meth:`extend`, in sample order, into what one scorer that saw
+        every sample holds (tensors, lists, ints: ``torch.save`` / ``torch.load(weights_only=True)`` safe).
+        """
+        lists = {k: list(v) for k, v in vars(self).items() if k.startswith("_") and isinstance(v, list)}
+        counters = {k: v for k, v in vars(self).items()
+                    if k.startswith("n_") and isinstance(v, int) and not isinstance(v, bool)}
+        return {"lists": lists, "counters": counters}
+
+    def extend(self, state: Mapping[str, Any]) -> None:
+        """Append a :meth:`state` of a scorer of the same spec (its samples follow those held here)."""
+        for key, tail in state["lists"].items():
+            mine = getattr(self, key, None)
+            if not isinstance(mine, list):
+                raise ValueError(f"{self.name}: the state holds a list {key!r} this scorer does not have")
+            mine.extend(tail)
+        for key, value in state["counters"].items():
+            setattr(self, key, getattr(self, key, 0) + int(value))
 
 
 class VariantScorer(AccumulatingScorer):

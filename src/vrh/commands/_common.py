@@ -24,11 +24,37 @@ def configure_threads(cfg: Any) -> int | None:
     return threads
 
 
+def check_data_parallel(cfg: Any) -> None:
+    """Under torchrun / accelerate (more than one process), refuse a command that does not shard its work.
+
+    A command declares ``DATA_PARALLEL = True`` in its module when its samples are split across ranks and
+    its run folder is merged by rank 0 (:mod:`vrh.distributed`); any other command would run whole on every
+    rank and write the same folder from several processes."""
+    import sys
+
+    from vrh.distributed import world
+
+    w = world()
+    if not w.active:
+        return
+    module = sys.modules.get(type(cfg).__module__)
+    if not getattr(module, "DATA_PARALLEL", False):
+        name = getattr(module, "NAME", type(cfg).__module__)
+        raise ValueError(f"vrh {name} does not run data-parallel (launched as {w.size} processes); run it as one "
+                         "process, or use detect, evaluate or sweep under torchrun / accelerate launch")
+
+
 def load(cfg: Any, lm: Any = None, model: str | None = None):
-    """The caller's loaded model, or ``cfg.model`` (or ``model``) loaded through its adapter."""
+    """The caller's loaded model, or ``cfg.model`` (or ``model``) loaded through its adapter.
+
+    In a data-parallel run a command that does not support it is refused here (every model-loading command
+    passes through), and ``--device cuda`` means this rank's GPU."""
+    check_data_parallel(cfg)
     if lm is not None:
         return lm
+    from vrh.distributed import rank_device
     from vrh.inference import load_model
 
     configure_threads(cfg)
-    return load_model(model or cfg.model, device=cfg.device, dtype=cfg.dtype, adapter=getattr(cfg, "adapter", None))
+    return load_model(model or cfg.model, device=rank_device(cfg.device), dtype=cfg.dtype,
+                      adapter=getattr(cfg, "adapter", None), device_map=getattr(cfg, "device_map", None))

@@ -9,6 +9,7 @@ from vrh.options import DataOptions, DetectOptions, GenerationOptions, ModelOpti
 
 NAME = "detect"
 HELP = "score every LM head on grounding samples and rank them"
+DATA_PARALLEL = True  # torchrun / accelerate launch shard its samples (vrh.distributed)
 
 
 @dataclass(frozen=True, kw_only=True)

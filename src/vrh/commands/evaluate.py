@@ -14,6 +14,7 @@ from vrh.options import (DataOptions, EvalOptions, GenerationOptions, MaskOption
 
 NAME = "evaluate"
 HELP = "answer with heads masked and measure accuracy (IoU >= 0.5)"
+DATA_PARALLEL = True  # torchrun / accelerate launch shard its samples (vrh.distributed)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -16,6 +16,7 @@ from vrh.options import (DataOptions, EvalOptions, GenerationOptions, MaskOption
 
 NAME = "sweep"
 HELP = "accuracy vs k: top-k detected heads vs k random heads over seeds"
+DATA_PARALLEL = True  # torchrun / accelerate launch shard its samples (vrh.distributed)
 
 DEFAULT_KS = (0, 1, 3, 5, 10, 20, 50)
 
