@@ -51,3 +51,28 @@ def tiny_dataset(tmp_path_factory):
     path = root / "data.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return str(path)
+
+
+@pytest.fixture
+def kill_mid_run():
+    """``kill(cmd, env, ready)``: start ``cmd``, send it SIGKILL once ``ready()`` holds (polled, for 120 s at
+    most) and fail if it finished first: a real kill -9 mid-run (not a simulated exception), for the tests
+    that resume a killed command."""
+    import signal
+    import subprocess
+    import time
+
+    def kill(cmd: list[str], env: dict[str, str], ready) -> None:
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.time() + 120
+            while time.time() < deadline and proc.poll() is None and not ready():
+                time.sleep(0.05)
+            assert proc.poll() is None, "the run finished before it could be killed"
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+
+    return kill

@@ -2,10 +2,8 @@
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -139,7 +137,7 @@ def test_interrupted_sweep_resumes_to_the_same_result(tmp_path, tiny_checkpoint,
     assert "config.n: 4 -> 3" in capsys.readouterr().err
 
 
-def test_killed_evaluate_resumes_with_nothing_lost_or_repeated(tmp_path):
+def test_killed_evaluate_resumes_with_nothing_lost_or_repeated(tmp_path, kill_mid_run):
     """A real SIGKILL mid-run (not a simulated exception), then --resume."""
     from vrh.organism.world import write_split
 
@@ -148,20 +146,8 @@ def test_killed_evaluate_resumes_with_nothing_lost_or_repeated(tmp_path):
     cmd = [sys.executable, "-m", "vrh", "evaluate", "--model", "organism", "--data", str(data), "--mask-heads", "3:3",
            "--batch-size", "4", "--max-new-tokens", "24", "--threads", "1", "--out", str(out)]
     env = {**os.environ, "VRH_NO_PROGRESS": "1"}
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.time() + 120
-        while time.time() < deadline and proc.poll() is None:
-            p = out / runs.SAMPLES
-            if p.exists() and len(p.read_text().splitlines()) >= 12:
-                break
-            time.sleep(0.05)
-        assert proc.poll() is None, "the run finished before it could be killed"
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    samples = out / runs.SAMPLES
+    kill_mid_run(cmd, env, lambda: samples.exists() and len(samples.read_text().splitlines()) >= 12)
     n_before = len(runs.read_jsonl(out / runs.SAMPLES))
     assert 12 <= n_before < 160 and not (out / runs.RESULTS).exists()
     assert subprocess.run(cmd + ["--resume"], env=env, capture_output=True).returncode == 0

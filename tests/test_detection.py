@@ -222,14 +222,12 @@ def test_out_of_memory_retries_the_batch_in_halves(monkeypatch, tiny_checkpoint,
     assert any("evaluate: out of memory on a batch of 4" in s for s in said)
 
 
-def test_detect_killed_with_sigkill_resumes_to_the_uninterrupted_result(tmp_path):
+def test_detect_killed_with_sigkill_resumes_to_the_uninterrupted_result(tmp_path, kill_mid_run):
     """A real kill -9 of ``vrh detect`` mid-run, then ``--resume``: the run folder equals an uninterrupted
     run's (head scores up to timing, per-sample maps, overlays, samples) and only unfinished batches ran."""
     import os
-    import signal
     import subprocess
     import sys
-    import time
 
     import numpy as np
 
@@ -242,19 +240,7 @@ def test_detect_killed_with_sigkill_resumes_to_the_uninterrupted_result(tmp_path
     out, whole = tmp_path / "killed", tmp_path / "whole"
     env = {**os.environ, "VRH_NO_PROGRESS": "1"}
     cmd = [sys.executable, "-m", "vrh", *args, "--out", str(out)]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.time() + 120
-        while time.time() < deadline and proc.poll() is None:
-            if len(runs.read_batch_states(out)) >= 3:
-                break
-            time.sleep(0.05)
-        assert proc.poll() is None, "the run finished before it could be killed"
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    kill_mid_run(cmd, env, lambda: len(runs.read_batch_states(out)) >= 3)
     kept = runs.read_batch_states(out)
     assert 3 <= len(kept) < 12 and not runs.is_finished(out)
     done = subprocess.run(cmd + ["--resume"], env=env, capture_output=True, text=True)

@@ -19,8 +19,6 @@ from vrh.testing.tiny_idefics3 import idefics3_pixels
 from vrh.testing.tiny_llava_onevision import llava_onevision_pixels
 from vrh.testing.tiny_llava_next import llava_next_pixels
 
-from vrh.testing.tiny_llava_next import llava_next_pixels
-
 
 def coord_image(width: int, height: int) -> Image.Image:
     """R = x, G = y (both < 256), B = 255: each pixel says where it came from."""

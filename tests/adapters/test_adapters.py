@@ -17,7 +17,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from PIL import Image
 
 import vrh.adapters as adapters_pkg
 from vrh.adapters import get_adapter, registered_adapters

@@ -13,9 +13,9 @@ import torch
 from vrh.adapters import get_adapter
 from vrh.adapters.gemma3 import crop_boxes
 from vrh.capture import capture_attention_rows
-from vrh.testing import save_tiny
 from vrh.testing.tiny_gemma3 import tiny_gemma3
 
+from .checks import eager_attentions
 from .pixels import check_pixels, coord_image
 from .test_adapters import grounding_batch
 
@@ -51,10 +51,7 @@ def test_capture_sees_the_bidirectional_image_and_the_sliding_window(g3):
     window = model.config.text_config.sliding_window
     assert ans[-1] - vis[0] >= window
     assert (rows[0, :, 1, vis[0]] == 0).all() and (rows[1, :, 1, vis[0]] > 0).all()  # layer 0 sliding, 1 global
-    eager = copy.deepcopy(model)
-    eager.set_attn_implementation("eager")
-    with torch.no_grad():
-        att = eager(**batch.inputs, output_attentions=True).attentions  # per layer [B, H, S, S]
+    att = eager_attentions(model, batch.inputs)  # per layer [B, H, S, S]
     assert (rows - torch.stack([a[0][:, queries[0]] for a in att])).abs().max() <= 1e-5
 
 
@@ -125,14 +122,7 @@ def test_format_box_is_box_2d_0_1000():
     assert '"box_2d": [ymin, xmin, ymax, xmax]' in ADAPTER.grounding_prompt("cat")
 
 
-def test_detect_and_evaluate_run_end_to_end(tmp_path, tiny_dataset):
-    from vrh.commands import detect, evaluate
-
-    model, processor = tiny_gemma3()
-    ckpt = str(save_tiny(model, processor, tmp_path / "ckpt"))
-    out = detect.run(detect.Config(model=ckpt, data=tiny_dataset, out=str(tmp_path / "det"), n=2, answer="gt",
-                                   batch_size=2, max_new_tokens=4))
+def test_detect_and_evaluate_run_end_to_end(detect_then_evaluate):
+    out, _, res = detect_then_evaluate(tiny_gemma3, n=2)
     assert out["num_layers"] == 2 and out["num_heads"] == 4 and out["n_scored"] == 2
-    evaluate.run(evaluate.Config(model=ckpt, data=tiny_dataset, out=str(tmp_path / "ev"), n=2, batch_size=2,
-                                 max_new_tokens=4, mask_heads=str(tmp_path / "det"), k=2))
-    assert (tmp_path / "ev" / "results.json").exists()
+    assert res

@@ -4,17 +4,16 @@ GLM-4.6V classes through the same adapter, capture and masking on GLM's biased q
 from __future__ import annotations
 
 import copy
-import json
 
 import pytest
 import torch
-from PIL import Image, ImageDraw
+from PIL import Image
 
 from vrh.adapters import get_adapter
-from vrh.capture import capture_attention_rows
-from vrh.masking import mask_heads
 from vrh.testing import save_tiny
 from vrh.testing.tiny_glm4v import tiny_glm4v, tiny_glm46v
+
+from .checks import assert_capture_matches_eager, assert_masking_is_exact
 
 SIZE = (150, 100)
 
@@ -97,60 +96,17 @@ def test_capture_matches_eager_with_qkv_bias(glm):
     batch = _batch(adapter, processor)
     assert not batch.inputs["attention_mask"].all()  # one sample is left-padded
     queries = [torch.cat([batch.expression_positions[b], batch.answer_positions[b] - 1]).unique() for b in range(2)]
-    with torch.no_grad(), capture_attention_rows(model, adapter, queries) as cap:
-        model(**batch.inputs)
-    eager = copy.deepcopy(model)
-    eager.set_attn_implementation("eager")
-    with torch.no_grad():
-        att = eager(**batch.inputs, output_attentions=True).attentions  # per layer [B, H, S, S]
-    for b, q in enumerate(queries):
-        want = torch.stack([a[b][:, q] for a in att])  # [L, H, Q, S]
-        assert (cap.rows(b) - want).abs().max().item() <= 1e-5
+    assert_capture_matches_eager(model, adapter, batch.inputs, queries)
 
 
 def test_masking_equals_zeroed_o_proj_columns(glm):
     adapter, model, processor = glm
-    batch = _batch(adapter, processor)
-    heads, d = [(0, 1), (1, 3)], adapter.head_dim(model)
-    ref = copy.deepcopy(model)
-    for layer, head in heads:
-        adapter.o_proj(ref, layer).weight.data[:, head * d:(head + 1) * d] = 0
-    before = {k: v.clone() for k, v in model.state_dict().items()}
-    with torch.no_grad():
-        plain = model(**batch.inputs).logits
-        with mask_heads(model, adapter, heads):
-            masked = model(**batch.inputs).logits
-        want = ref(**batch.inputs).logits
-    assert torch.allclose(masked, want, atol=1e-5) and not torch.allclose(masked, plain, atol=1e-3)
-    assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
-    assert all(not adapter.o_proj(model, layer)._forward_pre_hooks for layer in range(adapter.num_layers(model)))
+    assert_masking_is_exact(model, adapter, _batch(adapter, processor).inputs, [(0, 1), (1, 3)])
 
 
 # --- the commands, end to end on the tiny checkpoint -------------------------------------------
 
-@pytest.fixture
-def checkpoint_and_data(tmp_path):
-    model, processor = tiny_glm4v()
-    ckpt = save_tiny(model, processor, tmp_path / "ckpt")
-    rows = []
-    for i in range(4):
-        im = Image.new("RGB", (84, 56), (240, 240, 240))
-        x, y = 4 + 8 * i, 8 + i
-        ImageDraw.Draw(im).rectangle([x, y, x + 20, y + 16], fill=(200, 30, 30))
-        im.save(tmp_path / f"im{i}.png")
-        rows.append({"id": f"g{i}", "image": f"im{i}.png", "task": "grounding", "expression": "the red box",
-                     "box": [x, y, x + 20, y + 16], "box_format": "xyxy"})
-    (tmp_path / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return str(ckpt), str(tmp_path / "data.jsonl")
-
-
-def test_detect_and_evaluate_run_end_to_end(checkpoint_and_data, tmp_path):
-    from vrh.commands import detect, evaluate
-
-    ckpt, data = checkpoint_and_data
-    out = detect.run(detect.Config(model=ckpt, data=data, out=str(tmp_path / "det"), n=2, answer="gt",
-                                   batch_size=2, max_new_tokens=4))
+def test_detect_and_evaluate_run_end_to_end(detect_then_evaluate):
+    out, _, res = detect_then_evaluate(tiny_glm4v, n=2)
     assert out["num_layers"] == 2 and out["num_heads"] == 4 and out["n_scored"] == 2
-    res = evaluate.run(evaluate.Config(model=ckpt, data=data, out=str(tmp_path / "ev"), n=2, batch_size=2,
-                                       max_new_tokens=4))
-    assert (tmp_path / "ev" / "results.json").exists() and res
+    assert res

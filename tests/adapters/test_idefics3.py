@@ -14,10 +14,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from vrh import runs
 from vrh.adapters import get_adapter
 from vrh.adapters.idefics3 import tile_tags
-from vrh.testing import TINY_BUILDERS, save_tiny
+from vrh.testing import TINY_BUILDERS
 from vrh.testing.tiny_idefics3 import idefics3_processor, idefics3_tokenizer
 
 from .pixels import check_pixels, coord_image
@@ -180,20 +179,10 @@ def test_prompt_and_box_format_are_lmms_eval_rec():
 
 # --- end to end ------------------------------------------------------------------------------------
 
-def test_detect_and_evaluate_run_end_to_end(tmp_path, tiny_dataset):
+def test_detect_and_evaluate_run_end_to_end(detect_then_evaluate):
     """`vrh detect` then `vrh evaluate` on a saved tiny Idefics3: complete run folders, K drawn from cells."""
-    from vrh.commands import detect, evaluate
-
-    model, processor = TINY_BUILDERS["idefics3"]()
-    ckpt = str(save_tiny(model, processor, tmp_path / "ckpt"))
-    det, ev = tmp_path / "det", tmp_path / "ev"
-    out = detect.run(detect.Config(model=ckpt, data=tiny_dataset, out=str(det), n=4, answer="gt", batch_size=2,
-                                   max_new_tokens=4))
+    out, samples, res = detect_then_evaluate(TINY_BUILDERS["idefics3"], n=4)
     assert out["num_layers"] == 2 and out["num_heads"] == 4
-    samples = runs.read_jsonl(det / runs.SAMPLES)
     # 84 x 56 images: resized to 96 x 64, stretched to 96 x 96: 2 x 2 tiles of 3 x 3 cells + a 3 x 3 global frame
     assert len(samples) == 4 and all(s["n_visual_tokens"] == 45 and 0 < s["n_key_tokens"] <= 36 for s in samples)
-    evaluate.run(evaluate.Config(model=ckpt, data=tiny_dataset, out=str(ev), mask_heads=str(det), k=2,
-                                 max_new_tokens=4))
-    res = runs.read_json(ev / runs.RESULTS)
     assert res["k"] == 2 and len(res["masked_heads"]) == 2 and 0.0 <= res["accuracy"] <= 1.0

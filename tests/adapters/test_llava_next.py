@@ -5,19 +5,18 @@ on the Mistral backbone; and the commands end to end."""
 from __future__ import annotations
 
 import copy
-import json
 
 import numpy as np
 import pytest
 import torch
-from PIL import Image, ImageDraw
+from PIL import Image
 
 from vrh.adapters import get_adapter
-from vrh.capture import capture_attention_rows
-from vrh.masking import mask_heads
 from vrh.regions import box_token_mask
 from vrh.testing import save_tiny
 from vrh.testing.tiny_llava_next import llava_next_pixels, tiny_llava_next, token_sources
+
+from .checks import assert_capture_matches_eager, assert_masking_is_exact
 
 
 def coord_image(width: int, height: int) -> Image.Image:
@@ -125,26 +124,8 @@ def test_capture_matches_eager_and_masking_is_exact(next_):
     batch = _batch(adapter, processor, SIZES[:2], answers=True)
     assert not batch.inputs["attention_mask"].all()  # one sample is left-padded
     queries = [torch.cat([batch.expression_positions[b], batch.answer_positions[b] - 1]).unique() for b in range(2)]
-    with torch.no_grad(), capture_attention_rows(model, adapter, queries) as cap:
-        model(**batch.inputs)
-    eager = copy.deepcopy(model)
-    eager.set_attn_implementation("eager")
-    with torch.no_grad():
-        att = eager(**batch.inputs, output_attentions=True).attentions  # per layer [B, H, S, S]
-    for b, q in enumerate(queries):
-        want = torch.stack([a[b][:, q] for a in att])  # [L, H, Q, S]
-        assert (cap.rows(b) - want).abs().max().item() <= 1e-5
-    heads, d = [(0, 2), (1, 0)], adapter.head_dim(model)
-    ref = copy.deepcopy(model)
-    for layer, head in heads:
-        adapter.o_proj(ref, layer).weight.data[:, head * d:(head + 1) * d] = 0
-    with torch.no_grad():
-        plain = model(**batch.inputs).logits
-        with mask_heads(model, adapter, heads):
-            masked = model(**batch.inputs).logits
-        want = ref(**batch.inputs).logits
-    assert torch.allclose(masked, want, atol=1e-5) and not torch.allclose(masked, plain, atol=1e-3)
-    assert all(not adapter.o_proj(model, layer)._forward_pre_hooks for layer in range(adapter.num_layers(model)))
+    assert_capture_matches_eager(model, adapter, batch.inputs, queries)
+    assert_masking_is_exact(model, adapter, batch.inputs, [(0, 2), (1, 0)])
 
 
 def test_load_sets_the_answer_separator_from_the_template(tmp_path):
@@ -163,24 +144,6 @@ def test_load_sets_the_answer_separator_from_the_template(tmp_path):
 
 # --- the commands, end to end on the tiny checkpoint -------------------------------------------
 
-def test_detect_and_evaluate_run_end_to_end(tmp_path):
-    from vrh.commands import detect, evaluate
-
-    model, processor = tiny_llava_next()
-    ckpt = str(save_tiny(model, processor, tmp_path / "ckpt"))
-    rows = []
-    for i in range(4):
-        im = Image.new("RGB", (84, 56), (240, 240, 240))
-        x, y = 4 + 8 * i, 8 + i
-        ImageDraw.Draw(im).rectangle([x, y, x + 20, y + 16], fill=(200, 30, 30))
-        im.save(tmp_path / f"im{i}.png")
-        rows.append({"id": f"g{i}", "image": f"im{i}.png", "task": "grounding", "expression": "the red box",
-                     "box": [x, y, x + 20, y + 16], "box_format": "xyxy"})
-    data = tmp_path / "data.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    out = detect.run(detect.Config(model=ckpt, data=str(data), out=str(tmp_path / "det"), n=2, answer="gt",
-                                   batch_size=2, max_new_tokens=4))
+def test_detect_and_evaluate_run_end_to_end(detect_then_evaluate):
+    out, _, _ = detect_then_evaluate(tiny_llava_next, n=2)
     assert out["num_layers"] == 2 and out["num_heads"] == 4 and out["n_scored"] == 2
-    evaluate.run(evaluate.Config(model=ckpt, data=str(data), out=str(tmp_path / "ev"), n=2, batch_size=2,
-                                 max_new_tokens=4))
-    assert (tmp_path / "ev" / "results.json").exists()

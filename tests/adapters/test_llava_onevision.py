@@ -11,14 +11,12 @@ import numpy as np
 import pytest
 import torch
 
-from vrh import runs
 from vrh.adapters import get_adapter
 from vrh.adapters.llava_onevision import max_tiles, shrunk_shape
-from vrh.capture import capture_attention_rows
-from vrh.masking import mask_heads
 from vrh.testing import TINY_BUILDERS, save_tiny
 from vrh.testing.tiny_llava_onevision import BIG_PINPOINTS, packed_sources, tiny_llava_onevision
 
+from .checks import assert_capture_matches_eager, assert_masking_is_exact
 from .pixels import check_pixels, coord_image
 
 ADAPTER = get_adapter("llava_onevision")
@@ -109,25 +107,8 @@ def test_capture_matches_eager_and_masking_is_exact_on_a_shrunk_grid():
     assert batch.meta[0]["shrunk"] and not batch.inputs["attention_mask"].all()  # one sample is left-padded
     queries = [torch.cat([batch.visual_positions[b][-3:], batch.expression_positions[b],
                           batch.answer_positions[b] - 1]).unique() for b in range(2)]
-    with torch.no_grad(), capture_attention_rows(model, ADAPTER, queries) as cap:
-        model(**batch.inputs)
-    eager = copy.deepcopy(model)
-    eager.set_attn_implementation("eager")
-    with torch.no_grad():
-        att = eager(**batch.inputs, output_attentions=True).attentions  # per layer [B, H, S, S]
-    for b, q in enumerate(queries):
-        want = torch.stack([a[b][:, q] for a in att])  # [L, H, Q, S]
-        assert (cap.rows(b) - want).abs().max().item() <= 1e-5
-    heads, d = [(0, 2), (1, 0)], ADAPTER.head_dim(model)
-    ref = copy.deepcopy(model)
-    for layer, head in heads:
-        ADAPTER.o_proj(ref, layer).weight.data[:, head * d:(head + 1) * d] = 0  # [hidden, H*d_head]
-    with torch.no_grad():
-        plain = model(**batch.inputs).logits
-        with mask_heads(model, ADAPTER, heads):
-            masked = model(**batch.inputs).logits
-        want = ref(**batch.inputs).logits
-    assert torch.allclose(masked, want, atol=1e-5) and not torch.allclose(masked, plain, atol=1e-3)
+    assert_capture_matches_eager(model, ADAPTER, batch.inputs, queries)
+    assert_masking_is_exact(model, ADAPTER, batch.inputs, [(0, 2), (1, 0)])
 
 
 def test_shrink_rule_and_settings():
@@ -159,19 +140,9 @@ def test_box_format_is_lmms_eval_floats():
     assert ADAPTER.answer_sep == ""  # the Qwen2 template ends the generation prompt on "assistant\n"
 
 
-def test_detect_and_evaluate_run_end_to_end(tmp_path, tiny_dataset):
-    from vrh.commands import detect, evaluate
-
-    model, processor = TINY_BUILDERS["llava_onevision"]()
-    ckpt = str(save_tiny(model, processor, tmp_path / "ckpt"))
-    det, ev = tmp_path / "det", tmp_path / "ev"
-    out = detect.run(detect.Config(model=ckpt, data=tiny_dataset, out=str(det), n=4, answer="gt", batch_size=2,
-                                   max_new_tokens=4))
+def test_detect_and_evaluate_run_end_to_end(detect_then_evaluate):
+    out, samples, res = detect_then_evaluate(TINY_BUILDERS["llava_onevision"], n=4)
     assert out["num_layers"] == 2 and out["num_heads"] == 4
-    samples = runs.read_jsonl(det / runs.SAMPLES)
     # 84 x 56 images: 3 x 3 base tokens, a 2 x 2 tile canvas unpadded to 4 x 6 cells, 4 newlines
     assert len(samples) == 4 and all(s["n_visual_tokens"] == 37 and 0 < s["n_key_tokens"] <= 24 for s in samples)
-    evaluate.run(evaluate.Config(model=ckpt, data=tiny_dataset, out=str(ev), mask_heads=str(det), k=2,
-                                 max_new_tokens=4))
-    res = runs.read_json(ev / runs.RESULTS)
     assert res["k"] == 2 and len(res["masked_heads"]) == 2 and 0.0 <= res["accuracy"] <= 1.0

@@ -15,6 +15,7 @@ from vrh.capture import capture_attention_rows
 from vrh.testing import save_tiny
 from vrh.testing.tiny_paligemma import tiny_paligemma
 
+from .checks import eager_attentions
 from .test_adapters import grounding_batch
 
 ADAPTER = get_adapter("paligemma")
@@ -23,13 +24,6 @@ ADAPTER = get_adapter("paligemma")
 @pytest.fixture
 def pg():
     return tiny_paligemma()
-
-
-def _eager_rows(model, inputs):
-    eager = copy.deepcopy(model)
-    eager.set_attn_implementation("eager")
-    with torch.no_grad():
-        return eager(**inputs, output_attentions=True).attentions  # per layer [B, H, S, S]
 
 
 # --- layout ------------------------------------------------------------------------------------
@@ -68,7 +62,7 @@ def test_capture_sees_the_bidirectional_prefix_and_the_sliding_window(pg):
     window = model.config.text_config.sliding_window
     assert ans[-1] - vis[0] >= window  # the window cuts this sequence
     assert (rows[0, :, 2, vis[0]] == 0).all() and (rows[1, :, 2, vis[0]] > 0).all()  # layer 0 sliding, 1 global
-    eager = _eager_rows(model, batch.inputs)
+    eager = eager_attentions(model, batch.inputs)
     want = torch.stack([a[b][:, queries[b]] for a in eager])  # [L, H, 3, S]
     assert (rows - want).abs().max() <= 1e-5
 
@@ -87,7 +81,7 @@ def test_capture_matches_eager_where_the_softcap_bends_the_scores(pg):
         with capture_attention_rows(model, ADAPTER, queries) as cap:
             logits = model(**batch.inputs).logits
     assert torch.equal(logits, plain)
-    eager = _eager_rows(model, batch.inputs)
+    eager = eager_attentions(model, batch.inputs)
     uncapped = copy.deepcopy(model)
     for layer in range(ADAPTER.num_layers(uncapped)):
         ADAPTER.attention_module(uncapped, layer).attn_logit_softcapping = None  # read per module, at init
@@ -165,15 +159,7 @@ def test_load_runs_the_lm_eager_and_the_tower_as_asked(pg, tmp_path):
     assert proc.tokenizer.padding_side == "left" and proc.tokenizer.convert_tokens_to_ids("<loc1023>") > 0
 
 
-def test_detect_and_evaluate_run_end_to_end(tmp_path, tiny_dataset):
-    from vrh.commands import detect, evaluate
-
-    model, processor = tiny_paligemma()
-    ckpt = str(save_tiny(model, processor, tmp_path / "ckpt"))
-    out = detect.run(detect.Config(model=ckpt, data=tiny_dataset, out=str(tmp_path / "det"), n=2, answer="gt",
-                                   batch_size=2, max_new_tokens=4))
+def test_detect_and_evaluate_run_end_to_end(detect_then_evaluate):
+    out, _, res = detect_then_evaluate(tiny_paligemma, n=2)
     assert out["num_layers"] == 2 and out["num_heads"] == 4 and out["n_scored"] == 2
-    evaluate.run(evaluate.Config(model=ckpt, data=tiny_dataset, out=str(tmp_path / "ev"), n=2, batch_size=2,
-                                 max_new_tokens=4, mask_heads=str(tmp_path / "det"), k=2))
-    assert (tmp_path / "ev" / "results.json").exists()
-
+    assert res

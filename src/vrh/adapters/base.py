@@ -11,6 +11,8 @@ checkpoint's ``config.model_type``.
 
 from __future__ import annotations
 
+import functools
+import importlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,6 +72,9 @@ class Adapter:
     model_types: tuple[str, ...] = ()  # config.model_type values this adapter serves
     box_convention: str = ""  # how answers write a box: coordinates and format (vrh models)
     token_layout: str = ""  # visual tokens -> image, one line (vrh models)
+    model_class: str = ""  # transformers class the default load() builds, e.g. "LlavaForConditionalGeneration"
+    processor_class: str = ""  # transformers processor class: the image-only fallback of load_processor()
+    prompt_template: str = ""  # the default grounding_prompt(): a template with an {expression} slot
 
     # --- loading -------------------------------------------------------------------------------
     def load(self, path: str, *, dtype: torch.dtype = torch.float32, device: str = "cpu",
@@ -78,8 +83,28 @@ class Adapter:
 
         ``device_map`` (None: the whole model on ``device``) goes to ``from_pretrained`` unchanged, e.g.
         ``"auto"`` to spread a model too big for one GPU over several; the model is then left where
-        transformers placed it (``.to(device)`` would undo the split)."""
-        raise NotImplementedError
+        transformers placed it (``.to(device)`` would undo the split).
+
+        The default, shared by the built-in families: ``transformers.<model_class>.from_pretrained``, the
+        processor from :meth:`processor_for` with left padding (vrh's batches are left-padded), the
+        family's :meth:`on_load` checks and settings, then the model placed and in eval mode."""
+        if not self.model_class:
+            raise NotImplementedError(f"{type(self).__name__} sets no model_class and does not override load()")
+        cls = getattr(importlib.import_module("transformers"), self.model_class)
+        model = cls.from_pretrained(path, dtype=dtype, attn_implementation=attn_implementation, device_map=device_map)
+        processor = self.processor_for(path)
+        processor.tokenizer.padding_side = "left"
+        self.on_load(model, processor)
+        return (model if device_map is not None else model.to(device)).eval(), processor
+
+    def processor_for(self, path: str) -> Any:
+        """The processor saved at ``path`` (see :func:`load_processor`)."""
+        return load_processor(path, self.processor_class)
+
+    def on_load(self, model: nn.Module, processor: Any) -> None:
+        """What a family checks or sets once model and processor are loaded, before the model is placed
+        (a processor setting that only the model config has, the answer separator the chat template
+        implies). Default: nothing."""
 
     # --- structure -----------------------------------------------------------------------------
     def text_config(self, model: nn.Module):
@@ -108,7 +133,11 @@ class Adapter:
 
     # --- prompts and inputs --------------------------------------------------------------------
     def grounding_prompt(self, expression: str) -> str:
-        raise NotImplementedError
+        """``prompt_template`` with the expression in its slot; a family without one overrides this."""
+        if not self.prompt_template:
+            raise NotImplementedError(f"{type(self).__name__} sets no prompt_template and does not override "
+                                      "grounding_prompt()")
+        return self.prompt_template.format(expression=expression)
 
     def expression_offset(self, prompt: str, expression: str) -> int:
         """Where ``expression`` starts in ``prompt``: at the template's own slot when ``prompt`` is this
@@ -155,7 +184,6 @@ class Adapter:
     def format_box(self, box: Box, meta: dict[str, Any], image_size: tuple[int, int]) -> str:
         """A GT box written the way this family answers (for teacher-forcing on the GT answer)."""
         raise NotImplementedError
-
 
 
 class ChatTemplateAdapter(Adapter):
@@ -259,6 +287,34 @@ class ChatTemplateAdapter(Adapter):
         return VisionBatch(inputs=dict(enc), visual_positions=vis, visual_rects=rects, expression_positions=expr,
                            answer_positions=ans if answers is not None else None,
                            image_sizes=[tuple(im.size) for im in images], meta=metas, cell_tokens=cells)
+
+
+# --- loading helpers -------------------------------------------------------------------------------
+
+@functools.cache
+def image_only(processor_cls: type) -> type:
+    """``processor_cls`` without its video processor. vrh feeds images only, and the video processors (Qwen,
+    InternVL, LLaVA-OneVision, SmolVLM) need torchvision, which the processor's constructor and
+    ``from_pretrained`` would otherwise demand. Same class name, so what it saves still loads with
+    ``AutoProcessor`` where torchvision exists."""
+    attrs = [a for a in processor_cls.get_attributes() if a != "video_processor"]
+    return type(processor_cls.__name__, (processor_cls,), {
+        "get_attributes": classmethod(lambda cls: list(attrs)), "video_processor": None,
+        "__module__": processor_cls.__module__, "__doc__": image_only.__doc__})
+
+
+def load_processor(path: str, processor_class: str = "") -> Any:
+    """``AutoProcessor`` when it works; else, given ``processor_class`` (a transformers class name), that
+    class without its video processor (:func:`image_only`), e.g. where torchvision is missing."""
+    from transformers import AutoProcessor
+
+    try:
+        return AutoProcessor.from_pretrained(path)
+    except (ImportError, OSError, ValueError, TypeError, AttributeError):  # e.g. no torchvision for videos
+        if not processor_class:
+            raise
+        cls = getattr(importlib.import_module("transformers"), processor_class)
+        return image_only(cls).from_pretrained(path)
 
 
 _REGISTRY: dict[str, type[Adapter]] = {}

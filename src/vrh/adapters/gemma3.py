@@ -82,23 +82,9 @@ class Gemma3Adapter(ChatTemplateAdapter):
     prompt_template = ('Detect "{expression}" in the image. Answer with its bounding box as JSON '
                        '{{"box_2d": [ymin, xmin, ymax, xmax]}}, coordinates normalized to 0-1000.')
     pan_and_scan: bool = False  # also feed 2-4 crops of an elongated image (Gemma3Processor's do_pan_and_scan)
-
-    # --- loading -------------------------------------------------------------------------------
-    def load(self, path: str, *, dtype: torch.dtype = torch.float32, device: str = "cpu",
-             attn_implementation: str = "sdpa", device_map: str | dict | None = None):
-        from transformers import AutoProcessor, Gemma3ForConditionalGeneration
-
-        model = Gemma3ForConditionalGeneration.from_pretrained(path, dtype=dtype,
-                                                               attn_implementation=attn_implementation,
-                                                               device_map=device_map)
-        processor = AutoProcessor.from_pretrained(path)
-        processor.tokenizer.padding_side = "left"
-        return (model if device_map is not None else model.to(device)).eval(), processor
+    model_class = "Gemma3ForConditionalGeneration"
 
     # --- prompts and inputs --------------------------------------------------------------------
-    def grounding_prompt(self, expression: str) -> str:
-        return self.prompt_template.format(expression=expression)
-
     def chat_text(self, processor: Any, prompt: str) -> str:
         """The rendered chat, without its leading ``<bos>`` when the tokenizer adds one itself (the released
         tokenizer does; the template writes one too), so the sequence starts with exactly one."""

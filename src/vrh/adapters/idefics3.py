@@ -40,7 +40,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from vrh.adapters.base import Box, ChatTemplateAdapter, register_adapter
+from vrh.adapters.base import ChatTemplateAdapter, image_only, register_adapter
 from vrh.adapters.llava_next import LlavaNextAdapter
 
 _TAG = re.compile(r"<row_(\d+)_col_(\d+)>")
@@ -82,6 +82,8 @@ class Idefics3Adapter(ChatTemplateAdapter):
     token_layout = ('rows x cols frames tagged <row_i_col_j>, n x n pixel-shuffled tokens each, row-major; then the '
                     'global frame (whole image squashed, no cells unless it is the only frame)')
     prompt_template = LlavaNextAdapter.prompt_template  # lmms-eval's refcoco_bbox_rec prompt (module docstring)
+    model_class = "Idefics3ForConditionalGeneration"  # load() picks these two by the checkpoint's model_type
+    processor_class = "Idefics3Processor"
 
     _CLASSES = {"idefics3": ("Idefics3ForConditionalGeneration", "Idefics3Processor"),
                 "smolvlm": ("SmolVLMForConditionalGeneration", "SmolVLMProcessor")}
@@ -89,28 +91,29 @@ class Idefics3Adapter(ChatTemplateAdapter):
     # --- loading -------------------------------------------------------------------------------
     def load(self, path: str, *, dtype: torch.dtype = torch.float32, device: str = "cpu",
              attn_implementation: str = "sdpa", device_map: str | dict | None = None) -> tuple[nn.Module, Any]:
-        """Pick the classes from the checkpoint's ``model_type``. SmolVLM's processor carries a video
-        processor that needs torchvision: vrh loads it with ``video_processor=None`` (images only)."""
-        import transformers
+        """Pick the classes from the checkpoint's ``model_type`` (idefics3 or smolvlm)."""
+        from transformers import AutoConfig
 
-        model_type = transformers.AutoConfig.from_pretrained(path).model_type
+        model_type = AutoConfig.from_pretrained(path).model_type
         if model_type not in self._CLASSES:
             raise ValueError(f"the idefics3 adapter serves model types {sorted(self._CLASSES)}, not {model_type!r}")
-        model_class, processor_class = (getattr(transformers, c) for c in self._CLASSES[model_type])
-        model = model_class.from_pretrained(path, dtype=dtype, attn_implementation=attn_implementation,
-                                            device_map=device_map)
-        if model_type == "smolvlm":
-            from vrh.adapters.qwen_vl import image_only  # the processor class without its video processor
+        self.model_class, self.processor_class = self._CLASSES[model_type]
+        return super().load(path, dtype=dtype, device=device, attn_implementation=attn_implementation,
+                            device_map=device_map)
 
-            try:
-                processor = image_only(processor_class).from_pretrained(path, video_processor=None)
-            except ImportError as err:  # SmolVLMProcessor refuses to build without num2words (used for videos)
-                raise ImportError(f"loading the SmolVLM processor of {path} failed: {err} (SmolVLMProcessor needs "
-                                  "the num2words package even for images: pip install num2words)") from err
-        else:
-            processor = processor_class.from_pretrained(path)
-        processor.tokenizer.padding_side = "left"
-        return (model if device_map is not None else model.to(device)).eval(), processor
+    def processor_for(self, path: str) -> Any:
+        """The saved processor class itself. SmolVLM's carries a video processor that needs torchvision: vrh
+        loads it with ``video_processor=None`` (images only)."""
+        import transformers
+
+        processor_class = getattr(transformers, self.processor_class)
+        if self.processor_class != "SmolVLMProcessor":
+            return processor_class.from_pretrained(path)
+        try:
+            return image_only(processor_class).from_pretrained(path, video_processor=None)
+        except ImportError as err:  # SmolVLMProcessor refuses to build without num2words (used for videos)
+            raise ImportError(f"loading the SmolVLM processor of {path} failed: {err} (SmolVLMProcessor needs "
+                              "the num2words package even for images: pip install num2words)") from err
 
     # --- structure -----------------------------------------------------------------------------
     def decoder_layers(self, model: nn.Module) -> nn.ModuleList:
@@ -126,9 +129,6 @@ class Idefics3Adapter(ChatTemplateAdapter):
 
         messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": prompt}]}]
         return ProcessorMixin.apply_chat_template(processor, messages, tokenize=False, add_generation_prompt=True)
-
-    def grounding_prompt(self, expression: str) -> str:
-        return self.prompt_template.format(expression=expression)
 
     # --- token -> image map --------------------------------------------------------------------
     def visual_map(self, processor: Any, enc: Any, b: int, image: Any
@@ -160,15 +160,6 @@ class Idefics3Adapter(ChatTemplateAdapter):
                 "cell_px": frame_w // n}
         return torch.cat([tiles, glob]).float(), meta, cell
 
-    # --- answers -------------------------------------------------------------------------------
-    def parse_box(self, text: str, meta: dict[str, Any], image_size: tuple[int, int]) -> Box | None:
-        from vrh import grounding
-
-        found = grounding.parse_box(text)
-        return None if found is None else grounding.from_normalized(found[1], 1.0, image_size)
-
-    def format_box(self, box: Box, meta: dict[str, Any], image_size: tuple[int, int]) -> str:
-        from vrh import grounding
-
-        x1, y1, x2, y2 = grounding.to_normalized(box, 1.0, image_size)
-        return f"[{x1:.2f}, {y1:.2f}, {x2:.2f}, {y2:.2f}]"
+    # --- answers: lmms-eval's REC box, [x1, y1, x2, y2] in 0-1 floats, as LLaVA-NeXT ----------------
+    parse_box = LlavaNextAdapter.parse_box
+    format_box = LlavaNextAdapter.format_box

@@ -37,7 +37,6 @@ import math
 from typing import Any
 
 import torch
-from torch import nn
 
 from vrh.adapters.base import Box, ChatTemplateAdapter, register_adapter
 
@@ -85,24 +84,8 @@ class InternVLAdapter(ChatTemplateAdapter):
     token_layout = '448-px tiles (1-12, row-major), 16x16 tokens of 28 px each (pixel shuffle), then a thumbnail tile (no cells) when tiled; <img>...</img>'
     prompt_template = ("Please provide the bounding box coordinate of the region this sentence describes: "
                        "<ref>{expression}</ref>")
-
-    # --- loading -------------------------------------------------------------------------------
-    def load(self, path: str, *, dtype: torch.dtype = torch.float32, device: str = "cpu",
-             attn_implementation: str = "sdpa", device_map: str | dict | None = None) -> tuple[nn.Module, Any]:
-        from transformers import InternVLForConditionalGeneration
-
-        from vrh.adapters.qwen_vl import load_qwen_processor  # AutoProcessor, or without the video processor
-
-        model = InternVLForConditionalGeneration.from_pretrained(path, dtype=dtype,
-                                                                 attn_implementation=attn_implementation,
-                                                                 device_map=device_map)
-        processor = load_qwen_processor(path, "InternVLProcessor")
-        processor.tokenizer.padding_side = "left"
-        return (model if device_map is not None else model.to(device)).eval(), processor
-
-    # --- prompts -------------------------------------------------------------------------------
-    def grounding_prompt(self, expression: str) -> str:
-        return self.prompt_template.format(expression=expression)
+    model_class = "InternVLForConditionalGeneration"
+    processor_class = "InternVLProcessor"  # loaded without its video processor where torchvision is missing
 
     # --- token -> image map --------------------------------------------------------------------
     def visual_map(self, processor: Any, enc: Any, b: int, image: Any

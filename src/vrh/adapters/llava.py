@@ -50,6 +50,15 @@ def _resized_hw(ip: Any, height: int, width: int) -> tuple[int, int]:
     return int(get("height")), int(get("width"))
 
 
+def complete_processor(processor: Any, model: nn.Module) -> None:
+    """Fill in the settings older LLaVA / LLaVA-NeXT processor configs omit, from the model config (which is
+    authoritative): ``patch_size`` and ``vision_feature_select_strategy``."""
+    if getattr(processor, "patch_size", None) is None:
+        processor.patch_size = model.config.vision_config.patch_size
+    if getattr(processor, "vision_feature_select_strategy", None) is None:
+        processor.vision_feature_select_strategy = model.config.vision_feature_select_strategy
+
+
 @register_adapter
 class LlavaAdapter(ChatTemplateAdapter):
     name = "llava"
@@ -60,23 +69,19 @@ class LlavaAdapter(ChatTemplateAdapter):
     prompt_template = "Locate the {expression} in the image. Answer with its bounding box [x1, y1, x2, y2] in pixels."
     vqa_template = "{question}"
     box_template = "[{x1}, {y1}, {x2}, {y2}]"
+    model_class = "LlavaForConditionalGeneration"
 
     # --- loading -------------------------------------------------------------------------------
     def load(self, path: str, *, dtype: torch.dtype = torch.float32, device: str = "cpu",
              attn_implementation: str = "sdpa", device_map: str | dict | None = None) -> tuple[nn.Module, Any]:
-        from transformers import AutoProcessor, LlavaForConditionalGeneration
-
-        model = LlavaForConditionalGeneration.from_pretrained(path, dtype=dtype, attn_implementation=attn_implementation,
-                                                              device_map=device_map)
-        processor = AutoProcessor.from_pretrained(path)
-        processor.tokenizer.padding_side = "left"
-        # older processor configs omit these; the model config is authoritative
-        if getattr(processor, "patch_size", None) is None:
-            processor.patch_size = model.config.vision_config.patch_size
-        if getattr(processor, "vision_feature_select_strategy", None) is None:
-            processor.vision_feature_select_strategy = model.config.vision_feature_select_strategy
+        """The default load, then the checkpoint's ``vrh`` settings (``vrh.json`` over ``config.vrh``)."""
+        model, processor = super().load(path, dtype=dtype, device=device, attn_implementation=attn_implementation,
+                                        device_map=device_map)
         self.configure({**(getattr(model.config, "vrh", None) or {}), **self._vrh_json(path)})
-        return (model if device_map is not None else model.to(device)).eval(), processor
+        return model, processor
+
+    def on_load(self, model: nn.Module, processor: Any) -> None:
+        complete_processor(processor, model)
 
     @staticmethod
     def _vrh_json(path: str) -> dict[str, Any]:
@@ -91,9 +96,6 @@ class LlavaAdapter(ChatTemplateAdapter):
                 setattr(self, attr, settings[key])
 
     # --- prompts -------------------------------------------------------------------------------
-    def grounding_prompt(self, expression: str) -> str:
-        return self.prompt_template.format(expression=expression)
-
     def vqa_prompt(self, question: str) -> str:
         return self.vqa_template.format(question=question)
 

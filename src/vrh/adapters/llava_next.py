@@ -36,6 +36,7 @@ import torch
 from torch import nn
 
 from vrh.adapters.base import Box, ChatTemplateAdapter, register_adapter
+from vrh.adapters.llava import complete_processor
 
 
 def _side(size: Any, *keys: str) -> int | None:
@@ -85,33 +86,21 @@ class LlavaNextAdapter(ChatTemplateAdapter):
     model_types = ("llava_next",)
     box_convention = '[x1, y1, x2, y2] floats in 0-1 (x / width, y / height)'
     token_layout = 'base tile g x g tokens (squashed image, no cells), then the unpadded anyres grid row-major with one newline token per row (no cells)'
-    answer_sep = " "  # "[/INST]" / "ASSISTANT:" + " " + answer; load() drops it when the template ends blank
+    answer_sep = " "  # "[/INST]" / "ASSISTANT:" + " " + answer; on_load() drops it when the template ends blank
     prompt_template = ("Bounding box coordinates are specified in the format (top-left x, top-left y, bottom-right "
                        "x, bottom-right y). All values are floating point numbers bounded between 0 and 1. Please "
                        "provide the bounding box coordinate of the region this sentence describes: {expression}")
+    model_class = "LlavaNextForConditionalGeneration"
 
     # --- loading -------------------------------------------------------------------------------
-    def load(self, path: str, *, dtype: torch.dtype = torch.float32, device: str = "cpu",
-             attn_implementation: str = "sdpa", device_map: str | dict | None = None) -> tuple[nn.Module, Any]:
-        from transformers import AutoProcessor, LlavaNextForConditionalGeneration
+    def on_load(self, model: nn.Module, processor: Any) -> None:
+        complete_processor(processor, model)
+        self.answer_sep = self.template_answer_sep(processor)
 
-        model = LlavaNextForConditionalGeneration.from_pretrained(path, dtype=dtype,
-                                                                  attn_implementation=attn_implementation,
-                                                                  device_map=device_map)
-        processor = AutoProcessor.from_pretrained(path)
-        processor.tokenizer.padding_side = "left"
-        # older processor configs omit these; the model config is authoritative
-        if getattr(processor, "patch_size", None) is None:
-            processor.patch_size = model.config.vision_config.patch_size
-        if getattr(processor, "vision_feature_select_strategy", None) is None:
-            processor.vision_feature_select_strategy = model.config.vision_feature_select_strategy
-        # Llama-3's template ends the generation prompt with "\n\n": the answer follows without a space
-        self.answer_sep = "" if self.chat_text(processor, "x")[-1:].isspace() else " "
-        return (model if device_map is not None else model.to(device)).eval(), processor
-
-    # --- prompts -------------------------------------------------------------------------------
-    def grounding_prompt(self, expression: str) -> str:
-        return self.prompt_template.format(expression=expression)
+    def template_answer_sep(self, processor: Any) -> str:
+        """The separator the chat template implies: none when the generation prompt ends on white space
+        (Llama-3's "\\n\\n", Qwen2's "assistant\\n"), else one space ("[/INST]", "ASSISTANT:")."""
+        return "" if self.chat_text(processor, "x")[-1:].isspace() else " "
 
     # --- token -> image map --------------------------------------------------------------------
     def visual_map(self, processor: Any, enc: Any, b: int, image: Any

@@ -66,28 +66,19 @@ def shrunk_shape(rows: int, cols: int, g: int, budget: int) -> tuple[int, int]:
 class LlavaOnevisionAdapter(LlavaNextAdapter):
     name = "llava_onevision"
     model_types = ("llava_onevision",)
-    answer_sep = ""  # the Qwen2 template ends the generation prompt on "assistant\n"; load() re-checks
+    answer_sep = ""  # the Qwen2 template ends the generation prompt on "assistant\n"; on_load() re-checks
     token_layout = ('base tile g x g tokens (squashed image, no cells), then the unpadded anyres grid, bilinearly '
                     'shrunk past anyres_max_9, row-major with one newline token per row (no cells)')
+    model_class = "LlavaOnevisionForConditionalGeneration"
+    processor_class = "LlavaOnevisionProcessor"  # loaded without its video processor where torchvision is missing
 
     # --- loading -------------------------------------------------------------------------------
-    def load(self, path: str, *, dtype: torch.dtype = torch.float32, device: str = "cpu",
-             attn_implementation: str = "sdpa", device_map: str | dict | None = None) -> tuple[nn.Module, Any]:
-        """Model and processor; the processor without its video processor when torchvision is missing."""
-        from transformers import LlavaOnevisionForConditionalGeneration
-
-        from vrh.adapters.qwen_vl import load_qwen_processor  # AutoProcessor, or without the video processor
-
-        model = LlavaOnevisionForConditionalGeneration.from_pretrained(path, dtype=dtype,
-                                                                       attn_implementation=attn_implementation,
-                                                                       device_map=device_map)
-        processor = load_qwen_processor(path, "LlavaOnevisionProcessor")
-        processor.tokenizer.padding_side = "left"
+    def on_load(self, model: nn.Module, processor: Any) -> None:
         if processor.vision_aspect_ratio != model.config.vision_aspect_ratio:
-            raise ValueError(f"{path}: the processor's vision_aspect_ratio {processor.vision_aspect_ratio!r} differs "
-                             f"from the model's {model.config.vision_aspect_ratio!r}")
-        self.answer_sep = "" if self.chat_text(processor, "x")[-1:].isspace() else " "
-        return (model if device_map is not None else model.to(device)).eval(), processor
+            raise ValueError(f"{model.config.name_or_path}: the processor's vision_aspect_ratio "
+                             f"{processor.vision_aspect_ratio!r} differs from the model's "
+                             f"{model.config.vision_aspect_ratio!r}")
+        self.answer_sep = self.template_answer_sep(processor)
 
     # --- token -> image map --------------------------------------------------------------------
     def visual_map(self, processor: Any, enc: Any, b: int, image: Any

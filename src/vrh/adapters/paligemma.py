@@ -83,29 +83,20 @@ class PaliGemmaAdapter(Adapter):
     box_convention = "<locY1><locX1><locY2><locX2>, 1024 bins over the squashed image (big_vision), after 'detect EXPR'"
     token_layout = "image tokens first: n x n row-major cells of the image squashed to the tower's side; bidirectional image + prefix"
     prompt_template = "detect {expression}"
+    model_class = "PaliGemmaForConditionalGeneration"
 
     # --- loading -------------------------------------------------------------------------------
     def load(self, path: str, *, dtype: torch.dtype = torch.float32, device: str = "cpu",
              attn_implementation: str = "sdpa", device_map: str | dict | None = None) -> tuple[nn.Module, Any]:
         """The LM always eager (Gemma 2 has no sdpa path: sdpa cannot softcap), the tower as requested."""
-        from transformers import AutoProcessor, PaliGemmaForConditionalGeneration
-
         impl = {"text_config": "eager", "vision_config": attn_implementation, "": attn_implementation}
-        model = PaliGemmaForConditionalGeneration.from_pretrained(path, dtype=dtype, attn_implementation=impl,
-                                                                  device_map=device_map)
-        processor = AutoProcessor.from_pretrained(path)
-        processor.tokenizer.padding_side = "left"
-        return (model if device_map is not None else model.to(device)).eval(), processor
+        return super().load(path, dtype=dtype, device=device, attn_implementation=impl, device_map=device_map)
 
-    # --- prompts -------------------------------------------------------------------------------
-    def grounding_prompt(self, expression: str) -> str:
-        return self.prompt_template.format(expression=expression)
-
+    # --- inputs --------------------------------------------------------------------------------
     def feature_token_id(self, processor: Any) -> int:
         """``<image>``: the placeholder the processor repeats, one per visual feature."""
         return int(processor.image_token_id)
 
-    # --- inputs --------------------------------------------------------------------------------
     def build_batch(self, processor: Any, images: list, prompts: list[str],
                     answers: list[str] | None = None, expressions: list[str] | None = None) -> VisionBatch:
         """Prefix ``<image> + prompt`` and, with ``answers``, the answers as the causal suffix (its ``<eos>``

@@ -15,55 +15,19 @@ how they are asked to ground and in the coordinate frame of their answers:
 
 from __future__ import annotations
 
-import functools
-import importlib
 import json
 from typing import Any
 
 import torch
-from torch import nn
 
 from vrh.adapters.base import Box, ChatTemplateAdapter, register_adapter
 
 
-@functools.cache
-def image_only(processor_cls: type) -> type:
-    """``processor_cls`` without its video processor. vrh feeds images only, and Qwen's video processors
-    need torchvision, which the processor's constructor and ``from_pretrained`` would otherwise demand.
-    Same class name, so what it saves still loads with ``AutoProcessor`` where torchvision exists."""
-    attrs = [a for a in processor_cls.get_attributes() if a != "video_processor"]
-    return type(processor_cls.__name__, (processor_cls,), {
-        "get_attributes": classmethod(lambda cls: list(attrs)), "video_processor": None,
-        "__module__": processor_cls.__module__, "__doc__": image_only.__doc__})
-
-
-def load_qwen_processor(path: str, processor_class: str) -> Any:
-    """AutoProcessor when it works; else the family's processor assembled without a video processor."""
-    from transformers import AutoProcessor
-
-    try:
-        return AutoProcessor.from_pretrained(path)
-    except (ImportError, OSError, ValueError, TypeError, AttributeError):  # e.g. no torchvision for videos
-        cls = getattr(importlib.import_module("transformers"), processor_class)
-        return image_only(cls).from_pretrained(path)
-
-
 class QwenVLAdapter(ChatTemplateAdapter):
-    """Base of the three Qwen-VL adapters; subclasses set the class attributes below."""
+    """Base of the three Qwen-VL adapters; subclasses set ``model_class``, ``processor_class`` (the
+    processor is loaded without its video processor where torchvision is missing) and the attributes below."""
 
-    model_class: str = ""  # transformers class name
-    processor_class: str = ""
     box_frame: str = "norm1000"  # "norm1000" (0-1000 relative) or "resized" (pixels of the resized image)
-    prompt_template: str = ""
-
-    # --- loading -------------------------------------------------------------------------------
-    def load(self, path: str, *, dtype: torch.dtype = torch.float32, device: str = "cpu",
-             attn_implementation: str = "sdpa", device_map: str | dict | None = None) -> tuple[nn.Module, Any]:
-        cls = getattr(importlib.import_module("transformers"), self.model_class)
-        model = cls.from_pretrained(path, dtype=dtype, attn_implementation=attn_implementation, device_map=device_map)
-        processor = load_qwen_processor(path, self.processor_class)
-        processor.tokenizer.padding_side = "left"
-        return (model if device_map is not None else model.to(device)).eval(), processor
 
     # --- prompts -------------------------------------------------------------------------------
     def grounding_prompt(self, expression: str) -> str:

@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 
 from vrh.data import Sample
 from vrh.tasks.base import CORRECT, PARSE_FAILURE, Task, TaskAdapter, register_task
+from vrh.tasks.vqa import VQATask
 
 OUTSIDE = "outside"  # read, but at least one point is off the mask
 FRAMES = {"norm": 1.0, "norm1000": 1000.0, "pixel": None}  # frame -> value of a full side (None: pixels)
@@ -107,9 +108,7 @@ class PointTask(Task):
         if self.frame not in FRAMES:
             raise ValueError(f"point option 'frame' must be one of {', '.join(FRAMES)}, got {self.frame!r}")
 
-    def prompt(self, adapter: TaskAdapter, sample: Sample) -> str:
-        self.check_sample(sample)
-        return adapter.vqa_prompt(sample.question)
+    prompt = VQATask.prompt  # the question, worded by the family as any VQA question (adapter.vqa_prompt)
 
     def judge(self, adapter: TaskAdapter, sample: Sample, text: str, meta: dict[str, Any] | None = None
               ) -> dict[str, Any]:

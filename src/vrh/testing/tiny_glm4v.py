@@ -40,7 +40,7 @@ def _tiny_glm(family: str, seed: int, overrides_json: str):
     import transformers
     from transformers import Glm4vImageProcessorPil
 
-    from vrh.adapters.qwen_vl import image_only
+    from vrh.adapters.base import image_only
     from vrh.testing.tiny_models import _finish, _text_cfg
 
     model_cls, config_cls, proc_cls = (getattr(transformers, n) for n in {

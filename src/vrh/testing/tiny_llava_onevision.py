@@ -36,7 +36,7 @@ def _tiny_llava_onevision(seed: int, overrides_json: str):
     from transformers import (LlavaOnevisionConfig, LlavaOnevisionForConditionalGeneration,
                               LlavaOnevisionImageProcessorPil, LlavaOnevisionProcessor)
 
-    from vrh.adapters.qwen_vl import image_only
+    from vrh.adapters.base import image_only
     from vrh.testing.tiny_models import _finish, _text_cfg, build_tokenizer
 
     ov = json.loads(overrides_json)
