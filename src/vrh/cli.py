@@ -40,6 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # idle OpenMP threads sleep instead of spinning: on a busy machine spinning threads made a 7 s detection
+    # take 100 s (set before torch is imported, which happens inside the command)
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--"]:  # `torchrun ... -m vrh -- detect ...`: the separator that keeps torchrun off vrh's options
