@@ -2,8 +2,11 @@
 
 Why: vrh claims that (b) capturing the attention rows detection needs costs about a plain (a) sdpa forward
 over prompt + answer, where the prior methods' (c) eager ``output_attentions=True`` materializes every
-``[B, H, N, N]`` map; that masking heads barely slows greedy ``generate``; and that several masking
-conditions sharing one batch (:func:`vrh.masking.mask_heads_per_row`) beat running them one by one. Each
+``[B, H, N, N]`` map; that masking heads barely slows greedy ``generate``; that several masking
+conditions sharing one batch (:func:`vrh.masking.mask_heads_per_row`) beat running them one by one; and
+that one-pass detection (rows captured during the answering ``generate``, ``detect_heads(one_pass=True)``)
+costs about one plain ``generate`` (``detect_vs_generate``; the two-pass detection's ratio is printed next to
+it). Each
 claim is a ratio of two measurements taken in the same run, interleaved round by round so that load from
 other processes hits both sides alike (the reported ratio is the median of the per-round ratios).
 
@@ -26,8 +29,12 @@ Peak memory (capture vs forward vs eager) is the peak above the level just befor
   under-report if something earlier peaked higher).
 * CUDA: ``torch.cuda.max_memory_allocated`` after a reset, minus the allocation before the forward.
 
-The last line printed is one JSON object (keys as in issue 16; ``detect_vs_generate`` is null until the
-one-pass detection is measured here)::
+The detection run goes through the real path too (a ``--generate-tokens`` visual-token image, the grounding
+task, ``detect_heads`` with the ``out/sum/mean`` scorer, no overlays) against ``generate_answers`` on the
+same sample, every answer forced to ``--max-new-tokens`` (the last one an EOS, as real answers end: a cut
+answer costs one-pass detection one more decode step, see :mod:`vrh.generation_capture`).
+
+The last line printed is one JSON object (keys as in issue 16)::
 
     python benchmarks/capture.py                        # CPU, small LM, N = 256, 1024, 3328
     python benchmarks/capture.py --quick                # a few-second smoke run
@@ -364,6 +371,61 @@ def bench_conditions(args, model) -> dict[int, dict[str, list[float]]]:
     return out
 
 
+def bench_detect(args, model) -> dict[str, list[float]]:
+    """One sample: plain greedy ``generate_answers`` vs detection in one pass vs in two passes (generate, then
+    a teacher-forced capture forward over prompt + answer), interleaved; every answer --max-new-tokens long."""
+    from PIL import Image, ImageDraw
+
+    from vrh.adapters import get_adapter
+    from vrh.data import Sample
+    from vrh.detection import detect_heads
+    from vrh.inference import LoadedModel, generate_answers
+    from vrh.tasks import get_task
+
+    os.environ.setdefault("VRH_NO_PROGRESS", "1")
+    lm = LoadedModel(model, processor(), get_adapter("qwen2_5_vl"), "random-init")
+    side = 28 * max(1, round(args.generate_tokens ** 0.5))  # 28 px per merged visual token side
+    task = get_task("grounding")
+    gen_cfg, tok = model.generation_config, lm.processor.tokenizer
+    # Every answer is --max-new-tokens - 1 tokens and an EOS, as a real answer ends (a box, then EOS): EOS held
+    # back until then, and forced then (a steep length penalty on it). Ids past the tokenizer's (the LM's
+    # vocabulary is larger) and other specials decode to nothing: an empty answer would be skipped, not scored.
+    names = ("min_new_tokens", "suppress_tokens", "exponential_decay_length_penalty")
+    before = {k: getattr(gen_cfg, k) for k in names}
+    scored = {}
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as restore:
+        for k, v in before.items():
+            restore.callback(setattr, gen_cfg, k, v)
+        gen_cfg.min_new_tokens = args.max_new_tokens - 1
+        gen_cfg.exponential_decay_length_penalty = (args.max_new_tokens - 2, 1e6)
+        gen_cfg.suppress_tokens = sorted((set(range(len(tok), model.config.text_config.vocab_size))
+                                          | set(tok.all_special_ids)) - {tok.eos_token_id})
+        im = Image.new("RGB", (side, side), (240, 240, 240))
+        ImageDraw.Draw(im).rectangle([side // 4, side // 4, side // 2, side // 2], fill=(200, 30, 30))
+        im.save(Path(tmp) / "im.png")
+        sample = Sample(id="d0", image_path=Path(tmp) / "im.png", task="grounding", expression="the red box",
+                        box=(side / 4, side / 4, side / 2, side / 2))
+        prompt = task.prompt(lm.adapter, sample)
+
+        def generate():
+            generate_answers(lm, [sample.load_image()], [prompt], args.max_new_tokens)
+
+        def detect(one_pass: bool):
+            det = detect_heads(lm, [sample], scorers=("out/sum/mean",), n_overlays=0, batch_size=1,
+                               max_new_tokens=args.max_new_tokens, one_pass=one_pass)
+            scored[one_pass] = det.head_scores.n_scored
+
+        times = interleaved({"generate": generate, "one_pass": lambda: detect(True), "two_pass": lambda: detect(False)},
+                            args.repeats, args.device)
+    n_vis = len(lm.adapter.build_batch(lm.processor, [im], [prompt]).visual_positions[0])
+    print(f"detect 1 sample ({n_vis} visual tokens, {args.max_new_tokens} new tokens, samples scored one/two-pass "
+          f"{scored[True]}/{scored[False]}): generate {statistics.median(times['generate']):.3f} s, one-pass detect "
+          f"{statistics.median(times['one_pass']):.3f} s (ratio {ratio(times, 'one_pass', 'generate'):.3f}), two-pass "
+          f"detect {statistics.median(times['two_pass']):.3f} s (ratio {ratio(times, 'two_pass', 'generate'):.3f})",
+          flush=True)
+    return times
+
+
 def _share(a: float, b: float) -> float | None:
     """``a / b`` rounded; None when either is below one page (nothing measurable, e.g. a --quick run)."""
     return round(a / b, 3) if min(a, b) >= 4096 else None
@@ -415,6 +477,7 @@ def main(argv: list[str] | None = None) -> dict:
     cap = bench_capture(args, model)
     gen = bench_generate(args, model)
     cnd = bench_conditions(args, model)
+    det = bench_detect(args, model)
 
     by_n = {}
     for n, r in cap.items():
@@ -432,7 +495,7 @@ def main(argv: list[str] | None = None) -> dict:
     result = {"by_visual_tokens": by_n,
               "masked_generate_vs_unmasked": round(ratio(gen, "masked", "unmasked"), 3),
               "conditions_batched_vs_sequential": round(ratio(cnd[args.cond_samples[0]], "batched", "sequential"), 3),
-              "detect_vs_generate": None}
+              "detect_vs_generate": round(ratio(det, "one_pass", "generate"), 3)}
     print(json.dumps(result))
     return result
 

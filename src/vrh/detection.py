@@ -1,12 +1,18 @@
 """Detection (paper Sec. 3): answer each grounding sample, re-run teacher-forced over prompt + answer with
-one capture pass, and feed the captured rows to every requested scorer.
+one capture pass, and feed the captured rows to every requested scorer. With ``one_pass`` (model answers
+only) the rows come from the answering ``generate()`` itself (:mod:`vrh.generation_capture`: the prefill
+gives the expression and last-prompt rows, each decode step the row producing the next answer token), so a
+sample costs one generate instead of a generate plus a second forward over the whole prompt; the scored
+answer tokens are then the generated ids, not the answer text re-tokenized.
 
 One main capture forward per batch serves every scorer. A scorer may declare extra capture passes it needs
 (``extra_passes``, by name, see :data:`EXTRA_PASSES`; QRHead's calibration asks for ``"null_query"``: the
 same images and answers with the expression replaced by :data:`NULL_QUERY`); each requested pass runs once
-per batch and only when some scorer asks for it. The head scores count the forwards
-(``capture_forwards`` main, ``extra_capture_forwards`` per pass) next to the number of batches, so the
-one-pass claim is checked, not assumed.
+per batch and only when some scorer asks for it, always teacher-forced (with ``one_pass`` too, on the answer
+text). The head scores count the forwards over the prompt (``capture_forwards`` main -- with ``one_pass``
+the generate's prefill --, ``extra_capture_forwards`` per pass) next to the number of batches, and say
+where the main rows came from (``capture``: ``"teacher_forced"`` or ``"generate"``), so the one-pass claim
+is checked, not assumed.
 
 :func:`detect_heads` is the computation (returns a :class:`Detection`); it works batch by batch and
 combines the batches' states (records, scorer states, overlays, counts) in sample order at the end, which
@@ -36,6 +42,7 @@ from vrh.console import console, progress
 from vrh.data import Sample, dataset_hash, split_detect_eval
 from vrh.distributed import my_batches, world
 from vrh.evaluation import halving_on_oom, load_task_samples
+from vrh.generation_capture import generate_with_rows
 from vrh.heads import rank_heads
 from vrh.inference import LoadedModel, generate_answers, query_sets
 from vrh.options import DetectOptions, config_record
@@ -97,7 +104,7 @@ def detect_heads(lm: LoadedModel, samples: Sequence[Sample], *, scorers: Sequenc
                  answer: str = "model", min_overlap: float = 0.0, seed: int = 0, n_overlays: int = 8,
                  batch_size: int = 16, max_new_tokens: int = 64, task: Task | None = None,
                  on_record: Callable[[dict[str, Any]], None] | None = None,
-                 state_dir: str | Path | None = None) -> Detection:
+                 state_dir: str | Path | None = None, one_pass: bool = False) -> Detection:
     """Score every head on grounding ``samples`` with every scorer (specs, see :mod:`vrh.scorers`).
 
     Batch ``b`` is ``samples[b * batch_size:(b + 1) * batch_size]``; its state is combined with the others
@@ -111,6 +118,11 @@ def detect_heads(lm: LoadedModel, samples: Sequence[Sample], *, scorers: Sequenc
 
     Overlays are kept for the scored samples among the first ``n_overlays`` samples; the ``rand1`` query
     seed of a sample is its position in ``samples``.
+
+    ``one_pass`` (``answer="model"`` only; ignored for ``"gt"``, which has nothing to generate): capture the
+    main rows during the answering ``generate()`` (see the module docstring) instead of a teacher-forced
+    forward over prompt + answer text. The rows are those of the generated ids; they equal the two-pass
+    rows wherever the answer text re-tokenizes to the generated ids.
     """
     if answer not in ("model", "gt"):
         raise ValueError(f"answer must be 'model' or 'gt', got {answer!r}")
@@ -139,7 +151,8 @@ def detect_heads(lm: LoadedModel, samples: Sequence[Sample], *, scorers: Sequenc
 
     def one(part: Sequence[tuple[int, Sample]]) -> dict[str, Any]:
         return _detect_batch(lm, task, part, specs=specs, seed=seed, passes=passes, answer=answer,
-                             min_overlap=min_overlap, n_overlays=n_overlays, max_new_tokens=max_new_tokens)
+                             min_overlap=min_overlap, n_overlays=n_overlays, max_new_tokens=max_new_tokens,
+                             one_pass=one_pass)
 
     new: dict[int, dict[str, Any]] = {}
     with progress(sum(stop - start for _, start, stop in mine), "detect") as advance:
@@ -155,7 +168,8 @@ def detect_heads(lm: LoadedModel, samples: Sequence[Sample], *, scorers: Sequenc
     for theirs in dp.all_gather(new) if dp.active else ():
         new.update(theirs)
     states = {**done, **new}
-    return _combine(lm, specs, seed, passes, [states[b] for b in range(n_batches)], time.time() - t0)
+    capture = "generate" if one_pass and answer == "model" else "teacher_forced"
+    return _combine(lm, specs, seed, passes, [states[b] for b in range(n_batches)], time.time() - t0, capture)
 
 
 def _make_scorers(specs: Sequence[str], seed: int) -> dict[str, Any]:
@@ -173,26 +187,36 @@ def _make_scorers(specs: Sequence[str], seed: int) -> dict[str, Any]:
 
 
 def _detect_batch(lm: LoadedModel, task: Task, part: Sequence[tuple[int, Sample]], *, specs, seed, passes, answer,
-                  min_overlap, n_overlays, max_new_tokens) -> dict[str, Any]:
+                  min_overlap, n_overlays, max_new_tokens, one_pass=False) -> dict[str, Any]:
     """One batch, from answers to fresh scorers' states: everything :func:`_combine` needs of it."""
     index = [i for i, _ in part]
     chunk = [s for _, s in part]
     images = [s.load_image() for s in chunk]
     prompts = [task.prompt(lm.adapter, s) for s in chunk]
-    if answer == "model":
+    generated = None  # one pass: the answers' rows, captured while generating them
+    if answer == "model" and one_pass:
+        generated = generate_with_rows(lm, images, prompts, [s.expression for s in chunk], max_new_tokens)
+        answers, metas = generated.texts, generated.meta
+    elif answer == "model":
         answers, metas = generate_answers(lm, images, prompts, max_new_tokens)
     else:
         metas = lm.adapter.build_batch(lm.processor, images, prompts).meta
         answers = [lm.adapter.format_box(s.box, m, s.image_size) for s, m in zip(chunk, metas)]
     recs = [task.judge(lm.adapter, s, a, m) for s, a, m in zip(chunk, answers, metas)]
-    keep = [i for i, a in enumerate(answers) if a.strip()]
+    # an answer of only special or blank tokens has text "" (two pass: nothing to teacher-force); one pass
+    # also needs a generated token before the EOS
+    keep = [i for i, a in enumerate(answers) if a.strip() and (generated is None or generated.queries[i])]
     made = _make_scorers(specs, seed)
     forwards = {"main": 0, "batches": 0, **{p: 0 for p in passes}}
     overlays: dict[str, np.ndarray] = {}
     if keep:
+        main = None
+        if generated is not None:
+            kept = generated.select(keep)
+            main = _Capture(kept.batch, kept.queries, kept)
         _score_batch(lm, [chunk[i] for i in keep], [images[i] for i in keep], [prompts[i] for i in keep],
                      [answers[i] for i in keep], [recs[i] for i in keep], [metas[i] for i in keep], made, passes,
-                     min_overlap, overlays, n_overlays, [index[i] for i in keep], forwards)
+                     min_overlap, overlays, n_overlays, [index[i] for i in keep], forwards, main=main)
     return {"ids": [s.id for s in chunk], "records": recs,
             "skipped": [{"id": chunk[i].id, "reason": "empty answer"} for i in range(len(chunk)) if i not in keep],
             "forwards": forwards, "scorers": {name: sc.state() for name, sc in made.items()},
@@ -221,7 +245,7 @@ def _join_states(pieces: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _combine(lm: LoadedModel, specs: Sequence[str], seed: int, passes: Sequence[str],
-             states: Sequence[dict[str, Any]], elapsed: float) -> Detection:
+             states: Sequence[dict[str, Any]], elapsed: float, capture: str = "teacher_forced") -> Detection:
     """The detection of all batches: their states folded in sample order into fresh scorers."""
     made = _make_scorers(specs, seed)
     overlays: dict[str, np.ndarray] = {}
@@ -236,7 +260,7 @@ def _combine(lm: LoadedModel, specs: Sequence[str], seed: int, passes: Sequence[
         records += st["records"]
         for k, v in st["forwards"].items():
             forwards[k] = forwards.get(k, 0) + v
-    return _finish(lm, made, overlays, skipped, records, forwards, elapsed)
+    return _finish(lm, made, overlays, skipped, records, forwards, elapsed, capture)
 
 
 def _answer_facts(lm: LoadedModel, batch, b: int, sample: Sample, meta: dict[str, Any]) -> dict[str, Any]:
@@ -257,8 +281,11 @@ def _answer_facts(lm: LoadedModel, batch, b: int, sample: Sample, meta: dict[str
 
 
 def _score_batch(lm, chunk, images, prompts, answers, records, metas, scorers, passes, min_overlap, overlays,
-                 n_overlays, index, forwards) -> None:
-    main = _capture(lm, images, prompts, answers, [s.expression for s in chunk])
+                 n_overlays, index, forwards, main: _Capture | None = None) -> None:
+    """Score the samples of ``chunk`` (non-empty answers); ``main``: their rows already captured (one pass),
+    else one teacher-forced capture forward over prompt + answer text here."""
+    if main is None:
+        main = _capture(lm, images, prompts, answers, [s.expression for s in chunk])
     extra = {p: EXTRA_PASSES[p](lm, chunk, images, answers) for p in passes}
     forwards["main"] += main.rows.num_forwards
     forwards["batches"] += 1
@@ -295,7 +322,7 @@ def _score_batch(lm, chunk, images, prompts, answers, records, metas, scorers, p
             overlays[s.id + "/rects"] = rects.numpy()  # (V, 4)
 
 
-def _finish(lm, scorers, overlays, skipped, records, forwards, elapsed) -> Detection:
+def _finish(lm, scorers, overlays, skipped, records, forwards, elapsed, capture="teacher_forced") -> Detection:
     variants, per_sample, warnings = {}, {}, []
     for name, scorer in scorers.items():
         scores = scorer.result()  # (L, H)
@@ -313,7 +340,7 @@ def _finish(lm, scorers, overlays, skipped, records, forwards, elapsed) -> Detec
     primary = next(iter(scorers))
     extra = {"capture_forwards": forwards["main"],  # main capture passes: one per batch, shared by every scorer
              "extra_capture_forwards": {p: n for p, n in forwards.items() if p not in ("main", "batches")},
-             "capture_batches": forwards["batches"], "elapsed_seconds": elapsed}
+             "capture_batches": forwards["batches"], "capture": capture, "elapsed_seconds": elapsed}
     hs = runs.HeadScores(scorer=primary, num_layers=lm.num_layers, num_heads=lm.num_heads,
                          n_scored=int(per_sample[primary].shape[0]), variants=variants, skipped=skipped,
                          warnings=warnings, extra=extra)
@@ -402,7 +429,8 @@ def run_detection(lm: LoadedModel, data: str | Path, out: str | Path, opts: Dete
     with run:
         found = detect_heads(lm, det, scorers=opts.scorers, answer=opts.answer, min_overlap=opts.min_overlap,
                              seed=opts.seed, n_overlays=opts.n_overlays, batch_size=batch_size,
-                             max_new_tokens=max_new_tokens, on_record=run.append_sample, state_dir=run.path)
+                             max_new_tokens=max_new_tokens, on_record=run.append_sample, state_dir=run.path,
+                             one_pass=opts.one_pass)
         run.replace_samples(found.records)  # sample order, with resumed batches and every rank's
         write_detection(run, found)
         hs = found.head_scores
