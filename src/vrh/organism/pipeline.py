@@ -21,6 +21,15 @@ Stages (each resumable; rerunning the command continues where the last session s
    LM backbone, fine-tuned separately (the paper's transfer setting).
 
     vrh organism build --out organism_runs/v2 --export-to src/vrh/organism/checkpoints
+
+Organism C (issue 17; not in the default stage list): an independently initialised LM (seed 2) on tower A,
+trained with no term, mask or schedule that refers to particular heads (docs/organism.md, "Organism C"):
+``lm_c_text``: the LM alone on text-only retrieval jobs (the scene written as a list of items,
+:mod:`vrh.organism.text_tasks`), ``lm_c``: its weights + tower A (frozen) + a new projector on the image
+task with a few-distractor curriculum, VQA, captions and text jobs in the mixture and the auxiliary
+attribute probes; exported as ``organism_c``. Both track emergence (``emergence.jsonl``).
+
+    vrh organism build --out organism_runs/vC --stages lm_c_text,lm_c --tower-a organism_runs/v2/vision_a/tower.pt
 """
 
 from __future__ import annotations
@@ -99,13 +108,36 @@ LM_B = replace(
     lm_freeze_steps=200, stop_at=0, box_warmstart=0.0, box_warmstart_until=0, curriculum=(), export_name_a="organism_b")
 
 
+# Organism C, recipe C1 (docs/organism.md): every aid treats all heads alike. Phase 1: the LM learns
+# content-addressed retrieval on text (copy the box of the named item from a written list), attribute
+# expressions in 2-3 then 2-5 item lists first; no image (tower A loaded, frozen and unused).
+LM_C_TEXT = TrainConfig(
+    name="organism_c", seed=2, steps=1500, batch_a=64, batch_b=0, lr=1.5e-3, min_lr_frac=0.05, warmup=100,
+    vqa_frac=0.0, caption_frac=0.0, text_frac=1.0, head_dropout=0.0, route_l1=0.0, freeze_vision=True,
+    curriculum=((0, 300, "easy"), (300, 800, "attribute")), text=TextArch(rope_theta=1e6), vision_a=VISION_A,
+    export_name_a="organism_c", eval_n=128, eval_every=100_000, ckpt_every=250, log_every=25, threads=1,
+    track_every=250, track_n=64, track_k=3, track_seeds=2)
+
+# Phase 2: the text-pretrained LM's weights (fresh optimizer and schedule) + tower A + a new projector on
+# the image task: single-object scenes, then 2-3 objects, then attribute expressions in 2-5, then the full
+# world; VQA, region captions and text jobs in the mixture (all heads see the same data); the auxiliary
+# colour/shape probes on the visual tokens' residual stream (A5's, no attention term). Exported.
+LM_C = replace(
+    LM_C_TEXT, steps=6000, lr=1e-3, warmup=200, vqa_frac=0.15, caption_frac=0.1, text_frac=0.15, attr_aux=0.3,
+    curriculum=((0, 300, "single"), (300, 1000, "easy"), (1000, 2000, "attribute")), eval_every=500)
+
+C_PHASES = ("lm_c_text", "lm_c")
+
+
 # a seconds-long version of every stage, for tests of the pipeline itself
 TINY = {"vision_a": VisionArch(hidden=32, layers=1, heads=2, intermediate=64),
         "vision_b": VisionArch(patch_size=14, hidden=24, layers=1, heads=2, intermediate=48),
         "text": TextArch(hidden=32, layers=2, heads=4, intermediate=64), "vision_steps": 2, "lm_steps": 3}
 
 
-def stage_configs(out: Path, tiny: bool = False) -> dict[str, TrainConfig]:
+def stage_configs(out: Path, tiny: bool = False, tower_a: str | Path | None = None) -> dict[str, TrainConfig]:
+    """Every LM phase's config under build folder ``out``; ``tower_a``: where C finds tower A (default
+    ``out/vision_a/tower.pt``; C reuses A's pretrained tower, e.g. ``organism_runs/v2/vision_a/tower.pt``)."""
     a = replace(LM_A, vision_init_a=str(out / "vision_a" / "tower.pt"))
     a2 = replace(LM_A2, vision_init_a=a.vision_init_a, init_from=str(out / "lm_a" / "ckpt.pt"))
     a3 = replace(LM_A3, vision_init_a=a.vision_init_a, init_from=str(out / "lm_a2" / "ckpt.pt"))
@@ -115,6 +147,9 @@ def stage_configs(out: Path, tiny: bool = False) -> dict[str, TrainConfig]:
     a7 = replace(LM_A7, vision_init_a=a.vision_init_a, init_from=str(out / "lm_a6" / "ckpt.pt"))
     a8 = replace(LM_A8, vision_init_a=a.vision_init_a, init_from=str(out / "lm_a7" / "ckpt.pt"))
     b = replace(LM_B, vision_init_a=str(out / "vision_b" / "tower.pt"), lm_init=str(out / A_PHASES[-1] / "ckpt.pt"))
+    tower_c = str(tower_a) if tower_a else str(out / "vision_a" / "tower.pt")
+    c_text = replace(LM_C_TEXT, vision_init_a=tower_c)
+    c = replace(LM_C, vision_init_a=tower_c, weights_from=str(out / "lm_c_text" / "ckpt.pt"))
     if tiny:
         small = dict(text=TINY["text"], steps=TINY["lm_steps"], batch_a=4, eval_n=4, eval_every=10_000,
                      ckpt_every=10_000, log_every=1, warmup=1, pressure_start=1, lm_freeze_steps=0,
@@ -134,7 +169,12 @@ def stage_configs(out: Path, tiny: bool = False) -> dict[str, TrainConfig]:
         a8 = replace(a8, **{**late, "steps": 6, "box_warmstart_until": 6, "pressure_start": 5, "route_warmup": 1})
         b = replace(b, vision_a=TINY["vision_b"], **{**small, "text": tiny_rope, "lm_freeze_steps": 1,
                                                      "box_warmstart_until": 0})
-    return {"lm_a": a, "lm_a2": a2, "lm_a3": a3, "lm_a4": a4, "lm_a5": a5, "lm_a6": a6, "lm_a7": a7, "lm_a8": a8,
+        c_small = {**small, "vision_a": TINY["vision_a"], "text": replace(TINY["text"], rope_theta=1e6),
+                   "steps": 4, "track_every": 2, "track_n": 4, "track_k": 1, "track_seeds": 1}
+        c_text = replace(c_text, **{**c_small, "curriculum": ((0, 2, "easy"),)})
+        c = replace(c, **{**c_small, "curriculum": ((0, 1, "single"), (1, 2, "easy"))})
+    return {"lm_c_text": c_text, "lm_c": c,
+            "lm_a": a, "lm_a2": a2, "lm_a3": a3, "lm_a4": a4, "lm_a5": a5, "lm_a6": a6, "lm_a7": a7, "lm_a8": a8,
             "lm_b": b}
 
 
@@ -146,23 +186,26 @@ def vision_stage(stage: str, tiny: bool = False) -> tuple[VisionArch, int, int]:
 
 
 def _superseded_by(out: Path, phase: str) -> str | None:
-    """The latest phase of A after ``phase`` whose checkpoint exists under ``out``, if any."""
-    later = [p for p in A_PHASES[A_PHASES.index(phase) + 1:] if (out / p / "ckpt.pt").exists()]
+    """The latest phase of A (or C) after ``phase`` whose checkpoint exists under ``out``, if any."""
+    phases = C_PHASES if phase in C_PHASES else A_PHASES
+    later = [p for p in phases[phases.index(phase) + 1:] if (out / p / "ckpt.pt").exists()]
     return later[-1] if later else None
 
 
 def build(out_dir: str | Path, export_to: str | Path | None = None, stages: tuple[str, ...] = (),
           lm_a_steps: int | None = None, lm_b_steps: int | None = None, eval_n: int = 500,
-          tiny: bool = False) -> dict:
+          tiny: bool = False, tower_a: str | Path | None = None, workers: int = 1) -> dict:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     stages = stages or STAGES
-    cfgs = stage_configs(out, tiny)
+    cfgs = stage_configs(out, tiny, tower_a)
     if lm_a_steps:
         cfgs["lm_a"] = replace(cfgs["lm_a"], steps=lm_a_steps)
     if lm_b_steps:
         cfgs["lm_b"] = replace(cfgs["lm_b"], steps=lm_b_steps)
-    command = f"vrh organism build --out {out_dir}" + (f" --export-to {export_to}" if export_to else "")
+    command = (f"vrh organism build --out {out_dir}" + (f" --export-to {export_to}" if export_to else "")
+               + (f" --stages {','.join(stages)}" if set(stages) & set(C_PHASES) else "")
+               + (f" --tower-a {tower_a}" if tower_a else ""))
     results: dict = {}
     for stage in stages:
         t0 = time.time()
@@ -174,19 +217,19 @@ def build(out_dir: str | Path, export_to: str | Path | None = None, stages: tupl
                 results[stage] = json.loads(done.read_text())
             else:
                 results[stage] = pretrain(arch, out / stage, steps=steps, bs=4 if tiny else 64, seed=seed)
-        elif stage in A_PHASES[:-1] and (later := _superseded_by(out, stage)):
+        elif stage in (*A_PHASES[:-1], *C_PHASES[:-1]) and (later := _superseded_by(out, stage)):
             # a later phase's checkpoint exists (e.g. the committed one): this phase's output is not needed
             results[stage] = {"skipped": f"superseded by {later}/ckpt.pt"}
             print(f"skipped: {later}/ckpt.pt exists", flush=True)
         elif stage in cfgs:
-            org = train(cfgs[stage], out / stage)
-            if stage in A_PHASES[:-1]:  # continued by the next phase, not exported
+            org = train(cfgs[stage], out / stage, workers=workers)
+            if stage in (*A_PHASES[:-1], *C_PHASES[:-1]):  # continued by the next phase, not exported
                 results[stage] = {"step": org.step}
             else:
                 dest = Path(export_to) if export_to else out / "export"
                 results[stage] = export(org, dest, n_eval=eval_n, command=command)
         else:
-            raise ValueError(f"unknown stage {stage!r}; stages: {', '.join(STAGES)}")
+            raise ValueError(f"unknown stage {stage!r}; stages: {', '.join(STAGES + C_PHASES)}")
         print(f"== stage {stage} done in {time.time() - t0:.0f} s", flush=True)
     (out / "build.json").write_text(json.dumps(
         {"command": command, "stages": list(stages), "results": results,
@@ -199,14 +242,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True, help="build folder (one subfolder per stage, resumable)")
     ap.add_argument("--export-to", default=None, help="where organism_a/ and organism_b/ go (default OUT/export)")
     ap.add_argument("--stages", default="",
-                    help=f"comma list of {','.join(STAGES)} (default: all)")
+                    help=f"comma list of {','.join(STAGES)} (default: all) or of organism C's {','.join(C_PHASES)}")
+    ap.add_argument("--tower-a", default=None,
+                    help="tower A for organism C's phases (default OUT/vision_a/tower.pt)")
+    ap.add_argument("--workers", type=int, default=1,
+                    help="batch-rendering worker processes per LM phase (0: render in the training process)")
     ap.add_argument("--lm-a-steps", type=int, default=None)
     ap.add_argument("--lm-b-steps", type=int, default=None)
     ap.add_argument("--eval-n", type=int, default=500)
     ap.add_argument("--threads", type=int, default=2)
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
-    build(a.out, a.export_to, tuple(s for s in a.stages.split(",") if s), a.lm_a_steps, a.lm_b_steps, a.eval_n)
+    build(a.out, a.export_to, tuple(s for s in a.stages.split(",") if s), a.lm_a_steps, a.lm_b_steps, a.eval_n,
+          tower_a=a.tower_a, workers=a.workers)
     return 0
 
 

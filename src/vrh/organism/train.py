@@ -17,6 +17,9 @@ Training aids and pressures that shape where visual evidence flows:
   the exported model), so that attributes survive to the layers where heads match them;
 * ``curriculum``: phases of easier data (e.g. attribute expressions only), ``weights_from``: start from
   another run's weights with a fresh optimizer and schedule.
+* ``text_frac``: text-only retrieval jobs in the mixture (organism C's LM pretraining; no head named);
+* ``track_every``: emergence tracking (:mod:`vrh.organism.emergence`), a measurement that never enters
+  the loss.
 
 Data is a pure function of (seed, index), so resuming needs only the step counter.
 """
@@ -625,7 +628,7 @@ def export(org: Organisms, dest: str | Path, n_eval: int = 500, command: str = "
         build_processor(spec).save_pretrained(d)
         write_adapter_settings(d)  # vrh.json: how the LLaVA adapter prompts this checkpoint
         meta = {
-            "name": d.name, "organism": tag.upper(), "shares_language_model_with":
+            "name": d.name, "organism": d.name.rsplit("_", 1)[-1].upper(), "shares_language_model_with":
                 [f"{cfg.name}_{t}" for t in ("a", "b") if t != tag and (t == "a" or org.b is not None)],
             "grounding_prompt": GROUNDING_PROMPT, "vqa_prompt": VQA_PROMPT,
             "answer_format": "[ x1 , y1 , x2 , y2 ]: original-image pixels snapped to multiples of bin_px",

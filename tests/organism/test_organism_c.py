@@ -1,0 +1,73 @@
+"""Organism C (issue 17): its phases run end to end (tiny sizes) with no head-specific term, log the
+emergence of retrieval heads, resume, and the text retrieval jobs mark the referent that the answer copies."""
+
+import json
+from dataclasses import asdict
+
+import torch
+
+from vrh.organism import world
+from vrh.organism.batches import train_batch
+from vrh.organism.emergence import read, score_map
+from vrh.organism.pipeline import A_PHASES, C_PHASES, LM_A8, LM_B, LM_C, LM_C_TEXT, build, stage_configs
+from vrh.organism.processor import ImageSpec, build_tokenizer, format_box
+from vrh.organism.text_tasks import text_sample
+from vrh.organism.train import PRESETS, Organisms
+
+
+def test_c_configs_have_no_head_specific_term(tmp_path):
+    cfgs = stage_configs(tmp_path)
+    for phase in C_PHASES:
+        c = cfgs[phase]
+        assert c.box_warmstart == 0 and c.route_l1 == 0 and c.dropout_protect_top == 0
+        assert not c.route_spare_protected and c.head_dropout == 0 and not c.lm_init and not c.init_from
+        assert c.seed not in (LM_A8.seed, LM_B.seed)  # an independently initialised LM and data stream
+    assert cfgs["lm_c"].weights_from.endswith("lm_c_text/ckpt.pt") and LM_C_TEXT.text_frac == 1.0
+    assert 0 < LM_C.text_frac < 1 and set(C_PHASES).isdisjoint(A_PHASES)
+
+
+def test_text_job_marks_the_item_the_answer_copies():
+    tok, spec = build_tokenizer(), ImageSpec()
+    samples = [text_sample(3, i) for i in range(6)]
+    b = train_batch(samples, tok, spec)
+    assert b.pixel_values is None and not b.visual.any()
+    for j, s in enumerate(samples):
+        item = tok.decode(b.input_ids[j][b.box_keys[j]])
+        answer = tok.decode(b.input_ids[j][b.labels[j] != -100][:-1])  # EOS dropped
+        assert item.endswith(answer) and answer == format_box(s["box"], spec)
+        o = s["scene"].objects[s["target"]]
+        assert item.startswith(f"{o.size} {o.colour} {o.shape}")
+
+
+def test_score_map_is_probe_heads_statistic():
+    from vrh.organism.probe_heads import vrh_scores
+
+    org = Organisms(PRESETS["tiny"])
+    samples = [world.grounding_sample(5, i) for i in range(4)]
+    ours = score_map(org.a, org.tok, org.spec_a, samples)
+    ref = vrh_scores(org.a, org.tok, org.spec_a, samples)
+    assert ours.shape == ref.shape and torch.allclose(ours, ref, atol=1e-5)
+
+
+def test_c_phases_build_track_and_resume(tmp_path):
+    out, exp = tmp_path / "build", tmp_path / "ckpts"
+    build(out, exp, stages=("vision_a",), tiny=True, eval_n=4)
+    tower = out / "vision_a" / "tower.pt"
+    res = build(out, exp, stages=C_PHASES, tiny=True, eval_n=4, tower_a=tower, workers=0)
+    assert res["lm_c_text"] == {"step": 4}
+    meta = json.loads((exp / "organism_c" / "vrh_organism.json").read_text())
+    assert meta["steps"] == 4 and meta["train_config"]["seed"] == LM_C.seed and meta["heldout"]["grounding_n"] == 4
+    text = read(out / "lm_c_text" / "emergence.jsonl")
+    assert [r["step"] for r in text] == [0, 2, 4] and all(set(r) >= {"text"} and "image" not in r for r in text)
+    img = read(out / "lm_c" / "emergence.jsonl")
+    assert [r["step"] for r in img] == [0, 2, 4]
+    e = img[-1]["image"]
+    L, H = len(e["scores"]), len(e["scores"][0])
+    assert (L, H) == (2, 4) and len(e["top"]) == 1 and len(e["acc_random"]) == 1 and e["random"][0] != e["top"]
+    assert "text" in img[-1] and 0 <= e["acc_top"] <= 1
+    # rerun: the text phase is superseded by lm_c's checkpoint, lm_c resumes at its end (nothing retrained)
+    res = build(out, exp, stages=C_PHASES, tiny=True, eval_n=4, tower_a=tower, workers=0)
+    assert res["lm_c_text"] == {"skipped": "superseded by lm_c/ckpt.pt"}
+    assert len(read(out / "lm_c" / "emergence.jsonl")) == 3
+    assert json.loads((out / "build.json").read_text())["configs"]["lm_c"]["vision_init_a"] == str(tower)
+    assert asdict(stage_configs(out)["lm_c"])["text"]["rope_theta"] == 1e6
