@@ -246,11 +246,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tower-a", default=None,
                     help="tower A for organism C's phases (default OUT/vision_a/tower.pt)")
     ap.add_argument("--workers", type=int, default=1,
-                    help="batch-rendering worker processes per LM phase (0: render in the training process)")
-    ap.add_argument("--lm-a-steps", type=int, default=None)
-    ap.add_argument("--lm-b-steps", type=int, default=None)
-    ap.add_argument("--eval-n", type=int, default=500)
-    ap.add_argument("--threads", type=int, default=2)
+                    help="batch-rendering worker processes per LM phase (0: render in the training process) (default: %(default)s)")
+    ap.add_argument("--lm-a-steps", type=int, default=None,
+                    help="override the step count of A's first LM phase, lm_a (default: its own schedule)")
+    ap.add_argument("--lm-b-steps", type=int, default=None,
+                    help="override the step count of B's LM phase (default: its own schedule)")
+    ap.add_argument("--eval-n", type=int, default=500,
+                    help="held-out samples evaluated when a stage is exported (default: %(default)s)")
+    ap.add_argument("--threads", type=int, default=2, help="torch CPU threads (default: %(default)s)")
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
     build(a.out, a.export_to, tuple(s for s in a.stages.split(",") if s), a.lm_a_steps, a.lm_b_steps, a.eval_n,
