@@ -148,3 +148,20 @@ def test_resuming_a_checkpoint_of_another_parameter_set_fails_clearly(tmp_path):
     train(cfg, tmp_path / "run", workers=0)
     with pytest.raises(SystemExit, match="move it away"):
         train(replace(cfg, steps=2, attr_aux=0.5, attr_aux_layers=(0, 1)), tmp_path / "run", workers=0)
+
+
+def test_resume_needs_only_the_runs_own_checkpoint(tmp_path):
+    """A phase started from another run's weights (``weights_from``) resumes from its own ckpt.pt even when
+    the superseded starting checkpoint is gone (it is not committed), and to the same weights."""
+    import shutil
+
+    cfg = replace(PRESETS["tiny"], steps=2, batch_b=0, ckpt_every=1, eval_n=2)
+    train(cfg, tmp_path / "start", workers=0)
+    nxt = replace(cfg, steps=3, weights_from=str(tmp_path / "start" / "ckpt.pt"))
+    train(nxt, tmp_path / "phase", workers=0)
+    full = train(replace(nxt, steps=4), tmp_path / "phase", workers=0)
+    shutil.rmtree(tmp_path / "start")
+    resumed = train(replace(nxt, steps=4), tmp_path / "phase", workers=0)  # resumes at step 4: nothing to do
+    assert resumed.step == full.step == 4
+    for k, v in full.a.state_dict().items():
+        assert torch.equal(v, resumed.a.state_dict()[k]), k

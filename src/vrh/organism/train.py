@@ -376,8 +376,12 @@ def git_hash() -> str:
 class Organisms:
     """A (+ B sharing A's LM), their optimizer, and the bookkeeping needed to resume."""
 
-    def __init__(self, cfg: TrainConfig):
+    def __init__(self, cfg: TrainConfig, load_inits: bool = True):
+        """``load_inits=False`` (resuming from this run's own checkpoint, which overwrites every weight) skips
+        reading ``weights_from`` / ``lm_init``, so a resume needs only the run's ckpt.pt, not the superseded
+        checkpoints it started from."""
         self.cfg = cfg
+        self._load_inits = load_inits
         self.tok = build_tokenizer()
         self.spec_a = ImageSpec(cfg.image_size, cfg.vision_a.patch_size)
         self.spec_b = ImageSpec(cfg.image_size, cfg.vision_b.patch_size)
@@ -418,7 +422,7 @@ class Organisms:
             for model, seed in ((self.a, cfg.seed), (self.b, cfg.seed_b)):
                 if model is not None:
                     whiten_projector(model, cfg.image_size, seed)
-        if cfg.weights_from:
+        if cfg.weights_from and self._load_inits:
             st = torch.load(_resolve(cfg.weights_from), weights_only=False)
             for tag, model in (("a", self.a), ("b", self.b)):
                 if model is not None and st.get(tag) is not None:
@@ -426,7 +430,7 @@ class Organisms:
             if st.get("box_ema") is not None:
                 self.box_ema = st["box_ema"].clone()
             print(f"weights initialised from {cfg.weights_from} (its step {st['step']})", flush=True)
-        if cfg.lm_init:
+        if cfg.lm_init and self._load_inits:
             st = torch.load(_resolve(cfg.lm_init), weights_only=False)["a"]
             for model in self.models():
                 keys = {k: v for k, v in st.items() if k.startswith(("model.language_model.", "lm_head."))}
@@ -559,8 +563,8 @@ def train(config: TrainConfig, out_dir: str | Path, resume: bool = True, workers
     """Train (resuming from ``out_dir/ckpt.pt`` when present) and export to ``out_dir/export``."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    org = Organisms(config)
     ckpt = out / "ckpt.pt"
+    org = Organisms(config, load_inits=not (resume and ckpt.exists()))
     if resume and ckpt.exists():
         try:
             org.load(torch.load(ckpt, weights_only=False))
