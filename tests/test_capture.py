@@ -270,3 +270,22 @@ def test_second_forward_raises_and_state_is_restored():
         with capture_attention_rows(model, VLM, [torch.tensor([0])]) as cap:
             pass
         cap.rows(0)
+
+
+@pytest.mark.parametrize("padded", [True, False])
+def test_cpu_rows_larger_than_the_keys_are_computed_after_the_forward_and_exact(padded):
+    # 9 rows x 4 heads in float32 outweigh 2 KV heads x 16 dims: the capture keeps the operands, not the rows,
+    # until the block exits (so the rows do not stack on the forward's peak), and the rows are still eager's.
+    model = qwen2_5_vl()
+    ids, mask = _left_pad([_text(12, 21), _text(9, 22)] if padded else [_text(12, 21)])
+    inputs = dict(input_ids=ids, attention_mask=mask) if padded else dict(input_ids=ids)
+    positions = _positions(mask, [8] * len(ids))
+    during = []
+    with torch.no_grad():
+        plain = model(**inputs).logits
+        with capture_attention_rows(model, VLM, positions) as cap:
+            with observe_attention(lambda call: during.append([p[0] is None for p in cap._parts])):
+                model(**inputs)
+    assert during == [[True] * len(ids)] * 2  # nothing computed while the forward ran (2 layers)
+    assert cap._deferred == [] and all(p is not None for parts in cap._parts for p in parts)
+    _check(model, VLM, inputs, positions, sdpa_logits=plain)

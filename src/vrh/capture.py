@@ -9,7 +9,11 @@ of a plain sdpa forward). :class:`RowCapture` subscribes to it as an observer
 (:func:`vrh.attention.observe_attention`): per layer it gets query and key and recomputes
 ``softmax(q_sel @ k^T * scaling [softcapped])`` over the keys :func:`vrh.attention.allowed_keys` makes
 visible, only for the requested query rows, storing them per layer in float32 on the CPU (so accelerator
-memory stays flat).
+memory stays flat). A layer that runs on the CPU, where rows and activations share one memory, keeps
+instead what the rows are computed from (the selected query rows and a reference to the layer's keys, which
+the KV cache holds anyway) whenever that is smaller than the rows, and computes the rows when the block
+exits: the same arithmetic on the same tensors, but after the forward's activations are freed, so the
+rows do not add to the forward's peak memory.
 
 Only the language model's config is switched to :data:`IMPL_NAME`; the vision encoder keeps its own
 implementation. The matching mask function is transformers' own sdpa mask, so the model builds exactly
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -59,6 +64,8 @@ class RowCapture:
         self._seen: set[int] = set()  # layers that ran in the current forward
         self._filled: set[int] = set()  # captured layers already written
         self._parts: list[list[torch.Tensor | None]] | None = None  # [b][slot]: (H, Q_b, S_layer) float32 CPU
+        # rows left to compute when the forward is over (CPU layers only, see _store): (b, slot, operands)
+        self._deferred: list[tuple[int, int, _RowOperands]] = []
         self._rows: dict[int, torch.Tensor] = {}  # b -> assembled (L, H, Q_b, S), built on first rows(b)
 
     # --- reading ------------------------------------------------------------------------------
@@ -74,6 +81,7 @@ class RowCapture:
         missing = [layer for layer in self.layers if layer not in self._filled]
         if missing:
             raise RuntimeError(f"layers {missing} were not captured (forward interrupted?)")
+        self.finish()
         if b not in self._rows:
             parts = self._parts[b]
             kv_len = max(p.shape[-1] for p in parts)
@@ -83,6 +91,13 @@ class RowCapture:
             self._rows[b] = out
             self._parts[b] = []  # the assembled copy is now the only one
         return self._rows[b]
+
+    def finish(self) -> None:
+        """Compute the rows deferred by CPU layers (see :meth:`_store`); called when the capture block exits."""
+        with torch.no_grad():
+            while self._deferred:
+                b, slot, operands = self._deferred.pop(0)  # dropping the operands frees that layer's keys
+                self._parts[b][slot] = _softmax_of(operands)[0]  # (H, Q_b, S_layer), float32 on the CPU
 
     # --- writing (the attention observer) -------------------------------------------------------
     def __call__(self, call: AttentionCall) -> None:
@@ -118,46 +133,81 @@ class RowCapture:
         if self._parts is None:
             self._check_inputs(batch, q_len)
         slot = self._slot[layer]
+        # On the CPU the rows would sit in the same memory as the forward's activations until its end, at
+        # its peak (e.g. the logits); the keys they come from are alive then anyway when a KV cache holds them.
+        # Keeping the operands instead costs at most the keys (not copied) whenever those are the smaller.
+        key, heads, kv_len = call.key, call.query.shape[1], call.key.shape[2]  # key (B, Hkv, S, D)
+        rows_bytes = sum(heads * pos.numel() * kv_len * 4 for pos in self.query_positions)  # float32 rows
+        defer = key.device.type == "cpu" and key.untyped_storage().nbytes() <= rows_bytes
         for b, pos in enumerate(self.query_positions):
-            rows = _softmax_rows(call, b, pos.to(call.query.device))  # (1, H, Q_b, S_layer)
-            self._parts[b][slot] = rows[0].to("cpu", torch.float32)  # (H, Q_b, S_layer)
+            operands = _row_operands(call, b, pos.to(call.query.device))
+            if defer:
+                self._deferred.append((b, slot, operands))
+            else:
+                rows = _softmax_of(operands)  # (1, H, Q_b, S_layer)
+                self._parts[b][slot] = rows[0].to("cpu", torch.float32)  # (H, Q_b, S_layer)
         self._filled.add(layer)
 
 
 # --- math ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _RowOperands:
+    """What softmax rows are computed from: ``query`` (B', H, Q, D) the selected query rows and ``key``
+    (B', Hkv, S, D) a view of the layer's keys, both in the model's dtype; ``allowed`` (B'|1, 1|H, Q, S)
+    the visible keys, None when every key is."""
+
+    query: torch.Tensor
+    key: torch.Tensor
+    allowed: torch.Tensor | None
+    scaling: float
+    softcap: float | None
+
+
 def _softmax_rows(call: AttentionCall, b: int | None, pos: torch.Tensor) -> torch.Tensor:
     """Softmax attention rows of sample ``b``'s queries ``pos`` (Q,), float32 (1, H, Q, S); ``b=None``: the
     same queries of every sample at once, (B, H, Q, S) (a decode step's one query row per sample).
 
     ``softmax(cap(q_sel @ k^T * scaling))`` over the keys :func:`vrh.attention.allowed_keys` lets them see;
     hidden keys get float32's min, which is what eager's additive ``scores + min`` rounds to, so fully hidden
-    rows (left-padding queries) come out uniform as in eager. GQA without copying K: query head h uses KV
-    head h // n_rep (the order of transformers' repeat_kv), so the Q rows of the n_rep heads sharing a KV
-    head are stacked and multiplied by that head's K once. Computed in float32 whatever the model dtype,
-    so the rows are as exact as the stored format.
+    rows (left-padding queries) come out uniform as in eager. See :func:`_softmax_of` for the arithmetic.
     """
-    _, heads, q_len, dim = call.query.shape  # (B, H, N, D)
-    _, kv_heads, kv_len, _ = call.key.shape  # (B, Hkv, S, D)
-    n_rep, n_q = heads // kv_heads, pos.numel()
+    return _softmax_of(_row_operands(call, b, pos))
+
+
+def _row_operands(call: AttentionCall, b: int | None, pos: torch.Tensor) -> _RowOperands:
+    """The operands of :func:`_softmax_rows` (the query rows gathered, the keys and mask only sliced)."""
+    _, _, q_len, _ = call.query.shape  # (B, H, N, D)
+    kv_len = call.key.shape[2]  # (B, Hkv, S, D)
     rows = slice(None) if b is None else slice(b, b + 1)
     q = call.query[rows]  # (B', H, N, D)
-    if not (q_len == 1 and n_q == 1):  # a decode step's one query needs no gather (kept cheap: once per layer)
+    if not (q_len == 1 and pos.numel() == 1):  # a decode step's one query needs no gather (cheap: once per layer)
         q = q[:, :, pos]  # (B', H, Q, D)
-    q = q.to(torch.float32)
-    n_b = q.shape[0]
-    q = q.reshape(n_b, kv_heads, n_rep * n_q, dim)  # (B', Hkv, n_rep*Q, D)
-    k = call.key[rows].to(torch.float32)  # (B', Hkv, S, D)
-    scores = torch.matmul(q, k.transpose(2, 3)) * call.scaling  # (B', Hkv, n_rep*Q, S)
+    mask, allowed = call.attention_mask, None
+    if mask is not None or (q_len > 1 and call.is_causal):  # else every key is visible (allowed_keys' rule)
+        if mask is not None and mask.shape[0] > 1:
+            mask = mask[rows]  # (B', 1 or H, N, S): only these samples' masks are read
+        allowed = allowed_keys(mask, q_len, kv_len, call.is_causal, q.device, pos)  # (B'|1, 1|H, Q, S)
+    return _RowOperands(q, call.key[rows], allowed, call.scaling, call.softcap)
+
+
+def _softmax_of(op: _RowOperands) -> torch.Tensor:
+    """float32 (B', H, Q, S) softmax rows from their operands (see :func:`_softmax_rows`).
+
+    GQA without copying K: query head h uses KV head h // n_rep (the order of transformers' repeat_kv), so
+    the Q rows of the n_rep heads sharing a KV head are stacked and multiplied by that head's K once.
+    Computed in float32 whatever the model dtype, so the rows are as exact as the stored format.
+    """
+    n_b, heads, n_q, dim = op.query.shape  # (B', H, Q, D)
+    _, kv_heads, kv_len, _ = op.key.shape  # (B', Hkv, S, D)
+    n_rep = heads // kv_heads
+    q = op.query.to(torch.float32).reshape(n_b, kv_heads, n_rep * n_q, dim)  # (B', Hkv, n_rep*Q, D)
+    k = op.key.to(torch.float32)  # (B', Hkv, S, D)
+    scores = torch.matmul(q, k.transpose(2, 3)) * op.scaling  # (B', Hkv, n_rep*Q, S)
     scores = scores.reshape(n_b, heads, n_q, kv_len)  # (B', H, Q, S)
-    if call.softcap is not None:
-        scores = torch.tanh(scores / call.softcap) * call.softcap
-    mask = call.attention_mask
-    if mask is None and (q_len == 1 or not call.is_causal):
-        return torch.softmax(scores, dim=-1)  # every key visible (allowed_keys' rule), nothing to hide
-    if mask is not None and mask.shape[0] > 1:
-        mask = mask[rows]  # (B', 1 or H, N, S): only these samples' masks are read
-    allowed = allowed_keys(mask, q_len, kv_len, call.is_causal, scores.device, pos)  # (B'|1, 1|H, Q, S)
-    scores = scores.masked_fill(~allowed, torch.finfo(torch.float32).min)
+    if op.softcap is not None:
+        scores = torch.tanh(scores / op.softcap) * op.softcap
+    if op.allowed is not None:
+        scores = scores.masked_fill(~op.allowed, torch.finfo(torch.float32).min)
     return torch.softmax(scores, dim=-1)
 
 
@@ -309,6 +359,7 @@ def capture_attention_rows(model: nn.Module, adapter: Any, query_positions: list
     capture = RowCapture(query_positions, layer_list, module_to_layer)
     with language_model_uses_vrh(model, adapter), observe_attention(capture):
         yield capture
+    capture.finish()  # the rows CPU layers deferred, now that the forward's activations are gone
 
 
 @contextmanager
