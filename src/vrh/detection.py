@@ -39,7 +39,7 @@ import torch
 from vrh import runs
 from vrh.capture import capture_attention_rows
 from vrh.console import console, progress
-from vrh.data import Sample, dataset_hash, split_detect_eval
+from vrh.data import Sample, split_detect_eval
 from vrh.distributed import my_batches, world
 from vrh.evaluation import halving_on_oom, load_task_samples
 from vrh.generation_capture import generate_with_rows

@@ -39,7 +39,6 @@ on the detection run's held-out split.)
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections import Counter
@@ -172,16 +171,9 @@ def build_pairs(samples: Sequence[Sample], prompts: Sequence[str], chosen: Seque
 
 
 def write_pairs(path: str | os.PathLike, rows: Sequence[Mapping[str, Any]]) -> Path:
-    """``pairs.jsonl``, written whole and atomically (temp file + rename): a resumed run rebuilds it from
-    the sample records, and a reader never sees half of it."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        f.writelines(json.dumps(r) + "\n" for r in rows)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    return path
+    """``pairs.jsonl``, written whole and atomically: a resumed run rebuilds it from the sample records, and
+    a reader never sees half of it."""
+    return runs.write_jsonl(path, rows)
 
 
 def training_command(out: str | os.PathLike, model: str, data: str | os.PathLike, heads: str | os.PathLike) -> str:

@@ -27,7 +27,8 @@ from vrh.tasks import Task
 def answer_and_judge(lm: LoadedModel, task: Task, samples: Sequence[Sample], max_new_tokens: int
                      ) -> list[dict[str, Any]]:
     """One batch: greedy answers of the model as it is now (masks are the caller's), one record each."""
-    images = [s.load_image() for s in samples]
+    loaded: dict[str, Any] = {}  # batched conditions put one sample in several rows: read its image once
+    images = [loaded[s.id] if s.id in loaded else loaded.setdefault(s.id, s.load_image()) for s in samples]
     prompts = [task.prompt(lm.adapter, s) for s in samples]
     texts, metas = generate_answers(lm, images, prompts, max_new_tokens=max_new_tokens)
     return [task.judge(lm.adapter, s, t, m) for s, t, m in zip(samples, texts, metas)]

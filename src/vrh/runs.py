@@ -28,7 +28,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -127,13 +127,16 @@ def shard_name(rank: int, size: int) -> str:
     return f"samples.rank{rank}-of-{size}.jsonl"
 
 
-def _atomic_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
+def write_jsonl(path: str | os.PathLike, records: Iterable[Mapping[str, Any]]) -> Path:
+    """A whole JSONL file written atomically (temp file + rename): a reader never sees half of it."""
+    path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w") as f:
         f.writelines(json.dumps(r) + "\n" for r in records)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+    return path
 
 
 def _jsonable(obj: Any) -> Any:
@@ -242,7 +245,7 @@ class RunFolder:
         if not self.world.is_main:
             return
         self.close()
-        _atomic_jsonl(self.path / SAMPLES, list(records))
+        write_jsonl(self.path / SAMPLES, list(records))
         for shard in self.shard_paths():
             shard.unlink()
 

@@ -23,7 +23,7 @@ visual tokens overlapping the box (detection's ``--min-overlap``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 import torch
 
