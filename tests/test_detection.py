@@ -184,7 +184,8 @@ def test_an_interrupted_detection_resumes_from_its_kept_batches(tmp_path, monkey
         detect_heads(lm, samples[1:], state_dir=tmp_path, **kw)
 
 
-def test_out_of_memory_retries_the_batch_in_halves(monkeypatch, tiny_checkpoint, tiny_dataset):
+@pytest.mark.parametrize("one_pass,answering", [(True, "generate_with_rows"), (False, "generate_answers")])
+def test_out_of_memory_retries_the_batch_in_halves(monkeypatch, tiny_checkpoint, tiny_dataset, one_pass, answering):
     import vrh.detection
     import vrh.evaluation
     from vrh.evaluation import evaluate_samples
@@ -192,28 +193,29 @@ def test_out_of_memory_retries_the_batch_in_halves(monkeypatch, tiny_checkpoint,
 
     lm = load_model(tiny_checkpoint)
     samples = [s for s in load_dataset(tiny_dataset) if s.task == "grounding"][:4]
-    kw = dict(scorers=("out/sum/mean",), max_new_tokens=6, n_overlays=2)
+    kw = dict(scorers=("out/sum/mean",), max_new_tokens=6, n_overlays=2, one_pass=one_pass)
     single = detect_heads(lm, samples, batch_size=1, **kw)
     said = []
     monkeypatch.setattr(vrh.evaluation.console, "print", lambda *a, **k: said.append(" ".join(map(str, a))))
-    real = vrh.detection.generate_answers
+    real = getattr(vrh.detection, answering)  # the call that answers a batch in this mode
 
     def small_only(lm_, images, *args, **kwargs):
         if len(images) > 1:
             raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
         return real(lm_, images, *args, **kwargs)
 
-    monkeypatch.setattr(vrh.detection, "generate_answers", small_only)
+    monkeypatch.setattr(vrh.detection, answering, small_only)
     halved = detect_heads(lm, samples, batch_size=4, **kw)
     _same_detection(halved, single)  # halves down to one sample: the batches of a batch_size=1 run
     assert any("out of memory on a batch of 4" in s for s in said)
     assert halved.head_scores.extra["capture_batches"] == 4
 
-    monkeypatch.setattr(vrh.detection, "generate_answers", lambda *a, **k: (_ for _ in ()).throw(
+    monkeypatch.setattr(vrh.detection, answering, lambda *a, **k: (_ for _ in ()).throw(
         RuntimeError("shape mismatch")))
     with pytest.raises(RuntimeError, match="shape mismatch"):  # any other error is not retried
         detect_heads(lm, samples, batch_size=4, **kw)
-
+    if not one_pass:
+        return
     task = get_task("grounding")
     plain = evaluate_samples(lm, task, samples, batch_size=1, max_new_tokens=6)
     real_aj = vrh.evaluation.answer_and_judge

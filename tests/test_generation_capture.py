@@ -1,6 +1,7 @@
 """Rows captured during generate() (vrh.generation_capture) against a teacher-forced capture of the same tokens.
 
-Why these cases: a left-padded batch whose answers stop at an EOS at different steps (and one that runs to
+Why these cases: a left-padded batch whose answers stop at an EOS at different steps (forced by a logits
+processor, whatever a random model emits; one runs to
 max_new_tokens, whose last own row needs the extra decode step), on Qwen2.5-VL (mrope, GQA), LLaVA
 (plain rope) and Gemma 3 (a sliding-window layer whose cache keeps only its last keys, so decode rows are
 right-aligned). The reference re-left-pads prompt + GENERATED ids as the two-pass detection would and runs
@@ -17,7 +18,7 @@ from vrh.adapters import get_adapter
 from vrh.capture import MultipleForwardsError, capture_attention_rows, capture_generation_rows
 from vrh.data import load_dataset
 from vrh.detection import detect_heads
-from vrh.generation_capture import answer_lengths, generate_with_rows
+from vrh.generation_capture import generate_with_rows
 from vrh.inference import LoadedModel, generate_answers, load_model
 from vrh.testing import TINY_BUILDERS
 
@@ -36,23 +37,40 @@ def _images(n):
     return ims
 
 
-def _stop_after(new: torch.Tensor) -> list:
-    """A ``sequence_bias`` that makes the (special) EOS follow one generated id, chosen so the answers of
-    ``new`` (B, T) stop at the most distinct steps, none before step 1."""
-    best, best_n = None, 0
-    for t in sorted(set(new[:, :-1].flatten().tolist())):
-        lengths = [min(n + 1, new.shape[1]) for n in answer_lengths(new, [t])]
-        if len(set(lengths)) > best_n:
-            best, best_n = t, len(set(lengths))
-    assert best is not None and best_n >= 2, "the tiny model's answers give no stop token with unequal stops"
-    return best
+class _StopAt:
+    """A logits processor that forces the EOS as generated token ``stops[b]`` of row b (0-based) and nothing
+    else changes: answers of chosen, unequal lengths whatever a random-init model emits."""
+
+    def __init__(self, eos: int, stops: list[int]):
+        self.eos, self.stops, self.start = eos, stops, None
+
+    def __call__(self, input_ids, scores):
+        if self.start is None:
+            self.start = input_ids.shape[1]  # the prompt's (padded) length: the first call is the prefill's
+        t = input_ids.shape[1] - self.start  # tokens generated so far
+        for b, n in enumerate(self.stops[:len(scores)]):
+            if t == n:
+                scores[b] = torch.finfo(scores.dtype).min
+                scores[b, self.eos] = 0.0
+        return scores
 
 
-def _stop_bias(model, new: torch.Tensor) -> list:
-    return [[[_stop_after(new), model.generation_config.eos_token_id], 100.0]]
+def _force_stops(monkeypatch, model, stops: list[int]) -> None:
+    """Every ``model.generate`` call from now on ends row b after ``stops[b]`` answer tokens (each call gets a
+    fresh processor)."""
+    from transformers import LogitsProcessorList
+
+    eos = model.generation_config.eos_token_id
+    eos = eos[0] if isinstance(eos, list) else eos
+    plain = model.generate
+
+    def generate(*args, **kw):
+        return plain(*args, logits_processor=LogitsProcessorList([_StopAt(eos, stops)]), **kw)
+
+    monkeypatch.setattr(model, "generate", generate)
 
 
-def _teacher_forced_rows(lm, prompt_batch, answer_ids, gen_positions):
+def _teacher_forced_rows(lm, images, prompts, prompt_batch, answer_ids, gen_positions):
     """Rows of prompt + generated ids in ONE forward, re-left-padded like a two-pass capture batch; returned
     per sample in generation coordinates (L, H, Q, P + A_b) so they compare entry by entry."""
     P, B = prompt_batch.seq_len, len(answer_ids)
@@ -63,12 +81,17 @@ def _teacher_forced_rows(lm, prompt_batch, answer_ids, gen_positions):
     pad_tf = [W - n for n in lens]
     inputs = dict(prompt_batch.inputs)
     pad_id = getattr(lm.processor, "tokenizer", lm.processor).pad_token_id
+    answer_type = 0  # the token type the adapter's own teacher-forced batch gives answer tokens (PaliGemma: 1)
+    if "token_type_ids" in prompt_batch.inputs:
+        tf = lm.adapter.build_batch(lm.processor, images[:1], prompts[:1], answers=["1"])
+        answer_type = int(tf.inputs["token_type_ids"][0][tf.answer_positions[0][0]])
     for key, v in prompt_batch.inputs.items():  # per-token inputs: ids, mask, token type ids (0 = text)
         if isinstance(v, torch.Tensor) and v.dim() == 2 and v.shape == mask.shape:
             fill = pad_id if key == "input_ids" else 0
             out = torch.full((B, W), fill, dtype=v.dtype)  # (B, W)
             for b in range(B):
-                tail = answer_ids[b] if key == "input_ids" else torch.full_like(answer_ids[b], int(key == "attention_mask"))
+                fill_tail = {"input_ids": None, "attention_mask": 1, "token_type_ids": answer_type}.get(key, 0)
+                tail = answer_ids[b] if fill_tail is None else torch.full_like(answer_ids[b], fill_tail)
                 out[b, pad_tf[b]:] = torch.cat([v[b, pad_gen[b]:], tail.to(v.dtype)])
             inputs[key] = out
     shifted = [gen_positions[b] - pad_gen[b] + pad_tf[b] for b in range(B)]
@@ -84,26 +107,23 @@ def _teacher_forced_rows(lm, prompt_batch, answer_ids, gen_positions):
     return rows
 
 
-@pytest.mark.parametrize("family", ["qwen2_5_vl", "llava", "gemma3"])
+@pytest.mark.parametrize("family", sorted(TINY_BUILDERS))
 def test_rows_during_generation_equal_teacher_forced(family, monkeypatch):
     model, processor = TINY_BUILDERS[family](seed=0)
     lm = LoadedModel(model, processor, get_adapter(family), family)
     exprs = ["the red box", "the red box that sits in the picture", "the box"]
     prompts = [lm.adapter.grounding_prompt(e) for e in exprs]
     images = _images(3)
-    first = generate_with_rows(lm, images, prompts, exprs, MAX_NEW)
-    new = torch.stack([torch.cat([a, torch.zeros(MAX_NEW - len(a), dtype=a.dtype)]) for a in first.answer_ids])
-    monkeypatch.setattr(model.generation_config, "sequence_bias", _stop_bias(model, new))  # the builders are cached
-
+    _force_stops(monkeypatch, model, [3, 1, MAX_NEW + 5])  # EOS after 3 and 1 tokens; the last runs to the limit
     gen = generate_with_rows(lm, images, prompts, exprs, MAX_NEW)
     lengths = [len(a) for a in gen.answer_ids]
-    assert len(set(lengths)) >= 2 and min(lengths) >= 1  # stopped at different steps
+    assert lengths[:2] == [3, 1] and lengths[2] <= MAX_NEW  # stopped at different steps (or an EOS of its own)
     assert gen.texts == generate_answers(lm, images, prompts, MAX_NEW)[0]  # the same answers as plain generate
     prompt_batch = lm.adapter.build_batch(processor, images, prompts, expressions=exprs)
     for b, q in enumerate(gen.queries):  # the scored ids are the generated ones
         assert torch.equal(gen.batch.inputs["input_ids"][b][gen.batch.answer_positions[b]], gen.answer_ids[b])
         assert len(q.own) == lengths[b] and len(q.out) == lengths[b]
-    want = _teacher_forced_rows(lm, prompt_batch, gen.answer_ids, [q.positions for q in gen.queries])
+    want = _teacher_forced_rows(lm, images, prompts, prompt_batch, gen.answer_ids, [q.positions for q in gen.queries])
     for b in range(3):
         got = gen.rows(b)  # (L, H, Q, P + A_b)
         assert got.shape == want[b].shape
@@ -154,7 +174,7 @@ def _round_trip_vocab(tok) -> list[int]:
     return bad
 
 
-def test_one_pass_detection_equals_two_pass(tiny_checkpoint, tiny_dataset):
+def test_one_pass_detection_equals_two_pass(tiny_checkpoint, tiny_dataset, monkeypatch):
     lm = load_model(tiny_checkpoint)
     tok = lm.processor.tokenizer
     gc = lm.model.generation_config
@@ -162,9 +182,7 @@ def test_one_pass_detection_equals_two_pass(tiny_checkpoint, tiny_dataset):
     samples = [s for s in load_dataset(tiny_dataset) if s.task == "grounding"][:5]
     images = [s.load_image() for s in samples]
     prompts = [lm.adapter.grounding_prompt(s.expression) for s in samples]
-    probe = generate_with_rows(lm, images, prompts, [s.expression for s in samples], 8)
-    new = torch.stack([torch.cat([a, torch.zeros(8 - len(a), dtype=a.dtype)]) for a in probe.answer_ids])
-    gc.sequence_bias = _stop_bias(lm.model, new)  # answers of different lengths in one batch
+    _force_stops(monkeypatch, lm.model, [2, 5, 1])  # answers of different lengths in one batch of 3
     gen = generate_with_rows(lm, images, prompts, [s.expression for s in samples], 8)
     for b, text in enumerate(gen.texts):  # the precondition: text and generated ids agree
         assert tok(text, add_special_tokens=False)["input_ids"] == gen.answer_ids[b].tolist(), b
@@ -173,8 +191,8 @@ def test_one_pass_detection_equals_two_pass(tiny_checkpoint, tiny_dataset):
     scorers = ("out/sum/mean", "in/sum/mean", "rand1/sum/mean", "qrhead", "ocr_heads:keys=visual:tokens=all:row=own", "vera",
                "localization_heads")
     kw = dict(scorers=scorers, batch_size=3, max_new_tokens=8, n_overlays=2)
-    two = detect_heads(lm, samples, **kw)
-    one = detect_heads(lm, samples, one_pass=True, **kw)
+    two = detect_heads(lm, samples, one_pass=False, **kw)
+    one = detect_heads(lm, samples, **kw)
     assert one.records == two.records
     assert one.head_scores.extra["capture"] == "generate" and two.head_scores.extra["capture"] == "teacher_forced"
     assert one.head_scores.extra["capture_forwards"] == two.head_scores.extra["capture_forwards"] == 2

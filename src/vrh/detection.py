@@ -1,9 +1,10 @@
-"""Detection (paper Sec. 3): answer each grounding sample, re-run teacher-forced over prompt + answer with
-one capture pass, and feed the captured rows to every requested scorer. With ``one_pass`` (model answers
-only) the rows come from the answering ``generate()`` itself (:mod:`vrh.generation_capture`: the prefill
-gives the expression and last-prompt rows, each decode step the row producing the next answer token), so a
-sample costs one generate instead of a generate plus a second forward over the whole prompt; the scored
-answer tokens are then the generated ids, not the answer text re-tokenized.
+"""Detection (paper Sec. 3): answer each grounding sample and feed the attention rows of the answering
+queries (and of the expression tokens) to every requested scorer. By default (``one_pass``, model answers)
+the rows come from the answering ``generate()`` itself (:mod:`vrh.generation_capture`: the prefill gives
+the expression and last-prompt rows, each decode step the row producing the next answer token), so a
+sample costs one generate; the scored answer tokens are the generated ids. ``one_pass=False`` (CLI
+``--two-pass``, the paper's protocol) generates, then re-runs prompt + answer text teacher-forced with one
+capture pass; ``answer="gt"`` always teacher-forces the ground-truth box string.
 
 One main capture forward per batch serves every scorer. A scorer may declare extra capture passes it needs
 (``extra_passes``, by name, see :data:`EXTRA_PASSES`; QRHead's calibration asks for ``"null_query"``: the
@@ -104,7 +105,7 @@ def detect_heads(lm: LoadedModel, samples: Sequence[Sample], *, scorers: Sequenc
                  answer: str = "model", min_overlap: float = 0.0, seed: int = 0, n_overlays: int = 8,
                  batch_size: int = 16, max_new_tokens: int = 64, task: Task | None = None,
                  on_record: Callable[[dict[str, Any]], None] | None = None,
-                 state_dir: str | Path | None = None, one_pass: bool = False) -> Detection:
+                 state_dir: str | Path | None = None, one_pass: bool = True) -> Detection:
     """Score every head on grounding ``samples`` with every scorer (specs, see :mod:`vrh.scorers`).
 
     Batch ``b`` is ``samples[b * batch_size:(b + 1) * batch_size]``; its state is combined with the others
@@ -119,10 +120,11 @@ def detect_heads(lm: LoadedModel, samples: Sequence[Sample], *, scorers: Sequenc
     Overlays are kept for the scored samples among the first ``n_overlays`` samples; the ``rand1`` query
     seed of a sample is its position in ``samples``.
 
-    ``one_pass`` (``answer="model"`` only; ignored for ``"gt"``, which has nothing to generate): capture the
-    main rows during the answering ``generate()`` (see the module docstring) instead of a teacher-forced
-    forward over prompt + answer text. The rows are those of the generated ids; they equal the two-pass
-    rows wherever the answer text re-tokenizes to the generated ids.
+    ``one_pass`` (default; ``answer="model"`` only, ignored for ``"gt"``, which has nothing to generate):
+    capture the main rows during the answering ``generate()`` (see the module docstring); ``False``: a
+    teacher-forced forward over prompt + answer text after generating (two passes). The one-pass rows are
+    those of the generated ids; they equal the two-pass rows wherever the answer text re-tokenizes to the
+    generated ids (tested for every adapter family, ``tests/test_generation_capture.py``).
     """
     if answer not in ("model", "gt"):
         raise ValueError(f"answer must be 'model' or 'gt', got {answer!r}")

@@ -206,6 +206,9 @@ class DetectOptions:
                                     help="file of sample ids, one per line, to detect on instead of a seeded draw of "
                                          "--n (default: the seeded draw); the rest is held out")
     n_overlays: int = option(8, help="samples whose per-head attention maps are kept for overlays")
-    one_pass: bool = option(False, help="with --answer model: capture the answer's attention rows while generating it "
-                                        "(one generate per sample, no second teacher-forced pass over the prompt); "
-                                        "scores the generated token ids, not the answer text re-tokenized")
+    one_pass: bool = option(True, negate="--two-pass",
+                            help="with --answer model: capture the answer's attention rows while generating it "
+                                 "(one generate per sample, no second pass over the prompt; scores the generated "
+                                 "token ids). --two-pass: generate, then re-run prompt + answer text teacher-forced "
+                                 "(the paper's protocol; equal wherever the answer text re-tokenizes to the "
+                                 "generated ids)")
