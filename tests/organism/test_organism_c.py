@@ -9,7 +9,7 @@ import torch
 from vrh.organism import world
 from vrh.organism.batches import train_batch
 from vrh.organism.emergence import read, score_map
-from vrh.organism.pipeline import A_PHASES, C_PHASES, LM_A8, LM_B, LM_C, LM_C_TEXT, build, stage_configs
+from vrh.organism.pipeline import A_PHASES, C_PHASES, C_RECIPES, LM_A8, LM_B, LM_C, LM_C_TEXT, build, stage_configs
 from vrh.organism.processor import ImageSpec, build_tokenizer, format_box
 from vrh.organism.text_tasks import text_sample
 from vrh.organism.train import PRESETS, Organisms
@@ -20,10 +20,14 @@ def test_c_configs_have_no_head_specific_term(tmp_path):
     for phase in C_PHASES:
         c = cfgs[phase]
         assert c.box_warmstart == 0 and c.route_l1 == 0 and c.dropout_protect_top == 0
-        assert not c.route_spare_protected and c.head_dropout == 0 and not c.lm_init and not c.init_from
+        assert not c.route_spare_protected and c.head_dropout == 0 and not c.lm_init
         assert c.seed not in (LM_A8.seed, LM_B.seed)  # an independently initialised LM and data stream
-    assert cfgs["lm_c"].weights_from.endswith("lm_c_text/ckpt.pt") and LM_C_TEXT.text_frac == 1.0
-    assert 0 < LM_C.text_frac < 1 and set(C_PHASES).isdisjoint(A_PHASES)
+    for phases in C_RECIPES.values():  # a phase starts from scratch or from the previous phase of its recipe
+        for prev, phase in zip((None, *phases), phases):
+            start = cfgs[phase].init_from or cfgs[phase].weights_from
+            assert start == (str(tmp_path / prev / "ckpt.pt") if prev else "")
+    assert LM_C_TEXT.text_frac == 1.0 and 0 < LM_C.text_frac < 1 and set(C_PHASES).isdisjoint(A_PHASES)
+    assert cfgs["lm_c3"].text_frac == 0  # C3: no text phase, no text jobs
 
 
 def test_text_job_marks_the_item_the_answer_copies():
@@ -53,21 +57,33 @@ def test_c_phases_build_track_and_resume(tmp_path):
     out, exp = tmp_path / "build", tmp_path / "ckpts"
     build(out, exp, stages=("vision_a",), tiny=True, eval_n=4)
     tower = out / "vision_a" / "tower.pt"
-    res = build(out, exp, stages=C_PHASES, tiny=True, eval_n=4, tower_a=tower, workers=0)
-    assert res["lm_c_text"] == {"step": 4}
+    c1 = C_RECIPES["C1"]
+    res = build(out, exp, stages=c1, tiny=True, eval_n=4, tower_a=tower, workers=0)
+    assert res["lm_c_text"] == {"step": 4} and res["lm_c"] == {"step": 3}
     meta = json.loads((exp / "organism_c" / "vrh_organism.json").read_text())
-    assert meta["steps"] == 4 and meta["train_config"]["seed"] == LM_C.seed and meta["heldout"]["grounding_n"] == 4
+    assert meta["steps"] == 5 and meta["train_config"]["seed"] == LM_C.seed and meta["heldout"]["grounding_n"] == 4
     text = read(out / "lm_c_text" / "emergence.jsonl")
     assert [r["step"] for r in text] == [0, 2, 4] and all(set(r) >= {"text"} and "image" not in r for r in text)
     img = read(out / "lm_c" / "emergence.jsonl")
-    assert [r["step"] for r in img] == [0, 2, 4]
+    assert [r["step"] for r in img] == [0, 2]
+    assert [r["step"] for r in read(out / "lm_c_long" / "emergence.jsonl")] == [4]  # continues lm_c at step 3
     e = img[-1]["image"]
     L, H = len(e["scores"]), len(e["scores"][0])
     assert (L, H) == (2, 4) and len(e["top"]) == 1 and len(e["acc_random"]) == 1 and e["random"][0] != e["top"]
     assert "text" in img[-1] and 0 <= e["acc_top"] <= 1
-    # rerun: the text phase is superseded by lm_c's checkpoint, lm_c resumes at its end (nothing retrained)
-    res = build(out, exp, stages=C_PHASES, tiny=True, eval_n=4, tower_a=tower, workers=0)
-    assert res["lm_c_text"] == {"skipped": "superseded by lm_c/ckpt.pt"}
-    assert len(read(out / "lm_c" / "emergence.jsonl")) == 3
+    # rerun: the earlier phases are superseded by lm_c_long's checkpoint, which resumes at its end
+    res = build(out, exp, stages=c1, tiny=True, eval_n=4, tower_a=tower, workers=0)
+    assert res["lm_c_text"] == res["lm_c"] == {"skipped": "superseded by lm_c_long/ckpt.pt"}
+    assert len(read(out / "lm_c_long" / "emergence.jsonl")) == 1
     assert json.loads((out / "build.json").read_text())["configs"]["lm_c"]["vision_init_a"] == str(tower)
     assert asdict(stage_configs(out)["lm_c"])["text"]["rope_theta"] == 1e6
+
+
+def test_c3_builds_from_scratch_on_the_image_task(tmp_path):
+    out, exp = tmp_path / "build", tmp_path / "ckpts"
+    build(out, exp, stages=("vision_a",), tiny=True, eval_n=4)
+    build(out, exp, stages=C_RECIPES["C3"], tiny=True, eval_n=4, tower_a=out / "vision_a" / "tower.pt", workers=0)
+    meta = json.loads((exp / "organism_c" / "vrh_organism.json").read_text())
+    assert meta["steps"] == 4 and meta["train_config"]["text_frac"] == 0
+    recs = read(out / "lm_c3" / "emergence.jsonl")
+    assert [r["step"] for r in recs] == [0, 2, 4] and all("text" not in r and "image" in r for r in recs)
