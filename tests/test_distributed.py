@@ -65,6 +65,33 @@ def test_two_process_detect_equals_one_process(tmp_path, tiny_checkpoint, tiny_d
     assert sorted(p.name for p in one.iterdir()) == sorted(p.name for p in two.iterdir())  # no shards, no state
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_accelerate_launch_detect_equals_one_process(tmp_path, tiny_checkpoint, tiny_dataset):
+    """``accelerate launch --multi_gpu --num_processes 2 -m vrh detect`` (accelerate hands the processes to
+    torch's launcher; on a CPU machine they join gloo) writes the run folder one process writes."""
+    pytest.importorskip("accelerate")
+    one, two = tmp_path / "one", tmp_path / "two"
+    args = _detect_args(tiny_checkpoint, tiny_dataset)
+    assert main([*args, "--out", str(one)]) == 0
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(_free_port()),
+           "-m", "vrh", *args, "--out", str(two)]
+    done = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stderr.count("detect: 7 samples scored") == 1  # the summary once, from rank 0
+    a, b = runs.read_json(one / runs.HEAD_SCORES), runs.read_json(two / runs.HEAD_SCORES)
+    a.pop("elapsed_seconds"), b.pop("elapsed_seconds")
+    assert a == b and runs.read_samples(one) == runs.read_samples(two)
+    assert sorted(p.name for p in one.iterdir()) == sorted(p.name for p in two.iterdir())  # no shards, no state
+
+
 def test_two_process_evaluate_resumes_every_shard_and_equals_one_process(tmp_path, tiny_checkpoint, tiny_dataset):
     """An interrupted 2-process run is planted (two rank shards, results.json missing); the 2-process rerun
     with --resume keeps every finished record (marked) and generates only the rest; the merged folder

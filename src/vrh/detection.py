@@ -440,5 +440,6 @@ def run_detection(lm: LoadedModel, data: str | Path, out: str | Path, opts: Dete
                            "top_heads": hs.variants[hs.scorer]["ranking"][:20],
                            "elapsed_seconds": hs.extra["elapsed_seconds"]})
         runs.clear_batch_states(run)
-    console.print(f"detect: {hs.n_scored} samples scored, {len(hs.skipped)} skipped -> {out}")
+    if world().is_main:  # once per run, not once per process
+        console.print(f"detect: {hs.n_scored} samples scored, {len(hs.skipped)} skipped -> {out}")
     return hs

@@ -4,7 +4,7 @@ process would have written it.
 Launch with an existing engine, nothing home-made::
 
     torchrun --nproc_per_node 4 -m vrh detect ...        # one machine, 4 processes
-    accelerate launch --num_processes 4 -m vrh sweep ...  # the same through accelerate
+    accelerate launch --multi_gpu --num_processes 4 -m vrh sweep ...  # the same through accelerate
 
 Both launchers set ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT``;
 :func:`world` reads them and joins the process group on first use. A plain ``python -m vrh`` (or the
