@@ -165,3 +165,31 @@ def test_resume_needs_only_the_runs_own_checkpoint(tmp_path):
     assert resumed.step == full.step == 4
     for k, v in full.a.state_dict().items():
         assert torch.equal(v, resumed.a.state_dict()[k]), k
+
+
+def test_training_forward_without_attention_losses_runs_sdpa_with_eager_loss_and_gradients():
+    """No loss reads attention weights (organism C): the forward runs SDPA, with eager's loss and gradients,
+    and the model's eager setting is back afterwards (tracking reads the weights)."""
+    from vrh.organism.train import forward_loss, make_batches
+
+    org = Organisms(replace(PRESETS["tiny"], batch_a=6, vqa_frac=0.3, attr_aux=0.3, attr_aux_layers=(0, 1)))
+    batch = make_batches(org.cfg, org.tok, {"a": org.spec_a}, 0)["a"]
+    model = org.a
+    assert model.config.text_config._attn_implementation == "eager"
+    seen = []
+    hook = model.model.language_model.layers[0].self_attn.register_forward_pre_hook(
+        lambda m, a, kw: seen.append(model.config.text_config._attn_implementation), with_kwargs=True)
+    try:
+        grads = {}
+        for need in (False, True):
+            model.zero_grad()
+            loss, _, _, heads, aux = forward_loss(model, batch, False, want_heads=need, probes=org.probes)
+            (loss + aux[0]).backward()
+            grads[need] = (float(loss.detach()), [p.grad.clone() for p in org.lm_parameters() if p.grad is not None])
+            assert (heads is not None) == need
+    finally:
+        hook.remove()
+    assert seen == ["sdpa", "eager"] and model.config.text_config._attn_implementation == "eager"
+    assert abs(grads[False][0] - grads[True][0]) < 1e-5
+    assert len(grads[False][1]) == len(grads[True][1]) > 0
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(grads[False][1], grads[True][1]))

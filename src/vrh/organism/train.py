@@ -310,9 +310,22 @@ def head_box_mass(attentions, batch: TrainBatch, first: int = 0) -> torch.Tensor
 
 def forward_loss(model, batch: TrainBatch, want_attn: bool, want_box: bool = False, want_heads: bool = False,
                  first: int = 0, per_sample: bool = False, probes: AttrProbes | None = None):
-    out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                pixel_values=batch.pixel_values, labels=batch.labels,
-                output_attentions=want_attn or want_box or want_heads, output_hidden_states=probes is not None)
+    """The training forward. The LM runs eager attention only when a loss or statistic reads the attention
+    weights; otherwise SDPA (the same function, about a third less time per step on CPU; tested equal in
+    loss and gradients), restored to the model's own setting afterwards (tracking and evaluation read the
+    weights)."""
+    need = want_attn or want_box or want_heads
+    text_impl = model.config.text_config._attn_implementation
+    vision_impl = model.config.vision_config._attn_implementation
+    if not need and text_impl != "sdpa":
+        model.set_attn_implementation({"text_config": "sdpa", "vision_config": vision_impl})
+    try:
+        out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                    pixel_values=batch.pixel_values, labels=batch.labels,
+                    output_attentions=need, output_hidden_states=probes is not None)
+    finally:
+        if model.config.text_config._attn_implementation != text_impl:
+            model.set_attn_implementation({"text_config": text_impl, "vision_config": vision_impl})
     aux = probes.loss(out.hidden_states, batch) if probes is not None else None
     mass = route_mass(out.attentions, batch) if want_attn else None
     box = box_nll(out.attentions, batch, first, per_sample) if want_box else None
