@@ -4,8 +4,10 @@ A run folder holds ``config.json`` (fully resolved settings plus versions, git h
 identity), ``samples.jsonl`` (one line per finished sample, appended and flushed as it finishes, so a crash
 loses nothing that finished), ``results.json`` (written last: a folder without it did not finish) and
 stage outputs: ``head_scores.json``, ``sample_scores.npz``, ``overlays.npz`` (detection), ``pairs.jsonl``
-(dpo-pairs). Every artefact name lives here, with a typed reader and writer; every write either succeeds
-or raises (a failed write fails the run). The report reads run folders only through this module.
+(dpo-pairs), ``emergence.jsonl`` (an organism's training log of head-score maps, also kept beside an exported
+organism checkpoint; ``vrh organism emergence`` makes a run folder of it). Every artefact name lives here,
+with a typed reader and writer; every write either succeeds or raises (a failed write fails the run). The
+report reads run folders only through this module.
 
 Folder policy (:class:`RunFolder`): a new run refuses a non-empty folder unless told ``overwrite``
 (the whole folder is cleared, stale ``.npz`` files included; only a vrh run folder is ever cleared) or
@@ -43,9 +45,10 @@ HEAD_SCORES = "head_scores.json"
 SAMPLE_SCORES = "sample_scores.npz"  # detection: per-sample [N, L, H] maps, one array per scorer
 OVERLAYS = "overlays.npz"  # detection: "<id>" -> (L, H, V) mean attention on visual tokens, "<id>/rects" -> (V, 4)
 PAIRS = "pairs.jsonl"  # dpo-pairs: TRL vision preference pairs
+EMERGENCE = "emergence.jsonl"  # organism training: one record per tracked step (vrh.organism.emergence)
 DETECT_STATE = "detect_state"  # detection, while unfinished: one torch.save file per finished batch
 SHARD_GLOB = "samples.rank*-of-*.jsonl"  # data-parallel runs, while unfinished: one samples file per rank
-ARTEFACTS = (CONFIG, SAMPLES, RESULTS, HEAD_SCORES, SAMPLE_SCORES, OVERLAYS, PAIRS)
+ARTEFACTS = (CONFIG, SAMPLES, RESULTS, HEAD_SCORES, SAMPLE_SCORES, OVERLAYS, PAIRS, EMERGENCE)
 
 # results.json / head_scores.json carry this; bump when a key changes meaning or moves.
 # 2: Condition-tagged samples ("condition" label on every masked record), k always an int in a
@@ -474,6 +477,43 @@ def read_overlays(run_dir: str | os.PathLike) -> dict[str, tuple[Any, Any]]:
     with np.load(path) as z:
         ids = [f for f in z.files if not f.endswith("/rects")]
         return {i: (z[i], z[i + "/rects"]) for i in ids if i + "/rects" in z.files}
+
+
+def _emergence_path(path: str | os.PathLike | RunFolder) -> Path:
+    path = path.path if isinstance(path, RunFolder) else Path(path)
+    return path / EMERGENCE if path.is_dir() or path.suffix != ".jsonl" else path
+
+
+def write_emergence(run_or_path: RunFolder | str | os.PathLike, records: Iterable[Mapping[str, Any]]) -> Path:
+    """Write emergence records (atomically) as ``emergence.jsonl`` of a run folder, or of any folder (an
+    exported organism checkpoint); a path ending in ``.jsonl`` is the file itself. Rank 0 only in a
+    data-parallel run."""
+    path = _emergence_path(run_or_path)
+    if isinstance(run_or_path, RunFolder) and not run_or_path.world.is_main:
+        return path
+    return write_jsonl(path, list(records))
+
+
+def read_emergence(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """The records of an emergence log (a folder holding ``emergence.jsonl``, or the file), in order.
+
+    Each record is one tracked training step: ``step``, ``phase``, ``k``, ``n`` and per task (``image``,
+    ``text``) an ``[L][H]`` ``scores`` map with ``above_threshold``, ``top`` and, on the first task, the
+    causal test (``acc``, ``acc_top``, ``random``, ``acc_random``); :mod:`vrh.organism.emergence`.
+    Order: phases as they first appear, steps ascending within a phase; a step tracked twice (a resumed
+    run re-tracks it) keeps its last record; a torn last line (a crash mid-append) is ignored."""
+    file = _emergence_path(path)
+    if not file.is_file():
+        raise FileNotFoundError(f"{path}: no {EMERGENCE} (an organism phase folder, an exported organism "
+                                f"with a training log, or a `vrh organism emergence` run folder is expected)")
+    phases: dict[str, int] = {}
+    by: dict[tuple[int, Any], dict[str, Any]] = {}
+    for rec in read_jsonl(file):
+        if not isinstance(rec, dict) or "step" not in rec:
+            raise ValueError(f"{file}: a record without a step: {str(rec)[:80]}")
+        phase = phases.setdefault(str(rec.get("phase", "")), len(phases))
+        by[(phase, rec["step"])] = rec
+    return [by[key] for key in sorted(by)]
 
 
 def iter_runs(paths: list[str | os.PathLike]) -> Iterator[tuple[Path, dict[str, Any]]]:

@@ -13,6 +13,11 @@ JSON line to the run's ``emergence.jsonl``:
 The map is measured, never fed back: nothing here touches the loss, and the probe sets are disjoint
 from the training stream (held-out seeds). ``read`` returns the records (the last one per step, so a
 resumed run that re-tracked a step is counted once) for plots.
+
+The logs of a recipe's phases (e.g. C1: ``lm_c_text``, ``lm_c``, ``lm_c_long``) are concatenated into the
+exported checkpoint (:func:`copy_to_checkpoint`), and :func:`write_run` (``vrh organism emergence SOURCES...
+--out DIR``) turns logs into a vrh run folder that ``vrh report`` draws: accuracy under the causal test,
+sparsity, the maps and whether the top heads stay the same, over training.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import Any
 
 import torch
 
+from vrh import runs
 from vrh.heads import random_heads, top_k
 from vrh.organism import world
 from vrh.organism.batches import train_batch
@@ -31,6 +37,7 @@ from vrh.organism.evaluate import grounding_accuracy
 from vrh.organism.text_tasks import text_sample
 
 THRESHOLD = 0.1  # the sparsity threshold of the findings (heads with a score above it)
+TASKS = ("image", "text")  # the entries a record may hold, in the order track() writes them
 
 
 def probe_sets(heldout_seed: int, n: int, task: str, size: int = world.IMAGE_SIZE) -> tuple[list, list]:
@@ -123,13 +130,105 @@ def summary(rec: dict[str, Any]) -> str:
 
 
 def read(path: str | Path) -> list[dict[str, Any]]:
-    """The records of ``emergence.jsonl`` in step order, the last one per (phase, step)."""
-    by: dict[tuple[str, int], dict[str, Any]] = {}
-    for line in Path(path).read_text().splitlines():
-        if line.strip():
-            r = json.loads(line)
-            by[(r.get("phase", ""), r["step"])] = r
-    return [by[key] for key in sorted(by, key=lambda kv: kv[1])]
+    """The records of ``emergence.jsonl`` (or of the one in folder ``path``) in step order, the last one per
+    (phase, step); a log of several phases (an exported checkpoint's) keeps its phases in the order they
+    appear, steps ascending within each (:func:`vrh.runs.read_emergence`)."""
+    return runs.read_emergence(path)
+
+
+def causal_task(rec: dict[str, Any]) -> str | None:
+    """The task of the record's causal test (its first task: text in text-only phases, else image)."""
+    return next((t for t in TASKS if isinstance(rec.get(t), dict) and "acc_top" in rec[t]), None)
+
+
+def collect(sources: list[str | Path]) -> list[dict[str, Any]]:
+    """The records of several logs (files, or folders holding one) concatenated in the order given, each
+    log in its own order; a record without a phase gets its log's folder name (as :func:`track` names it).
+    Raises ValueError when two sources hold the same (phase, step): a log given twice."""
+    out: list[dict[str, Any]] = []
+    seen: dict[tuple[str, Any], str] = {}
+    for src in sources:
+        folder = Path(src) if Path(src).is_dir() else Path(src).parent
+        for rec in read(src):
+            rec = {**rec, "phase": rec.get("phase") or folder.name}
+            key = (rec["phase"], rec["step"])
+            if key in seen:
+                raise ValueError(f"phase {key[0]!r} step {key[1]} is in both {seen[key]} and {src}: "
+                                 "give each phase's log once")
+            seen[key] = str(src)
+            out.append(rec)
+    return out
+
+
+def copy_to_checkpoint(phase_dirs: list[str | Path], checkpoint: str | Path) -> Path | None:
+    """Write the phases' logs (in the order given) into an exported checkpoint folder as one
+    ``emergence.jsonl``, so the training history travels with the weights; returns its path, or None when
+    no phase tracked emergence (a log left there by an earlier export is then removed: it belongs to other
+    weights)."""
+    logs = [Path(d) / runs.EMERGENCE for d in phase_dirs if (Path(d) / runs.EMERGENCE).is_file()]
+    records = collect(logs)
+    if not records:
+        (Path(checkpoint) / runs.EMERGENCE).unlink(missing_ok=True)
+        return None
+    return runs.write_emergence(checkpoint, records)
+
+
+def _mean(xs: list[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None
+
+
+def summarize(records: list[dict[str, Any]], threshold: float = THRESHOLD) -> dict[str, Any]:
+    """The results of an emergence run: per phase its step range and its last record's causal test (task,
+    top-k heads, accuracy unmasked / top-k zeroed / mean of the random-k seeds, heads above ``threshold``;
+    plus the text map's when the phase also tracked text), and the last phase's figures as ``final``."""
+    phases: dict[str, list[dict[str, Any]]] = {}
+    for rec in records:
+        phases.setdefault(str(rec.get("phase", "")), []).append(rec)
+    out_phases = []
+    for phase, recs in phases.items():
+        last = recs[-1]
+        task = causal_task(last)
+        e = last.get(task) or {}
+        final: dict[str, Any] = {"step": last["step"], "task": task, "top_k_heads": e.get("top"),
+                                 "acc": e.get("acc"), "acc_top": e.get("acc_top"),
+                                 "acc_random_mean": _mean(e.get("acc_random") or []),
+                                 "above_threshold": e.get("above_threshold")}
+        for other in TASKS:
+            if other != task and isinstance(last.get(other), dict):
+                final[other] = {"top_k_heads": last[other].get("top"),
+                                "above_threshold": last[other].get("above_threshold")}
+        out_phases.append({"phase": phase, "first_step": recs[0]["step"], "last_step": last["step"],
+                           "n_records": len(recs), "tasks": [t for t in TASKS if any(t in r for r in recs)],
+                           "final": final})
+    first = records[0] if records else {}
+    return {"n_records": len(records), "k": first.get("k"), "n": first.get("n"), "threshold": threshold,
+            "phases": out_phases, "final": {"phase": out_phases[-1]["phase"], **out_phases[-1]["final"]}
+            if out_phases else None}
+
+
+def write_run(sources: list[str | Path], out: str | Path, overwrite: bool = False) -> dict[str, Any]:
+    """A vrh run folder (``command: emergence``) from emergence logs given in phase order (files, phase
+    folders or an exported checkpoint folder holding one): ``config.json`` (the sources), the concatenated
+    log as ``emergence.jsonl`` and ``results.json`` (:func:`summarize`, written last). Returns the
+    results. ``vrh report OUT`` draws it."""
+    sources = [Path(s).resolve() for s in sources]
+    if not sources:
+        raise ValueError("vrh organism emergence needs at least one emergence log")
+    out_r = Path(out).resolve()
+    for src in sources:  # --overwrite clears OUT: never a folder whose log is being read
+        folder = src if src.is_dir() else src.parent
+        if out_r == folder or out_r in folder.parents:
+            raise ValueError(f"--out {out} holds the source {src}; choose another folder")
+    records = collect(sources)
+    if not records:
+        raise ValueError("no emergence records in " + ", ".join(map(str, sources)))
+    with runs.RunFolder(out, overwrite=overwrite) as run:
+        run.write_config({"command": "emergence", "sources": [str(s) for s in sources],
+                          "phases": list(dict.fromkeys(r["phase"] for r in records)), "threshold": THRESHOLD})
+        runs.write_emergence(run, records)
+        result = summarize(records)
+        run.write_results(result)
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -141,6 +240,30 @@ def main(argv: list[str] | None = None) -> int:
     for p in ap.parse_args(argv).paths:
         for rec in read(p):
             print(f"{rec.get('phase', '')} {summary(rec)}")
+    return 0
+
+
+def run_main(argv: list[str] | None = None) -> int:
+    """``vrh organism emergence SOURCES... --out DIR [--overwrite]``."""
+    import argparse
+
+    ap = argparse.ArgumentParser(
+        prog="vrh organism emergence",
+        description="Make a run folder of organism training's emergence logs (for vrh report): the logs of "
+                    "a recipe's phases, given in phase order, are concatenated; results.json summarises each "
+                    "phase's last record.",
+        epilog="example: vrh organism emergence organism_runs/vC/lm_c_text organism_runs/vC/lm_c "
+               "organism_runs/vC/lm_c_long --out runs/emergence_c1 && vrh report runs/emergence_c1 --out "
+               "runs/report_c1")
+    ap.add_argument("sources", nargs="+", help="emergence.jsonl files, phase folders holding one, or an exported "
+                                               "organism checkpoint folder holding its recipe's log; in phase order")
+    ap.add_argument("--out", required=True, help="run folder to write")
+    ap.add_argument("--overwrite", action="store_true", help="replace a previous run folder at --out")
+    a = ap.parse_args(argv)
+    res = write_run(a.sources, a.out, overwrite=a.overwrite)
+    for ph in res["phases"]:
+        print(f"{ph['phase']}: steps {ph['first_step']}-{ph['last_step']} ({ph['n_records']} records)")
+    print(f"wrote {a.out} ({res['n_records']} records); draw it with: vrh report {a.out} --out REPORT_DIR")
     return 0
 
 

@@ -42,6 +42,7 @@ from pathlib import Path
 
 import torch
 
+from vrh.organism.emergence import copy_to_checkpoint
 from vrh.organism.model import TextArch, VisionArch
 from vrh.organism.pretrain_vision import pretrain
 from vrh.organism.train import Organisms, TrainConfig, export, train
@@ -252,6 +253,10 @@ def build(out_dir: str | Path, export_to: str | Path | None = None, stages: tupl
             else:
                 dest = Path(export_to) if export_to else out / "export"
                 results[stage] = export(org, dest, n_eval=eval_n, command=command)
+                # the recipe's emergence logs, in phase order, travel with its checkpoint
+                # (vrh organism emergence CHECKPOINT --out RUN makes a report-ready run folder of them)
+                recipe = next((p for p in (*C_RECIPES.values(), A_PHASES) if stage in p), (stage,))
+                copy_to_checkpoint([out / p for p in recipe], dest / cfgs[stage].export_name_a)
         else:
             raise ValueError(f"unknown stage {stage!r}; stages: {', '.join(STAGES + C_PHASES)}")
         print(f"== stage {stage} done in {time.time() - t0:.0f} s", flush=True)

@@ -16,7 +16,8 @@ how many distinct random head sets were evaluated, and its warnings (e.g. every 
 Runs are dispatched on the config's ``command``. Sections (each left out when no run feeds it):
 Summary (+ provenance), Head scores and sparsity (``detect``), k-curves and Tab. A1-style tables
 (``sweep``), Outcome breakdown (``sweep``, ``evaluate``), Attention overlays (``detect`` with
-``overlays.npz``), Transfer, Stability, Method comparison, Other runs (any other command: its results.json
+``overlays.npz``), Transfer, Stability, Method comparison, Emergence during training (``emergence``: an
+organism's training log, :mod:`vrh.report.emergence`), Other runs (any other command: its results.json
 keys and scalar values).
 
 Expected ``results.json`` of commands still being written -- match these, every key is optional
@@ -57,7 +58,7 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-from vrh.report import characterize, sections
+from vrh.report import characterize, emergence, sections
 from vrh.report.document import Section, Text, figures, render_html, render_markdown
 from vrh.report.kchoice import KChoice, report_k
 from vrh.report.load import load_runs
@@ -75,7 +76,7 @@ def build_sections(runs, k: int | KChoice | None) -> list[Section]:
     parts = [characterize.demo_section(runs), sections.summary_section(runs), sections.scores_section(runs, kc),
              sections.kcurve_section(runs), sections.outcome_section(runs), sections.overlay_section(runs, kc),
              characterize.transfer_section(runs), characterize.stability_section(runs),
-             characterize.compare_section(runs), characterize.other_section(runs)]
+             characterize.compare_section(runs), emergence.emergence_section(runs), characterize.other_section(runs)]
     return [p for p in parts if p is not None]
 
 

@@ -22,7 +22,7 @@ from vrh.sparsity import DEFAULT_THRESHOLDS, sparsity_summary
 
 ACCURACY_KEYS = ("baseline_accuracy", "random_accuracy_mean", "own_heads_accuracy", "transferred_heads_accuracy")
 
-KNOWN = {"detect", "evaluate", "sweep", "transfer", "stability", "compare", "demo"}
+KNOWN = {"detect", "evaluate", "sweep", "transfer", "stability", "compare", "demo", "emergence"}
 
 
 def demo_section(runs: list[Run]) -> Section | None:

@@ -65,6 +65,20 @@ class Run:
             self.problems.append(f"{runs.OVERLAYS} unreadable: {e}")
             return {}
 
+    @cached_property
+    def emergence(self) -> list[dict[str, Any]]:
+        """The training log of an ``emergence`` run (:func:`vrh.runs.read_emergence`); empty when absent or
+        unreadable (see problems)."""
+        try:
+            return runs.read_emergence(self.path)
+        except FileNotFoundError as e:
+            if self.command == "emergence":
+                self.problems.append(str(e))
+            return []
+        except (OSError, ValueError, TypeError) as e:
+            self.problems.append(f"{runs.EMERGENCE} unreadable: {e}")
+            return []
+
     @property
     def model(self) -> str:
         return describe_model(self.config.get("model"))
@@ -170,6 +184,8 @@ def load_run(path: str | Path, name: str | None = None) -> Run:
         problems.append(f"{runs.HEAD_SCORES} unreadable: {e}")
     if run.command == "detect":
         _ = run.samples, run.overlays  # read now, so that a read problem is in the summary, which comes first
+    if run.command == "emergence":
+        _ = run.emergence
     run.finished = _finished(run)
     if not run.finished:
         problems.insert(0, f"INCOMPLETE: no results yet (no {runs.RESULTS}: still running, interrupted or "

@@ -83,6 +83,13 @@ def summary_row(run: Run) -> list[str]:
         n = r.get("n_eval", n)
         note = (f"unmasked, held-out grounding split; heads detected on {num(r.get('n_detect'), 'd')} other "
                 f"samples; headline k = {r.get('k', '?')} of {r.get('num_heads_total', '?')} heads")
+    elif cmd == "emergence":  # an organism's training log: the last phase's last causal test
+        final = r.get("final") if isinstance(r.get("final"), dict) else {}
+        acc = final.get("acc")
+        spans = [f"{p.get('phase')} {p.get('first_step')}-{p.get('last_step')}" for p in r.get("phases") or []
+                 if isinstance(p, dict)]
+        note = (f"training log ({'; '.join(spans)}); accuracy unmasked at {final.get('phase')} step "
+                f"{final.get('step')} ({'text jobs' if final.get('task') == 'text' else final.get('task')})")
     rc = run.random_control
     if rc and rc["warnings"]:
         note = ((note + "; " if note else "")
