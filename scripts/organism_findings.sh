@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Every finding of vrh on the shipped organisms, one run folder each, plus one report.
-# Usage: bash scripts/organism_findings.sh [OUT]   (default runs/findings; ~4.5 min on 2 CPU cores)
+# Usage: bash scripts/organism_findings.sh [OUT]   (default runs/findings; ~4.5 min on 2 CPU cores, C ~4.5 more)
+# Organism C (an independently trained LM on A's architecture, no planted heads) runs when its checkpoint
+# resolves: C=${C:-organism:organism_c}, e.g. C=path/to/organism_c bash scripts/organism_findings.sh OUT.
 set -euo pipefail
 OUT=${1:-runs/findings}
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE
@@ -8,6 +10,8 @@ K=${K:-3}
 N=${N:-200}
 A=${A:-organism:organism_a}
 B=${B:-organism:organism_b}
+C=${C:-organism:organism_c}
+C_KS=${C_KS:-0,1,2,3,4,5,6,7,8}  # C's k-sweep: k = 1 up to 25% of its 32 heads
 vrh demo --model "$A" --out "$OUT/demo" --n-detect "$N" --n-eval "$N" --n-vqa "$N" --k "$K"
 D="$OUT/demo/data/grounding.jsonl"
 # detection with both token choices (Fig. 8b) on A, and B's own detection (transfer)
@@ -18,7 +22,41 @@ vrh stability --heads "$OUT/det_a" --model "$A" --data "$D" --k "$K" --out "$OUT
 vrh compare --model "$A" --data "$D" --n "$N" --ks "1,$K,$((2 * K))" --out "$OUT/compare" --overwrite
 vrh sweep --model "$A" --data "$D" --heads "$OUT/det_a" --ks "0,1,$K,$((2 * K))" --mask-mode uniform --out "$OUT/sweep_uniform" --overwrite
 vrh dpo-pairs --model "$A" --heads "$OUT/det_a" --data "$D" --k "$K" --out "$OUT/dpo" --overwrite
+
+# --- organism C (issue 17). Its demo writes the same world samples as A's (same seed), so its detection
+# (demo_c/detect) and det_a share a dataset and a held-out split, and C's other runs use $D too.
+# Transfer between A and C masks heads across two language models that share no weights: vrh transfer only
+# requires the same (layers, heads) grid, and the paper's account predicts A's heads act like random ones in
+# C (and C's in A) -- the negative control beside A -> B. Its random heads are drawn outside the source's
+# top-k only; the acceptance checker counts the random sets that hold the target's own top-k heads.
+C_RUNS=("$OUT/demo_c" "$OUT/demo_c/detect" "$OUT/demo_c/sweep_grounding" "$OUT/demo_c/sweep_vqa" "$OUT/compare_c"
+        "$OUT/transfer_a_to_c" "$OUT/transfer_c_to_a")
+C_DIR=$(python - "$C" <<'PY'
+import sys
+from pathlib import Path
+
+from vrh.inference import resolve_model_path
+
+path = Path(resolve_model_path(sys.argv[1]))
+print(path if (path / "config.json").is_file() else "")
+PY
+)
+if [[ -n "$C_DIR" ]]; then
+    vrh demo --model "$C" --out "$OUT/demo_c" --n-detect "$N" --n-eval "$N" --n-vqa "$N" --k "$K" --ks "$C_KS"
+    vrh compare --model "$C" --data "$D" --n "$N" --ks "1,$K,$((2 * K))" --out "$OUT/compare_c" --overwrite
+    vrh transfer --heads "$OUT/det_a" --heads-b "$OUT/demo_c/detect" --model "$C" --data "$D" --k "$K" \
+        --out "$OUT/transfer_a_to_c" --overwrite
+    vrh transfer --heads "$OUT/demo_c/detect" --heads-b "$OUT/det_a" --model "$A" --data "$D" --k "$K" \
+        --out "$OUT/transfer_c_to_a" --overwrite
+else
+    echo "organism C: $C does not resolve to a checkpoint folder (no config.json); skipping C's part"
+    # C's folders from an earlier run would otherwise be read as this run's figures
+    rm -rf "$OUT/demo_c" "$OUT/compare_c" "$OUT/transfer_a_to_c" "$OUT/transfer_c_to_a"
+    C_RUNS=()
+fi
+
 vrh report "$OUT/demo" "$OUT/demo/detect" "$OUT/demo/sweep_grounding" "$OUT/demo/sweep_vqa" "$OUT/det_a" \
-    "$OUT/det_b" "$OUT/transfer" "$OUT/stability" "$OUT/compare" "$OUT/sweep_uniform" --k "$K" --out "$OUT/report"
+    "$OUT/det_b" "$OUT/transfer" "$OUT/stability" "$OUT/compare" "$OUT/sweep_uniform" ${C_RUNS[@]+"${C_RUNS[@]}"} \
+    --k "$K" --out "$OUT/report"
 python "$(dirname "$0")/organism_acceptance.py" "$OUT" --json "$OUT/acceptance.json"
 echo "findings in $OUT; report: $OUT/report/report.html"

@@ -1,5 +1,5 @@
 """vrh transfer on the tiny checkpoint: A's top-k masked in B, B's own top-k, random controls outside A's
-top-k, the grid check, resume."""
+and B's top-k, the grid check, resume."""
 
 import os
 from collections import Counter
@@ -56,6 +56,29 @@ def test_transfer_into_the_same_model_equals_own_heads(tr_run, det_run):
     assert res["random_accuracy"] == [c["accuracy"] for c in res["conditions"] if c["kind"] == "random"]
     pk = res["random_control"]["per_k"]
     assert len(pk) == 1 and pk[0]["k"] == 2 and pk[0]["seeds_drawn"] == [0, 1] and pk[0]["n_eligible_heads"] == 6
+
+
+def test_random_heads_avoid_both_detected_sets(tmp_path, det_run, tiny_checkpoint, tiny_dataset, tiny_lm):
+    """B's own top-k differs from A's (B's map is A's negated): no random set masks a head of either."""
+    import json
+    import shutil
+
+    b_run = tmp_path / "det_b"
+    shutil.copytree(det_run, b_run)
+    hs = json.loads((b_run / runs.HEAD_SCORES).read_text())
+    for entry in (hs, *hs["variants"].values()):
+        entry["scores"] = [[-v for v in row] for row in entry["scores"]]
+        entry["ranking"] = entry["ranking"][::-1]
+    (b_run / runs.HEAD_SCORES).write_text(json.dumps(hs))
+    res = transfer.run(_config(det_run, tiny_checkpoint, tiny_dataset, tmp_path / "tr", heads_b=str(b_run),
+                               seeds=(0, 1, 2, 3), n=1), tiny_lm)
+    by = {c["condition"]: {tuple(h) for h in c["heads"]} for c in res["conditions"]}
+    assert by["transferred"] and by["own"] and not by["transferred"] & by["own"]
+    for label, heads in by.items():
+        if label.startswith("random"):
+            assert len(heads) == 2 and not heads & (by["transferred"] | by["own"]), label
+    L, H = runs.read_head_scores(det_run).scores().shape
+    assert res["random_control"]["per_k"][0]["n_eligible_heads"] == L * H - 4
 
 
 def test_transfer_without_b_run_has_no_own_condition(tmp_path, det_run, tiny_checkpoint, tiny_dataset, tiny_lm):

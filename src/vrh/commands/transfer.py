@@ -1,9 +1,11 @@
 """``vrh transfer``: cross-model masking (paper Sec. 5.3, Fig. 7): mask the top-k heads detected in model A
 at the same (layer, head) indices of model B and judge B's answers.
 
-Why each condition: B unmasked (``none``) is the ceiling; k random heads drawn outside A's top-k
-(``random:s{seed}``, mean over seeds) is the floor a non-specific ablation reaches; B's ``own`` top-k (when
-B's detection run is given with ``--heads-b``) is what a perfect transfer would reach. If A's heads
+Why each condition: B unmasked (``none``) is the ceiling; k random heads drawn outside A's top-k and B's own
+top-k (``random:s{seed}``, mean over seeds) is the floor a non-specific ablation reaches; B's ``own`` top-k
+(when B's detection run is given with ``--heads-b``) is what a perfect transfer would reach. (Drawing only
+outside A's heads would let a random set hit B's own retrieval heads whenever the two sets differ, as between
+unrelated models, and the "random" floor would then measure B's heads.) If A's heads
 (``transferred``) hurt B about as much as B's own, the heads live in the shared language backbone rather
 than in one VLM's vision stack. The score-map agreement (Spearman, Kendall tau-b, top-k and top-20
 overlap, :func:`vrh.compare.map_similarity`) says the same without running B.
@@ -121,7 +123,10 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
                                 source=src_b.path))
         similarity = {name: finite_or_none(v) if isinstance(v, float) else v
                       for name, v in map_similarity(src_a.scores, src_b.scores, cfg.k).items()}
-    rc = cond.random_controls(L, H, cfg.k, cfg.seeds, outside=transferred.heads, exclude_layers=cfg.exclude_layers,
+    # random heads lie outside every detected set of the test: A's top-k and, when given, B's own top-k (so a
+    # random set never masks one of B's retrieval heads, which would lower the floor between unrelated models)
+    outside = {*transferred.heads, *(conds[2].heads if src_b is not None else ())}
+    rc = cond.random_controls(L, H, cfg.k, cfg.seeds, outside=sorted(outside), exclude_layers=cfg.exclude_layers,
                               method=src_a.scorer, mask_mode=cfg.mask_mode, label="random:s{seed}")
     if not rc.conditions:
         raise ValueError(f"--k: {rc.warnings[0]}; use a smaller k (or fewer --exclude-layers)")
