@@ -28,6 +28,7 @@ def test_build_all_stages_then_resume(tmp_path):
     assert not torch.equal(a.state_dict()[w], b.state_dict()[w])  # B fine-tuned its own copy
     meta = json.loads((exp / "organism_b" / "vrh_organism.json").read_text())
     assert meta["lm_init"].endswith("lm_a8/ckpt.pt") and meta["heldout"]["grounding_n"] == 4
+    assert meta["shares_language_model_with"] == ["organism_a"]  # B's LM is A's, fine-tuned
     assert a.config.text_config.rope_parameters["rope_theta"] == b.config.text_config.rope_parameters["rope_theta"] == 1e6
     mtime = (out / "vision_a" / "tower.pt").stat().st_mtime
     build(out, exp, stages=("vision_a",), tiny=True, eval_n=4)  # finished stage: not redone

@@ -626,6 +626,20 @@ def train(config: TrainConfig, out_dir: str | Path, resume: bool = True, workers
     return org
 
 
+def _lm_siblings(cfg: TrainConfig, tag: str, has_b: bool) -> list[str]:
+    """The organisms whose language model this export's shares (B's LM is initialised from A's: ``lm_init``
+    names the checkpoint, whose config names what it was exported as)."""
+    out = [f"{cfg.name}_{t}" for t in ("a", "b") if t != tag and (t == "a" or has_b)]
+    if cfg.lm_init:
+        try:
+            src = torch.load(_resolve(cfg.lm_init), weights_only=False, map_location="cpu").get("config", {})
+            name = src.get("export_name_a") or f"{src.get('name', '?')}_a"
+        except FileNotFoundError:  # a clone that resumed this run from its own checkpoint: name the phase
+            name = Path(cfg.lm_init).parent.name
+        out += [name] if name not in out else []
+    return out
+
+
 def export(org: Organisms, dest: str | Path, n_eval: int = 500, command: str = "") -> dict[str, Any]:
     """save_pretrained A (and B) + processor + vrh_organism.json into ``dest/<name>_a`` etc."""
     from vrh.organism.model import set_attention
@@ -645,8 +659,8 @@ def export(org: Organisms, dest: str | Path, n_eval: int = 500, command: str = "
         build_processor(spec).save_pretrained(d)
         write_adapter_settings(d)  # vrh.json: how the LLaVA adapter prompts this checkpoint
         meta = {
-            "name": d.name, "organism": d.name.rsplit("_", 1)[-1].upper(), "shares_language_model_with":
-                [f"{cfg.name}_{t}" for t in ("a", "b") if t != tag and (t == "a" or org.b is not None)],
+            "name": d.name, "organism": d.name.rsplit("_", 1)[-1].upper(),
+            "shares_language_model_with": _lm_siblings(cfg, tag, org.b is not None),
             "grounding_prompt": GROUNDING_PROMPT, "vqa_prompt": VQA_PROMPT,
             "answer_format": "[ x1 , y1 , x2 , y2 ]: original-image pixels snapped to multiples of bin_px",
             "image_size": spec.image_size, "patch_size": spec.patch_size,
