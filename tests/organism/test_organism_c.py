@@ -28,6 +28,8 @@ def test_c_configs_have_no_head_specific_term(tmp_path):
             assert start == (str(tmp_path / prev / "ckpt.pt") if prev else "")
     assert LM_C_TEXT.text_frac == 1.0 and 0 < LM_C.text_frac < 1 and set(C_PHASES).isdisjoint(A_PHASES)
     assert cfgs["lm_c3"].text_frac == 0  # C3: no text phase, no text jobs
+    c4 = cfgs["lm_c4"]  # C4: C3 with a deeper LM, probes on every layer
+    assert c4.text.layers == 8 and c4.attr_aux_layers == tuple(range(8)) and c4.curriculum == cfgs["lm_c3"].curriculum
 
 
 def test_text_job_marks_the_item_the_answer_copies():

@@ -141,8 +141,14 @@ LM_C3 = replace(
     LM_C_TEXT, steps=10_000, lr=1e-3, warmup=200, vqa_frac=0.15, caption_frac=0.1, text_frac=0.0, attr_aux=0.3,
     curriculum=((0, 500, "single"), (500, 2000, "easy"), (2000, 4000, "attribute")), eval_every=500)
 
+# Recipe C4 (a deeper LM): C3's data, curriculum and aids with 8 decoder layers instead of 4 (64 heads, the
+# same width and head_dim 16): room for the two-hop circuit content retrieval needs (gather the expression
+# at the answer position, then match it against the visual tokens) without squeezing it into layers 0-1,
+# where C1 put it. The attribute probes read the inputs of every layer. Its own build folder.
+LM_C4 = replace(LM_C3, text=TextArch(layers=8, rope_theta=1e6), attr_aux_layers=tuple(range(8)))
+
 # each recipe of C: its phases in order (each continues the previous one; the last is exported as organism_c)
-C_RECIPES = {"C1": ("lm_c_text", "lm_c", "lm_c_long"), "C3": ("lm_c3",)}
+C_RECIPES = {"C1": ("lm_c_text", "lm_c", "lm_c_long"), "C3": ("lm_c3",), "C4": ("lm_c4",)}
 C_PHASES = tuple(p for phases in C_RECIPES.values() for p in phases)
 
 
@@ -173,6 +179,7 @@ def stage_configs(out: Path, tiny: bool = False, tower_a: str | Path | None = No
     c = replace(LM_C, vision_init_a=tower_c, weights_from=str(out / "lm_c_text" / "ckpt.pt"))
     c_long = replace(LM_C_LONG, vision_init_a=tower_c, weights_from="", init_from=str(out / "lm_c" / "ckpt.pt"))
     c3 = replace(LM_C3, vision_init_a=tower_c)
+    c4 = replace(LM_C4, vision_init_a=tower_c)
     if tiny:
         small = dict(text=TINY["text"], steps=TINY["lm_steps"], batch_a=4, eval_n=4, eval_every=10_000,
                      ckpt_every=10_000, log_every=1, warmup=1, pressure_start=1, lm_freeze_steps=0,
@@ -198,7 +205,9 @@ def stage_configs(out: Path, tiny: bool = False, tower_a: str | Path | None = No
         c = replace(c, **{**c_small, "curriculum": ((0, 1, "single"), (1, 2, "easy"))}, stop_at=3)
         c_long = replace(c_long, **{**c_small, "steps": 5, "curriculum": ((0, 1, "single"), (1, 2, "easy"))})
         c3 = replace(c3, **{**c_small, "curriculum": ((0, 1, "single"), (1, 2, "easy"))})
-    return {"lm_c_text": c_text, "lm_c": c, "lm_c_long": c_long, "lm_c3": c3,
+        c4 = replace(c4, **{**c_small, "curriculum": ((0, 1, "single"),),
+                            "text": replace(TINY["text"], layers=3, rope_theta=1e6), "attr_aux_layers": (0, 1, 2)})
+    return {"lm_c_text": c_text, "lm_c": c, "lm_c_long": c_long, "lm_c3": c3, "lm_c4": c4,
             "lm_a": a, "lm_a2": a2, "lm_a3": a3, "lm_a4": a4, "lm_a5": a5, "lm_a6": a6, "lm_a7": a7, "lm_a8": a8,
             "lm_b": b}
 
