@@ -9,7 +9,8 @@ import torch
 from vrh.organism import world
 from vrh.organism.batches import train_batch
 from vrh.organism.emergence import read, score_map
-from vrh.organism.pipeline import A_PHASES, C_PHASES, C_RECIPES, LM_A8, LM_B, LM_C, LM_C_TEXT, build, stage_configs
+from vrh.organism.pipeline import (A_PHASES, C_PHASES, C_PRIME, C_RECIPES, LM_A8, LM_B, LM_C, LM_C_TEXT, build,
+                                   stage_configs)
 from vrh.organism.processor import ImageSpec, build_tokenizer, format_box
 from vrh.organism.text_tasks import text_sample
 from vrh.organism.train import PRESETS, Organisms
@@ -20,8 +21,10 @@ def test_c_configs_have_no_head_specific_term(tmp_path):
     for phase in C_PHASES:
         c = cfgs[phase]
         assert c.box_warmstart == 0 and c.route_l1 == 0 and c.dropout_protect_top == 0
-        assert not c.route_spare_protected and c.head_dropout == 0 and not c.lm_init
+        assert not c.route_spare_protected and c.head_dropout == 0 and (not c.lm_init or phase == C_PRIME)
         assert c.seed not in (LM_A8.seed, LM_B.seed)  # an independently initialised LM and data stream
+    assert cfgs[C_PRIME].lm_init == str(tmp_path / "lm_c_long" / "ckpt.pt")  # C's LM: C' is C's "B"
+    assert cfgs[C_PRIME].lm_freeze_steps > 0 and cfgs[C_PRIME].vision_a.patch_size == 14
     for phases in C_RECIPES.values():  # a phase starts from scratch or from the previous phase of its recipe
         for prev, phase in zip((None, *phases), phases):
             start = cfgs[phase].init_from or cfgs[phase].weights_from
@@ -89,3 +92,22 @@ def test_c3_builds_from_scratch_on_the_image_task(tmp_path):
     assert meta["steps"] == 4 and meta["train_config"]["text_frac"] == 0
     recs = read(out / "lm_c3" / "emergence.jsonl")
     assert [r["step"] for r in recs] == [0, 2, 4] and all("text" not in r and "image" in r for r in recs)
+
+
+def test_c_prime_fine_tunes_c3s_language_model_on_tower_b(tmp_path):
+    """C' = tower B + the final C phase's LM, frozen for its first step, then fine-tuned: the positive control
+    of C's transfer test, exported with C named as the organism whose LM it shares."""
+    from safetensors.torch import load_file
+
+    out, exp = tmp_path / "build", tmp_path / "ckpts"
+    build(out, exp, stages=("vision_a", "vision_b"), tiny=True, eval_n=4)
+    tower = out / "vision_a" / "tower.pt"
+    build(out, exp, stages=C_RECIPES["C3"], tiny=True, eval_n=4, tower_a=tower, workers=0)
+    assert stage_configs(out, tiny=True, tower_a=tower)[C_PRIME].lm_init == str(out / "lm_c3" / "ckpt.pt")
+    build(out, exp, stages=(C_PRIME,), tiny=True, eval_n=4, tower_a=tower, workers=0)
+    meta = json.loads((exp / "organism_c_prime" / "vrh_organism.json").read_text())
+    assert meta["shares_language_model_with"] == ["organism_c"] and meta["lm_init"].endswith("lm_c3/ckpt.pt")
+    assert meta["patch_size"] == 14 and meta["train_config"]["seed"] not in (LM_C.seed, LM_A8.seed, LM_B.seed)
+    c, cp = (load_file(exp / name / "model.safetensors") for name in ("organism_c", "organism_c_prime"))
+    w = next(k for k in c if k.endswith("layers.0.mlp.up_proj.weight"))  # the LM's (the saved key layout varies)
+    assert c[w].shape == cp[w].shape and not torch.equal(c[w], cp[w])  # C's LM, fine-tuned separately

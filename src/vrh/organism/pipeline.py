@@ -149,7 +149,25 @@ LM_C4 = replace(LM_C3, text=TextArch(layers=8, rope_theta=1e6), attr_aux_layers=
 
 # each recipe of C: its phases in order (each continues the previous one; the last is exported as organism_c)
 C_RECIPES = {"C1": ("lm_c_text", "lm_c", "lm_c_long"), "C3": ("lm_c3",), "C4": ("lm_c4",)}
-C_PHASES = tuple(p for phases in C_RECIPES.values() for p in phases)
+
+# C' (the positive control of C's transfer test, as B is A's): tower B (frozen) + a new projector + the
+# language model of the build folder's final C phase; the LM frozen for 200 steps while the projector
+# aligns, then fine-tuned for 1000 steps with its own seed (3) and data stream; C's aids (probes, VQA,
+# captions), no head-specific term. Its LM shape is the C phase's. Exported as organism_c_prime.
+LM_C_PRIME = replace(LM_C3, seed=3, steps=1000, lr=1e-3, warmup=100, vision_a=VISION_B, lm_freeze_steps=200,
+                     curriculum=(), eval_every=250, export_name_a="organism_c_prime")
+C_PRIME = "lm_c_prime"
+C_PHASES = (*(p for phases in C_RECIPES.values() for p in phases), C_PRIME)
+
+
+def final_c_phase(out: Path) -> str:
+    """The last phase of the C recipe built in ``out`` (the one whose final phase has a checkpoint; C1's
+    when none has one yet)."""
+    done = [phases[-1] for phases in C_RECIPES.values() if (out / phases[-1] / "ckpt.pt").exists()]
+    if len(done) > 1:
+        raise ValueError(f"{out} holds the final checkpoints of several C recipes ({', '.join(done)}); "
+                         "build C' in the folder of the one it should start from")
+    return done[0] if done else C_RECIPES["C1"][-1]
 
 
 # phases continued by a later phase of the same organism (their checkpoints are not exported)
@@ -164,7 +182,8 @@ TINY = {"vision_a": VisionArch(hidden=32, layers=1, heads=2, intermediate=64),
 
 def stage_configs(out: Path, tiny: bool = False, tower_a: str | Path | None = None) -> dict[str, TrainConfig]:
     """Every LM phase's config under build folder ``out``; ``tower_a``: where C finds tower A (default
-    ``out/vision_a/tower.pt``; C reuses A's pretrained tower, e.g. ``organism_runs/v2/vision_a/tower.pt``)."""
+    ``out/vision_a/tower.pt``; C reuses A's pretrained tower, e.g. ``organism_runs/v2/vision_a/tower.pt``);
+    C' takes tower B from beside it (``.../vision_b/tower.pt``)."""
     a = replace(LM_A, vision_init_a=str(out / "vision_a" / "tower.pt"))
     a2 = replace(LM_A2, vision_init_a=a.vision_init_a, init_from=str(out / "lm_a" / "ckpt.pt"))
     a3 = replace(LM_A3, vision_init_a=a.vision_init_a, init_from=str(out / "lm_a2" / "ckpt.pt"))
@@ -180,6 +199,11 @@ def stage_configs(out: Path, tiny: bool = False, tower_a: str | Path | None = No
     c_long = replace(LM_C_LONG, vision_init_a=tower_c, weights_from="", init_from=str(out / "lm_c" / "ckpt.pt"))
     c3 = replace(LM_C3, vision_init_a=tower_c)
     c4 = replace(LM_C4, vision_init_a=tower_c)
+    c_src = final_c_phase(out)
+    c_src_cfg = {"lm_c_long": LM_C_LONG, "lm_c3": LM_C3, "lm_c4": LM_C4}[c_src]
+    c_prime = replace(LM_C_PRIME, vision_init_a=str(Path(tower_c).parent.parent / "vision_b" / "tower.pt"),
+                      lm_init=str(out / c_src / "ckpt.pt"), text=c_src_cfg.text,
+                      attr_aux_layers=c_src_cfg.attr_aux_layers)
     if tiny:
         small = dict(text=TINY["text"], steps=TINY["lm_steps"], batch_a=4, eval_n=4, eval_every=10_000,
                      ckpt_every=10_000, log_every=1, warmup=1, pressure_start=1, lm_freeze_steps=0,
@@ -207,7 +231,11 @@ def stage_configs(out: Path, tiny: bool = False, tower_a: str | Path | None = No
         c3 = replace(c3, **{**c_small, "curriculum": ((0, 1, "single"), (1, 2, "easy"))})
         c4 = replace(c4, **{**c_small, "curriculum": ((0, 1, "single"),),
                             "text": replace(TINY["text"], layers=3, rope_theta=1e6), "attr_aux_layers": (0, 1, 2)})
-    return {"lm_c_text": c_text, "lm_c": c, "lm_c_long": c_long, "lm_c3": c3, "lm_c4": c4,
+        src_tiny = {"lm_c_long": c_long, "lm_c3": c3, "lm_c4": c4}[c_src]
+        c_prime = replace(c_prime, **{**c_small, "vision_a": TINY["vision_b"], "text": src_tiny.text,
+                                      "attr_aux_layers": src_tiny.attr_aux_layers, "lm_freeze_steps": 1,
+                                      "curriculum": ()})
+    return {"lm_c_text": c_text, "lm_c": c, "lm_c_long": c_long, "lm_c3": c3, "lm_c4": c4, C_PRIME: c_prime,
             "lm_a": a, "lm_a2": a2, "lm_a3": a3, "lm_a4": a4, "lm_a5": a5, "lm_a6": a6, "lm_a7": a7, "lm_a8": a8,
             "lm_b": b}
 
