@@ -27,8 +27,9 @@ vrh dpo-pairs --model "$A" --heads "$OUT/det_a" --data "$D" --k "$K" --out "$OUT
 # (demo_c/detect) and det_a share a dataset and a held-out split, and C's other runs use $D too.
 # Transfer between A and C masks heads across two language models that share no weights: vrh transfer only
 # requires the same (layers, heads) grid, and the paper's account predicts A's heads act like random ones in
-# C (and C's in A) -- the negative control beside A -> B. Its random heads are drawn outside the source's
-# top-k only; the acceptance checker counts the random sets that hold the target's own top-k heads.
+# C (and C's in A) -- the negative control beside A -> B. Its random heads are drawn outside both models'
+# top-k (the acceptance checker still counts random sets holding the target's own top-k: it must be 0).
+# C's training log (emergence.jsonl in its checkpoint folder) becomes a run folder for the report.
 C_RUNS=("$OUT/demo_c" "$OUT/demo_c/detect" "$OUT/demo_c/sweep_grounding" "$OUT/demo_c/sweep_vqa" "$OUT/compare_c"
         "$OUT/transfer_a_to_c" "$OUT/transfer_c_to_a")
 C_DIR=$(python - "$C" <<'PY'
@@ -48,10 +49,14 @@ if [[ -n "$C_DIR" ]]; then
         --out "$OUT/transfer_a_to_c" --overwrite
     vrh transfer --heads "$OUT/demo_c/detect" --heads-b "$OUT/det_a" --model "$A" --data "$D" --k "$K" \
         --out "$OUT/transfer_c_to_a" --overwrite
+    if [[ -f "$C_DIR/emergence.jsonl" ]]; then
+        vrh organism emergence "$C_DIR" --out "$OUT/emergence_c" --overwrite
+        C_RUNS+=("$OUT/emergence_c")
+    fi
 else
     echo "organism C: $C does not resolve to a checkpoint folder (no config.json); skipping C's part"
     # C's folders from an earlier run would otherwise be read as this run's figures
-    rm -rf "$OUT/demo_c" "$OUT/compare_c" "$OUT/transfer_a_to_c" "$OUT/transfer_c_to_a"
+    rm -rf "$OUT/demo_c" "$OUT/compare_c" "$OUT/transfer_a_to_c" "$OUT/transfer_c_to_a" "$OUT/emergence_c"
     C_RUNS=()
 fi
 

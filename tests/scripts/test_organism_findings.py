@@ -75,3 +75,16 @@ def test_c_present_runs_its_part(tmp_path):
                 "transfer_a_to_c", "transfer_c_to_a"):
         assert f"{out}/{run}" in report
     assert "skipping" not in proc.stdout
+    assert not any(c[1:3] == ["organism", "emergence"] for c in calls)  # no training log in this checkpoint
+
+
+def test_c_with_a_training_log_adds_its_emergence_run(tmp_path):
+    model_c = tmp_path / "organism_c"
+    model_c.mkdir()
+    (model_c / "config.json").write_text("{}")
+    (model_c / "emergence.jsonl").write_text("{}\n")
+    proc, calls, out = run_script(tmp_path, str(model_c))
+    assert proc.returncode == 0, proc.stderr
+    em = next(c for c in calls if c[1:3] == ["organism", "emergence"])
+    assert em[3] == str(model_c) and em[em.index("--out") + 1] == f"{out}/emergence_c"
+    assert f"{out}/emergence_c" in next(c for c in calls if c[:2] == ["vrh", "report"])
