@@ -84,9 +84,9 @@ def first_head_agreement(compare_dir: Path) -> dict[str, Any]:
 def transfer_figures(run_dir: Path) -> dict[str, Any]:
     """A transfer run's accuracies: the target model unmasked, the source's top-k, its own top-k, random.
 
-    ``vrh transfer`` draws its random heads outside the *source's* top-k only, so a random set may hold the
-    target's own top heads; ``random_sets_with_own_heads`` counts those sets (the random bar is then no
-    clean floor for the target)."""
+    ``vrh transfer`` draws its random heads outside the source's and the target's own top-k (runs written
+    before that drew outside the source's only); ``random_sets_with_own_heads`` counts random sets holding
+    the target's own top heads (0 in a clean floor)."""
     tr = _results(run_dir)
     base, moved, own = tr["baseline_accuracy"], tr["transferred_heads_accuracy"], tr["own_heads_accuracy"]
     by = {c["condition"]: c for c in tr["conditions"]}
@@ -133,7 +133,10 @@ def organism_c(findings: Path) -> dict[str, Any] | None:
         "compare_first_head": {"A": first_head_agreement(findings / "compare"),
                                "C": first_head_agreement(findings / "compare_c")},
         "transfer": {"A_to_C": transfer_figures(findings / "transfer_a_to_c"),
-                     "C_to_A": transfer_figures(findings / "transfer_c_to_a")},
+                     "C_to_A": transfer_figures(findings / "transfer_c_to_a"),
+                     # the positive control, when C' (C's LM on tower B) was measured
+                     **({"C_to_Cp": transfer_figures(findings / "transfer_c_to_cp")}
+                        if (findings / "transfer_c_to_cp").is_dir() else {})},
     }
 
 
@@ -170,7 +173,9 @@ def report_lines(c: dict[str, Any]) -> list[str]:
     for name, ag in c["compare_first_head"].items():
         lines.append(row(f"compare on {name}: methods sharing the most common first head",
                          f"{ag['count']} of {ag['n_methods']} ({ag['head'][0]},{ag['head'][1]})"))
-    for name, (src, dst) in (("A_to_C", ("A", "C")), ("C_to_A", ("C", "A"))):
+    for name, (src, dst) in (("A_to_C", ("A", "C")), ("C_to_A", ("C", "A")), ("C_to_Cp", ("C", "C'"))):
+        if name not in c["transfer"]:
+            continue
         t = c["transfer"][name]
         ratio = "-" if t["drop_ratio"] is None else f"{t['drop_ratio']:.2f}"
         lines.append(row(f"transfer {src} -> {dst} (k={t['k']}): {dst} unmasked / {src}'s / {dst}'s own / random",

@@ -11,6 +11,7 @@ N=${N:-200}
 A=${A:-organism:organism_a}
 B=${B:-organism:organism_b}
 C=${C:-organism:organism_c}
+CP=${CP:-organism:organism_c_prime}
 C_KS=${C_KS:-0,1,2,3,4,5,6,7,8}  # C's k-sweep: k = 1 up to 25% of its 32 heads
 vrh demo --model "$A" --out "$OUT/demo" --n-detect "$N" --n-eval "$N" --n-vqa "$N" --k "$K"
 D="$OUT/demo/data/grounding.jsonl"
@@ -49,6 +50,26 @@ if [[ -n "$C_DIR" ]]; then
         --out "$OUT/transfer_a_to_c" --overwrite
     vrh transfer --heads "$OUT/demo_c/detect" --heads-b "$OUT/det_a" --model "$A" --data "$D" --k "$K" \
         --out "$OUT/transfer_c_to_a" --overwrite
+    # C' (C's LM fine-tuned on tower B, as B is on A's): the positive control of the same transfer test
+    CP_DIR=$(python - "$CP" <<'PY'
+import sys
+from pathlib import Path
+
+from vrh.inference import resolve_model_path
+
+path = Path(resolve_model_path(sys.argv[1]))
+print(path if (path / "config.json").is_file() else "")
+PY
+)
+    if [[ -n "$CP_DIR" ]]; then
+        vrh detect --model "$CP" --data "$D" --n "$N" --out "$OUT/det_cp" --overwrite
+        vrh transfer --heads "$OUT/demo_c/detect" --heads-b "$OUT/det_cp" --model "$CP" --data "$D" --k "$K" \
+            --out "$OUT/transfer_c_to_cp" --overwrite
+        C_RUNS+=("$OUT/det_cp" "$OUT/transfer_c_to_cp")
+    else
+        echo "organism C': $CP does not resolve to a checkpoint folder; skipping the C -> C' transfer"
+        rm -rf "$OUT/det_cp" "$OUT/transfer_c_to_cp"
+    fi
     if [[ -f "$C_DIR/emergence.jsonl" ]]; then
         vrh organism emergence "$C_DIR" --out "$OUT/emergence_c" --overwrite
         C_RUNS+=("$OUT/emergence_c")
@@ -56,7 +77,8 @@ if [[ -n "$C_DIR" ]]; then
 else
     echo "organism C: $C does not resolve to a checkpoint folder (no config.json); skipping C's part"
     # C's folders from an earlier run would otherwise be read as this run's figures
-    rm -rf "$OUT/demo_c" "$OUT/compare_c" "$OUT/transfer_a_to_c" "$OUT/transfer_c_to_a" "$OUT/emergence_c"
+    rm -rf "$OUT/demo_c" "$OUT/compare_c" "$OUT/transfer_a_to_c" "$OUT/transfer_c_to_a" "$OUT/emergence_c" \
+        "$OUT/det_cp" "$OUT/transfer_c_to_cp"
     C_RUNS=()
 fi
 

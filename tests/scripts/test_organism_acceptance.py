@@ -131,10 +131,23 @@ def test_organism_c_figures(tmp_path):
     assert abs(a_to_c["drop_ratio"] - 0.1) < 1e-9  # (0.5 - 0.48) / (0.5 - 0.3)
     assert abs(c_to_a["drop_ratio"] - 0.025) < 1e-9  # (0.9 - 0.88) / (0.9 - 0.1)
     assert a_to_c["own_heads"] == [[2, 1], [0, 4], [3, 0]]
-    # random sets are drawn outside the source's heads only: count those holding the target's own heads
+    # runs written when random sets were drawn outside the source's heads only: those holding the target's
+    # own heads are counted
     assert a_to_c["random_sets_with_own_heads"] == 1 and c_to_a["random_sets_with_own_heads"] == 2
     assert a_to_c["transferred_parse_failure_rate"] == 0.25
     assert abs(a_to_c["random_accuracy_mean"] - 1.46 / 3) < 1e-9
+
+
+def test_c_prime_transfer_is_reported_when_measured(tmp_path, monkeypatch, capsys):
+    f = with_c(tmp_path)
+    assert "C_to_Cp" not in load_script().organism_c(f)["transfer"]
+    transfer_run(f / "transfer_c_to_cp", "C", "Cp", base=0.6, moved=0.2, own=0.15, rnd=[0.58, 0.6, 0.57],
+                 own_heads=[[2, 1], [0, 4], [1, 1]], random_heads=[[[1, 5], [3, 1]]] * 3)
+    c = load_script().organism_c(f)
+    assert abs(c["transfer"]["C_to_Cp"]["drop_ratio"] - 0.4 / 0.45) < 1e-9
+    monkeypatch.setattr("sys.argv", ["organism_acceptance.py", str(f)])
+    assert load_script().main() == 0
+    assert "transfer C -> C' (k=3): C' unmasked / C's / C''s own" in capsys.readouterr().out
 
 
 def test_organism_c_missing_run_is_an_error(tmp_path):

@@ -15,7 +15,7 @@ from pathlib import Path
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "organism_findings.sh"
 
 
-def run_script(tmp_path: Path, c: str) -> tuple[subprocess.CompletedProcess, list[list[str]], Path]:
+def run_script(tmp_path: Path, c: str, **extra_env: str) -> tuple[subprocess.CompletedProcess, list[list[str]], Path]:
     bin_dir, scripts = tmp_path / "bin", tmp_path / "scripts"
     bin_dir.mkdir()
     scripts.mkdir()
@@ -28,7 +28,7 @@ def run_script(tmp_path: Path, c: str) -> tuple[subprocess.CompletedProcess, lis
         "    f.write('acceptance ' + ' '.join(sys.argv[1:]) + '\\n')\n")
     # the script's `python` must be this interpreter (vrh importable); the fake vrh comes first
     path = os.pathsep.join([str(bin_dir), str(Path(sys.executable).parent), os.environ["PATH"]])
-    env = {**os.environ, "PATH": path, "C": c}
+    env = {**os.environ, "PATH": path, "C": c, **extra_env}
     out = tmp_path / "findings"
     proc = subprocess.run(["bash", str(scripts / SCRIPT.name), str(out)], env=env, capture_output=True, text=True,
                           timeout=60)
@@ -74,8 +74,23 @@ def test_c_present_runs_its_part(tmp_path):
     for run in ("demo_c", "demo_c/detect", "demo_c/sweep_grounding", "demo_c/sweep_vqa", "compare_c",
                 "transfer_a_to_c", "transfer_c_to_a"):
         assert f"{out}/{run}" in report
-    assert "skipping" not in proc.stdout
+    assert "skipping C's part" not in proc.stdout and "skipping the C -> C' transfer" in proc.stdout
     assert not any(c[1:3] == ["organism", "emergence"] for c in calls)  # no training log in this checkpoint
+
+
+def test_c_prime_adds_the_positive_control(tmp_path):
+    model_c, model_cp = tmp_path / "organism_c", tmp_path / "organism_c_prime"
+    for m in (model_c, model_cp):
+        m.mkdir()
+        (m / "config.json").write_text("{}")
+    proc, calls, out = run_script(tmp_path, str(model_c), CP=str(model_cp))
+    assert proc.returncode == 0, proc.stderr
+    assert "skipping" not in proc.stdout
+    det = next(c for c in calls if c[:2] == ["vrh", "detect"] and c[c.index("--model") + 1] == str(model_cp))
+    tr = next(c for c in calls if c[:2] == ["vrh", "transfer"] and c[c.index("--model") + 1] == str(model_cp))
+    assert det[det.index("--out") + 1] == f"{out}/det_cp"
+    assert tr[tr.index("--heads") + 1] == f"{out}/demo_c/detect" and tr[tr.index("--heads-b") + 1] == f"{out}/det_cp"
+    assert f"{out}/transfer_c_to_cp" in next(c for c in calls if c[:2] == ["vrh", "report"])
 
 
 def test_c_with_a_training_log_adds_its_emergence_run(tmp_path):
