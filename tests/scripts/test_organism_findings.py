@@ -56,7 +56,7 @@ def test_c_present_runs_its_part(tmp_path):
     model_c = tmp_path / "organism_c"
     model_c.mkdir()
     (model_c / "config.json").write_text("{}")
-    proc, calls, out = run_script(tmp_path, str(model_c))
+    proc, calls, out = run_script(tmp_path, str(model_c), CP="organism:does_not_exist")
     assert proc.returncode == 0, proc.stderr
     c_calls = [c for c in calls if str(model_c) in c]
     assert [c[1] for c in c_calls] == ["demo", "compare", "transfer"]
@@ -98,7 +98,7 @@ def test_c_with_a_training_log_adds_its_emergence_run(tmp_path):
     model_c.mkdir()
     (model_c / "config.json").write_text("{}")
     (model_c / "emergence.jsonl").write_text("{}\n")
-    proc, calls, out = run_script(tmp_path, str(model_c))
+    proc, calls, out = run_script(tmp_path, str(model_c), CP="organism:does_not_exist")
     assert proc.returncode == 0, proc.stderr
     em = next(c for c in calls if c[1:3] == ["organism", "emergence"])
     assert em[3] == str(model_c) and em[em.index("--out") + 1] == f"{out}/emergence_c"
