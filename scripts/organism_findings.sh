@@ -33,7 +33,9 @@ vrh dpo-pairs --model "$A" --heads "$OUT/det_a" --data "$D" --k "$K" --out "$OUT
 # C's training log (emergence.jsonl in its checkpoint folder) becomes a run folder for the report.
 C_RUNS=("$OUT/demo_c" "$OUT/demo_c/detect" "$OUT/demo_c/sweep_grounding" "$OUT/demo_c/sweep_vqa" "$OUT/compare_c"
         "$OUT/transfer_a_to_c" "$OUT/transfer_c_to_a")
-C_DIR=$(python - "$C" <<'PY'
+# the checkpoint folder a --model value names, or "" when it names none (a missing organism)
+model_dir() {
+    python - "$1" <<'PY'
 import sys
 from pathlib import Path
 
@@ -42,7 +44,8 @@ from vrh.inference import resolve_model_path
 path = Path(resolve_model_path(sys.argv[1]))
 print(path if (path / "config.json").is_file() else "")
 PY
-)
+}
+C_DIR=$(model_dir "$C")
 if [[ -n "$C_DIR" ]]; then
     vrh demo --model "$C" --out "$OUT/demo_c" --n-detect "$N" --n-eval "$N" --n-vqa "$N" --k "$K" --ks "$C_KS"
     vrh compare --model "$C" --data "$D" --n "$N" --ks "1,$K,$((2 * K))" --out "$OUT/compare_c" --overwrite
@@ -51,16 +54,7 @@ if [[ -n "$C_DIR" ]]; then
     vrh transfer --heads "$OUT/demo_c/detect" --heads-b "$OUT/det_a" --model "$A" --data "$D" --k "$K" \
         --out "$OUT/transfer_c_to_a" --overwrite
     # C' (C's LM fine-tuned on tower B, as B is on A's): the positive control of the same transfer test
-    CP_DIR=$(python - "$CP" <<'PY'
-import sys
-from pathlib import Path
-
-from vrh.inference import resolve_model_path
-
-path = Path(resolve_model_path(sys.argv[1]))
-print(path if (path / "config.json").is_file() else "")
-PY
-)
+    CP_DIR=$(model_dir "$CP")
     if [[ -n "$CP_DIR" ]]; then
         vrh detect --model "$CP" --data "$D" --n "$N" --out "$OUT/det_cp" --overwrite
         vrh transfer --heads "$OUT/demo_c/detect" --heads-b "$OUT/det_cp" --model "$CP" --data "$D" --k "$K" \

@@ -516,6 +516,15 @@ def read_emergence(path: str | os.PathLike) -> list[dict[str, Any]]:
     return [by[key] for key in sorted(by)]
 
 
+EMERGENCE_TASKS = ("image", "text")  # the task entries an emergence record may hold, in the order tracked
+
+
+def emergence_causal_task(rec: Mapping[str, Any]) -> str | None:
+    """The task of an emergence record's causal test (its first tracked task holding one: text in a
+    text-only phase, else image); None when the record has none."""
+    return next((t for t in EMERGENCE_TASKS if isinstance(rec.get(t), dict) and "acc_top" in rec[t]), None)
+
+
 def iter_runs(paths: list[str | os.PathLike]) -> Iterator[tuple[Path, dict[str, Any]]]:
     for p in paths:
         yield Path(p), read_config(p)

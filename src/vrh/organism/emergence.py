@@ -37,7 +37,8 @@ from vrh.organism.evaluate import grounding_accuracy
 from vrh.organism.text_tasks import text_sample
 
 THRESHOLD = 0.1  # the sparsity threshold of the findings (heads with a score above it)
-TASKS = ("image", "text")  # the entries a record may hold, in the order track() writes them
+TASKS = runs.EMERGENCE_TASKS  # the entries a record may hold, in the order track() writes them
+causal_task = runs.emergence_causal_task  # the task of a record's causal test
 
 
 def probe_sets(heldout_seed: int, n: int, task: str, size: int = world.IMAGE_SIZE) -> tuple[list, list]:
@@ -134,11 +135,6 @@ def read(path: str | Path) -> list[dict[str, Any]]:
     (phase, step); a log of several phases (an exported checkpoint's) keeps its phases in the order they
     appear, steps ascending within each (:func:`vrh.runs.read_emergence`)."""
     return runs.read_emergence(path)
-
-
-def causal_task(rec: dict[str, Any]) -> str | None:
-    """The task of the record's causal test (its first task: text in text-only phases, else image)."""
-    return next((t for t in TASKS if isinstance(rec.get(t), dict) and "acc_top" in rec[t]), None)
 
 
 def collect(sources: list[str | Path]) -> list[dict[str, Any]]:

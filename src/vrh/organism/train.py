@@ -311,7 +311,7 @@ def head_box_mass(attentions, batch: TrainBatch, first: int = 0) -> torch.Tensor
 def forward_loss(model, batch: TrainBatch, want_attn: bool, want_box: bool = False, want_heads: bool = False,
                  first: int = 0, per_sample: bool = False, probes: AttrProbes | None = None):
     """The training forward. The LM runs eager attention only when a loss or statistic reads the attention
-    weights; otherwise SDPA (the same function, about a third less time per step on CPU; tested equal in
+    weights; otherwise SDPA (the same function, faster on CPU; tested equal in
     loss and gradients), restored to the model's own setting afterwards (tracking and evaluation read the
     weights)."""
     need = want_attn or want_box or want_heads

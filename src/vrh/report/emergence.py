@@ -32,7 +32,8 @@ from vrh.report.load import Run, is_num, pct
 from vrh.report.style import (BASELINE_COLOR, OTHER_COLORS, RANDOM_COLOR, TITLE_SIZE, VRH_COLOR, curve_style,
                               new_figure, to_png, wrap_title)
 
-TASKS = ("image", "text")
+TASKS = run_contract.EMERGENCE_TASKS
+causal_task = run_contract.emergence_causal_task  # the task of a record's causal test
 TASK_COLOR = {"image": VRH_COLOR, "text": OTHER_COLORS[0]}
 MAPS_PER_PHASE = 4  # first, two in between, last
 TABLE_PER_PHASE = 6  # records per phase in the table
@@ -42,11 +43,6 @@ DEFAULT_THRESHOLD = 0.1  # vrh.organism.emergence.THRESHOLD, for runs whose conf
 def head(h) -> str:
     """``L0H5``: (layer, head), 0-based, as the training log names heads."""
     return f"L{h[0]}H{h[1]}"
-
-
-def causal_task(rec: dict) -> str | None:
-    """The task of a record's causal test (the first tracked task: text in a text-only phase)."""
-    return next((t for t in TASKS if isinstance(rec.get(t), dict) and "acc_top" in rec[t]), None)
 
 
 def scores_of(rec: dict, task: str) -> np.ndarray | None:
