@@ -1,7 +1,8 @@
 """The v4 attribute diagnostics of docs/organism.md, on a training run folder (its ckpt.pt + config.json).
 
     python scripts/organism_attribute_diagnostics.py RUN_DIR breakdown   # attribute expressions: accuracy by
-                                                                        # words used, what the wrong answers chose
+                                                                        # words used, what the wrong answers chose;
+                                                                        # VQA accuracy by question
     python scripts/organism_attribute_diagnostics.py RUN_DIR caption     # caption colour word (teacher-forced) and
                                                                         # colour probes at the answer / on the box
     python scripts/organism_attribute_diagnostics.py RUN_DIR query       # expression colour word at the positions
@@ -10,6 +11,7 @@
                                                                         # can a fresh rank-16 attention match the
                                                                         # GT box from frozen layer inputs?
 
+``breakdown`` also takes an exported checkpoint folder (e.g. src/vrh/organism/checkpoints/organism_c).
 Run from the repository root. Probes are multinomial logistic regressions (L-BFGS) on standardised
 features, trained on one seed's samples and scored on the held-out seed 10000.
 """
@@ -17,6 +19,7 @@ features, trained on one seed's samples and scored on the held-out seed 10000.
 import argparse
 import collections
 import json
+import os
 
 import torch
 
@@ -25,12 +28,29 @@ from vrh.organism import world
 from vrh.organism.batches import train_batch
 from vrh.organism.evaluate import generate_answers
 from vrh.organism.train import Organisms, TrainConfig
+from vrh.tasks.vqa import judge_answer
 
 COLOUR = {c: i for i, c in enumerate(world.COLOURS)}
 
 
+def load_exported(folder: str):
+    """An exported organism (model.safetensors + vrh_organism.json) with what ``breakdown`` reads of a run."""
+    from types import SimpleNamespace
+
+    from transformers import LlavaForConditionalGeneration
+
+    from vrh.organism.processor import ImageSpec, build_tokenizer
+
+    meta = json.load(open(f"{folder}/vrh_organism.json"))
+    model = LlavaForConditionalGeneration.from_pretrained(folder).eval()
+    spec = ImageSpec(image_size=meta.get("image_size", world.IMAGE_SIZE), patch_size=meta["patch_size"])
+    return SimpleNamespace(tok=build_tokenizer(), spec_a=spec), model
+
+
 def load(run: str):
     """The run's organism A with its checkpoint's weights (stage inputs of the config are not needed)."""
+    if not os.path.exists(f"{run}/ckpt.pt") and os.path.exists(f"{run}/vrh_organism.json"):
+        return load_exported(run)
     d = json.load(open(f"{run}/config.json"))
     d.update(weights_from="", init_from="", vision_init_a="", vision_init_b="", lm_init="",
              projector_whiten=False, attr_aux=0.0)
@@ -88,6 +108,14 @@ def breakdown(org, model) -> None:
         print(f"attribute expressions using {k}: n={len(v)} accuracy {sum(v) / len(v):.2f}")
     for k, v in sorted(chose.items()):
         print("wrong answers:", k, v)
+    # the same matching in VQA: "what shape is the red object ?" needs the colour matched, as "the red
+    # object" does in grounding; the answer is a word instead of a box
+    vqa = [world.vqa_sample(10_000, i) for i in range(300)]
+    by_q = collections.defaultdict(list)
+    for s, text in zip(vqa, generate_answers(model, org.tok, vqa, org.spec_a, max_new_tokens=3)):
+        by_q[" ".join(s["question"].split()[:2])].append(judge_answer(text, s["answer"], "exact") == "correct")
+    for k, v in sorted(by_q.items()):
+        print(f"VQA '{k} ...': n={len(v)} accuracy {sum(v) / len(v):.3f}")
 
 
 def caption(org, model) -> None:

@@ -2,15 +2,17 @@
 emergence of retrieval heads, resume, and the text retrieval jobs mark the referent that the answer copies."""
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, replace
+
+import pytest
 
 import torch
 
 from vrh.organism import world
 from vrh.organism.batches import train_batch
 from vrh.organism.emergence import read, score_map
-from vrh.organism.pipeline import (A_PHASES, C_PHASES, C_PRIME, C_RECIPES, LM_A8, LM_B, LM_C, LM_C_TEXT, build,
-                                   stage_configs)
+from vrh.organism.pipeline import (A_PHASES, C_PHASES, C_PRIME, C_RECIPES, LM_A8, LM_B, LM_C, LM_C3, LM_C_TEXT,
+                                   NOT_EXPORTED, build, final_c_phase, stage_configs)
 from vrh.organism.processor import ImageSpec, build_tokenizer, format_box
 from vrh.organism.text_tasks import text_sample
 from vrh.organism.train import PRESETS, Organisms
@@ -33,6 +35,29 @@ def test_c_configs_have_no_head_specific_term(tmp_path):
     assert cfgs["lm_c3"].text_frac == 0  # C3: no text phase, no text jobs
     c4 = cfgs["lm_c4"]  # C4: C3 with a deeper LM, probes on every layer
     assert c4.text.layers == 8 and c4.attr_aux_layers == tuple(range(8)) and c4.curriculum == cfgs["lm_c3"].curriculum
+    c5, ctl = cfgs["lm_c5"], cfgs["lm_c_restart"]  # C5: C1 continued on the hard world; C1r: its control
+    assert c5.contrast_frac > 0 and ctl.contrast_frac == 0 and c5.seed not in (LM_C.seed, LM_C3.seed)
+    assert replace(c5, contrast_frac=0) == ctl  # the control differs in the world only
+    c5l, ctll = cfgs["lm_c5_long"], cfgs["lm_c_restart_long"]  # both continued, cosine stretched
+    assert c5l.steps > c5.steps and replace(c5l, contrast_frac=0, init_from=ctll.init_from) == ctll
+
+
+def test_final_c_phase_is_the_recipe_no_built_recipe_continues(tmp_path):
+    def built(*phases):
+        for p in phases:
+            (tmp_path / p).mkdir(exist_ok=True)
+            (tmp_path / p / "ckpt.pt").write_bytes(b"")
+
+    assert final_c_phase(tmp_path) == "lm_c_long"  # nothing built: C1's
+    built("lm_c_long")
+    assert final_c_phase(tmp_path) == "lm_c_long"
+    built("lm_c5_long")  # C5 continues C1: C' starts from C5
+    assert final_c_phase(tmp_path) == "lm_c5_long"
+    assert stage_configs(tmp_path)[C_PRIME].lm_init.endswith("lm_c5_long/ckpt.pt")
+    built("lm_c_restart_long")  # two recipes continue C1 in one folder: ambiguous
+    with pytest.raises(ValueError, match="several C recipes"):
+        final_c_phase(tmp_path)
+    assert "lm_c_long" not in NOT_EXPORTED and "lm_c" in NOT_EXPORTED  # C1's end is exported, C5 or not
 
 
 def test_text_job_marks_the_item_the_answer_copies():
@@ -111,3 +136,16 @@ def test_c_prime_fine_tunes_c3s_language_model_on_tower_b(tmp_path):
     c, cp = (load_file(exp / name / "model.safetensors") for name in ("organism_c", "organism_c_prime"))
     w = next(k for k in c if k.endswith("layers.0.mlp.up_proj.weight"))  # the LM's (the saved key layout varies)
     assert c[w].shape == cp[w].shape and not torch.equal(c[w], cp[w])  # C's LM, fine-tuned separately
+
+
+def test_c5_continues_c1_on_the_hard_world_and_carries_every_phase_log(tmp_path):
+    out, exp = tmp_path / "build", tmp_path / "ckpts"
+    build(out, exp, stages=("vision_a",), tiny=True, eval_n=4)
+    tower = out / "vision_a" / "tower.pt"
+    build(out, exp, stages=C_RECIPES["C5"], tiny=True, eval_n=4, tower_a=tower, workers=0)
+    meta = json.loads((exp / "organism_c" / "vrh_organism.json").read_text())
+    assert meta["train_config"]["contrast_frac"] > 0 and meta["train_config"]["init_from"].endswith("lm_c5/ckpt.pt")
+    assert json.loads((out / "lm_c5" / "config.json").read_text())["weights_from"].endswith("lm_c_long/ckpt.pt")
+    phases = list(dict.fromkeys(r["phase"] for r in read(exp / "organism_c" / "emergence.jsonl")))
+    assert phases == list(C_RECIPES["C5"])  # the history of C1 and then C5's own, in order
+    assert len(read(out / "lm_c5" / "emergence.jsonl")) == 3  # steps 0, 2, 4 after C1's weights

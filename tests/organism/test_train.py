@@ -193,3 +193,18 @@ def test_training_forward_without_attention_losses_runs_sdpa_with_eager_loss_and
     assert abs(grads[False][0] - grads[True][0]) < 1e-5
     assert len(grads[False][1]) == len(grads[True][1]) > 0
     assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(grads[False][1], grads[True][1]))
+
+
+def test_contrast_frac_replaces_only_full_world_grounding_samples():
+    from vrh.organism.train import stream_sample
+
+    args = (0.15, 112)
+    plain = [stream_sample(2, i, *args, "full", 0.1, 0.15) for i in range(200)]
+    assert plain == [stream_sample(2, i, *args, "full", 0.1, 0.15, 0.0) for i in range(200)]  # unchanged
+    mixed = [stream_sample(2, i, *args, "full", 0.1, 0.15, 0.5) for i in range(200)]
+    changed = [i for i, (a, b) in enumerate(zip(plain, mixed)) if a != b]
+    assert all(plain[i]["task"] == "grounding" and mixed[i]["kind"] == "attribute" for i in changed)
+    n_ground = sum(s["task"] == "grounding" for s in plain)
+    assert 0.3 * n_ground < len(changed) < 0.7 * n_ground
+    curriculum = [stream_sample(2, i, *args, "easy", 0.1, 0.15, 0.5) for i in range(50)]
+    assert curriculum == [stream_sample(2, i, *args, "easy", 0.1, 0.15) for i in range(50)]

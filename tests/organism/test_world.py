@@ -66,3 +66,21 @@ def test_curriculum_levels_give_attribute_expressions_with_their_object_counts()
             assert s["kind"] == "attribute"
             assert lo <= len(s["scene"].objects) <= hi
             assert world.resolve(s["scene"], s["spec"]) == [s["target"]]
+
+
+def test_contrast_level_puts_the_referent_among_look_alikes():
+    """Each distractor copies the referent but for one or two attributes, so the expression must name the
+    attribute a shortcut would skip: colour is needed far more often than in the full world."""
+    needs_colour = {"contrast": 0, "full": 0}
+    for i in range(300):
+        s = world.grounding_sample(4, i, level="contrast")
+        objs, ref = s["scene"].objects, s["scene"].objects[s["target"]]
+        assert 2 <= len(objs) <= 5 and world.resolve(s["scene"], s["spec"]) == [s["target"]]
+        for o in objs:
+            if o is not ref:
+                assert 1 <= sum(getattr(o, k) != getattr(ref, k) for k in ("colour", "shape", "size")) <= 2
+        needs_colour["contrast"] += "colour" in s["spec"]
+        f = world.grounding_sample(4, i)
+        needs_colour["full"] += f["kind"] == "attribute" and "colour" in f["spec"]
+    assert world.grounding_sample(4, 7, level="contrast") == world.grounding_sample(4, 7, level="contrast")
+    assert needs_colour["contrast"] > 2 * needs_colour["full"]

@@ -66,6 +66,9 @@ class TrainConfig:
     # organism C's LM pretraining (1.0) and task mixture. Drawn after VQA and captions, so 0.0 leaves
     # every earlier run's data stream unchanged.
     text_frac: float = 0.0
+    # grounding samples of the "full" level drawn from the "contrast" level instead (the referent among
+    # look-alikes, world.contrast_scene): organism C's hard world (recipe C5); 0.0 leaves streams unchanged
+    contrast_frac: float = 0.0
     head_dropout: float = 0.1
     route_l1: float = 0.0
     # Both pressures start at pressure_start and ramp in linearly over route_warmup steps: applied from
@@ -174,8 +177,11 @@ def load_config(spec: str | None) -> TrainConfig:
 # --- data -------------------------------------------------------------------------------------------
 
 def stream_sample(seed: int, index: int, vqa_frac: float, size: int, level: str = "full",
-                  caption_frac: float = 0.0, text_frac: float = 0.0) -> dict[str, Any]:
+                  caption_frac: float = 0.0, text_frac: float = 0.0, contrast_frac: float = 0.0) -> dict[str, Any]:
     u = world._rng(seed, index, "task").random()
+    if contrast_frac and level == "full" and u >= vqa_frac + caption_frac + text_frac \
+            and world._rng(seed, index, "contrast").random() < contrast_frac:
+        return world.grounding_sample(seed, index, size, level="contrast")
     if u < vqa_frac:
         return world.vqa_sample(seed, index, size)
     if u < vqa_frac + caption_frac:
@@ -483,7 +489,7 @@ def make_batches(cfg: TrainConfig, tok, specs, step: int) -> dict[str, TrainBatc
         if bs > 0 and tag in specs:
             level = level_at(step, cfg)
             samples = [stream_sample(seed, step * bs + j, cfg.vqa_frac, cfg.image_size, level, cfg.caption_frac,
-                                     cfg.text_frac) for j in range(bs)]
+                                     cfg.text_frac, cfg.contrast_frac) for j in range(bs)]
             out[tag] = train_batch(samples, tok, specs[tag])
     return out
 

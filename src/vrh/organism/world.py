@@ -86,6 +86,49 @@ def sample_scene(rng: random.Random, min_objects: int = 2, max_objects: int = 5,
     return Scene(tuple(objs), texture_seed=rng.getrandbits(32), size=size)
 
 
+def contrast_scene(rng: random.Random, min_objects: int = 2, max_objects: int = 5,
+                   size: int = IMAGE_SIZE) -> tuple[Scene, int]:
+    """A referent and 1-4 distractors that each copy it but for one or two of colour / shape / size
+    (redrawn to another value), placed as :func:`sample_scene` places objects; returns (scene, referent).
+
+    Every distractor differs from the referent somewhere, so its full description is unique, and the
+    shortest unique description usually needs the attribute the distractors share least: e.g. "the red
+    object" among squares of other colours and red shapes of other kinds. Organism C's hard world
+    (recipe C5): the full world lets many expressions be resolved by shape alone (docs/organism.md).
+    """
+    n = rng.randint(min_objects, max_objects)
+    ref = (rng.choice(list(COLOURS)), rng.choice(SHAPES), rng.choice(list(SIZES)))
+    values = (list(COLOURS), list(SHAPES), list(SIZES))
+    attrs = [ref]
+    for _ in range(n - 1):
+        # which of (colour, shape, size) to redraw: one (size less often: the full world's attribute
+        # expressions rarely need it), a second one in a third of the distractors
+        changed = set(rng.choices(range(3), weights=(3, 3, 1)))
+        if rng.random() < 1 / 3:
+            changed.add(rng.choice([j for j in range(3) if j not in changed]))
+        attrs.append(tuple(rng.choice([v for v in values[j] if v != ref[j]]) if j in changed else ref[j]
+                           for j in range(3)))
+    order = list(range(n))
+    rng.shuffle(order)  # the referent's place in the object list is random
+    objs: list[Obj] = []
+    where: dict[int, int] = {}  # attrs index -> object index
+    attempts = 0
+    for k in order:
+        while attempts < 400:
+            attempts += 1
+            colour, shape, sz = attrs[k]
+            side = SIZES[sz] + rng.randint(-2, 2)
+            x1, y1 = rng.randint(1, size - side - 1), rng.randint(1, size - side - 1)
+            box = (x1, y1, x1 + side, y1 + side)
+            if not any(_overlap(box, o.box, gap=2) for o in objs):
+                where[k] = len(objs)
+                objs.append(Obj(colour, shape, sz, box))
+                break
+    if 0 not in where or len(objs) < min_objects:  # no room left: a fresh scene, one object fewer
+        return contrast_scene(rng, min_objects, max(min_objects, n - 1), size)
+    return Scene(tuple(objs), texture_seed=rng.getrandbits(32), size=size), where[0]
+
+
 def _overlap(a, b, gap: int) -> bool:
     return not (a[2] + gap <= b[0] or b[2] + gap <= a[0] or a[3] + gap <= b[1] or b[3] + gap <= a[1])
 
@@ -234,20 +277,28 @@ KIND_WEIGHTS = {"attribute": 0.45, "relation": 0.35, "comparison": 0.20}
 _BUILDERS = {"attribute": _attribute_spec, "relation": _relation_spec, "comparison": _comparison_spec}
 
 
-# curriculum level -> object count range; every level but "full" draws attribute expressions only
-LEVELS = {"single": (1, 1), "easy": (2, 3), "attribute": (2, 5), "full": (2, 5)}
+# curriculum level -> object count range; every level but "full" draws attribute expressions only;
+# "contrast": the referent among look-alikes (contrast_scene), its shortest unique attribute description
+LEVELS = {"single": (1, 1), "easy": (2, 3), "attribute": (2, 5), "full": (2, 5), "contrast": (2, 5)}
 
 
 def grounding_sample(seed: int, index: int, size: int = IMAGE_SIZE, level: str = "full") -> dict[str, Any]:
     """Scene + unique expression + GT box for sample ``index`` of stream ``seed``.
 
     ``level`` (training curriculum): "single" = one object, "easy" = attribute expressions in 2-3 object
-    scenes, "full" = the world as described in docs/organism.md (the only level used for evaluation).
+    scenes, "contrast" = attribute expressions among look-alikes (:func:`contrast_scene`), "full" = the
+    world as described in docs/organism.md (the only level used for evaluation).
     """
     rng = _rng(seed, index, "grounding" if level == "full" else f"grounding-{level}")
     kind = rng.choices(list(KIND_WEIGHTS), weights=list(KIND_WEIGHTS.values()))[0]
     kind = kind if level == "full" else "attribute"
     lo, hi = LEVELS[level]
+    while level == "contrast":  # the shortest unique description of the referent; resampled if it has none
+        scene, i = contrast_scene(rng, lo, hi, size)
+        spec = _minimal_attribute(scene, i, rng)
+        if spec is not None and resolve(scene, spec) == [i]:
+            return {"scene": scene, "task": "grounding", "kind": kind, "spec": spec,
+                    "expression": spec_text(spec), "box": list(scene.objects[i].box), "target": i}
     while True:  # resample the scene until the chosen kind yields a unique expression
         scene = sample_scene(rng, min_objects=lo, max_objects=hi, size=size)
         spec, i = _BUILDERS[kind](scene, rng)
