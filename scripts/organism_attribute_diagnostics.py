@@ -41,9 +41,9 @@ def load_exported(folder: str):
 
     from vrh.organism.processor import ImageSpec, build_tokenizer
 
-    meta = json.load(open(f"{folder}/vrh_organism.json"))
     model = LlavaForConditionalGeneration.from_pretrained(folder).eval()
-    spec = ImageSpec(image_size=meta.get("image_size", world.IMAGE_SIZE), patch_size=meta["patch_size"])
+    vc = model.config.vision_config
+    spec = ImageSpec(image_size=vc.image_size, patch_size=vc.patch_size)
     return SimpleNamespace(tok=build_tokenizer(), spec_a=spec), model
 
 

@@ -230,12 +230,6 @@ def stage_configs(out: Path, tiny: bool = False, tower_a: str | Path | None = No
     c5_long = replace(LM_C5_LONG, vision_init_a=tower_c, init_from=str(out / "lm_c5" / "ckpt.pt"), weights_from="")
     c_restart_long = replace(LM_C_RESTART_LONG, vision_init_a=tower_c,
                              init_from=str(out / "lm_c_restart" / "ckpt.pt"), weights_from="")
-    c_src = final_c_phase(out)
-    c_src_cfg = {"lm_c_long": LM_C_LONG, "lm_c3": LM_C3, "lm_c4": LM_C4, "lm_c5_long": LM_C5_LONG,
-                 "lm_c_restart_long": LM_C_RESTART_LONG}[c_src]
-    c_prime = replace(LM_C_PRIME, vision_init_a=str(Path(tower_c).parent.parent / "vision_b" / "tower.pt"),
-                      lm_init=str(out / c_src / "ckpt.pt"), text=c_src_cfg.text,
-                      attr_aux_layers=c_src_cfg.attr_aux_layers)
     if tiny:
         small = dict(text=TINY["text"], steps=TINY["lm_steps"], batch_a=4, eval_n=4, eval_every=10_000,
                      ckpt_every=10_000, log_every=1, warmup=1, pressure_start=1, lm_freeze_steps=0,
@@ -267,13 +261,18 @@ def stage_configs(out: Path, tiny: bool = False, tower_a: str | Path | None = No
         c_restart = replace(c_restart, **c_small, curriculum=())
         c5_long = replace(c5_long, **{**c_small, "steps": 6}, curriculum=())
         c_restart_long = replace(c_restart_long, **{**c_small, "steps": 6}, curriculum=())
-        src_tiny = {"lm_c_long": c_long, "lm_c3": c3, "lm_c4": c4, "lm_c5_long": c5_long,
-                    "lm_c_restart_long": c_restart_long}[c_src]
-        c_prime = replace(c_prime, **{**c_small, "vision_a": TINY["vision_b"], "text": src_tiny.text,
-                                      "attr_aux_layers": src_tiny.attr_aux_layers, "lm_freeze_steps": 1,
+    cs = {"lm_c_text": c_text, "lm_c": c, "lm_c_long": c_long, "lm_c3": c3, "lm_c4": c4, "lm_c5": c5,
+          "lm_c5_long": c5_long, "lm_c_restart": c_restart, "lm_c_restart_long": c_restart_long}
+    # C' takes the LM shape of the final C phase built in out
+    c_src = final_c_phase(out)
+    src = cs[c_src]
+    c_prime = replace(LM_C_PRIME, vision_init_a=str(Path(tower_c).parent.parent / "vision_b" / "tower.pt"),
+                      lm_init=str(out / c_src / "ckpt.pt"), text=src.text, attr_aux_layers=src.attr_aux_layers)
+    if tiny:
+        c_prime = replace(c_prime, **{**c_small, "vision_a": TINY["vision_b"], "text": src.text,
+                                      "attr_aux_layers": src.attr_aux_layers, "lm_freeze_steps": 1,
                                       "curriculum": ()})
-    return {"lm_c_text": c_text, "lm_c": c, "lm_c_long": c_long, "lm_c3": c3, "lm_c4": c4, "lm_c5": c5,
-            "lm_c5_long": c5_long, "lm_c_restart": c_restart, "lm_c_restart_long": c_restart_long, C_PRIME: c_prime,
+    return {**cs, C_PRIME: c_prime,
             "lm_a": a, "lm_a2": a2, "lm_a3": a3, "lm_a4": a4, "lm_a5": a5, "lm_a6": a6, "lm_a7": a7, "lm_a8": a8,
             "lm_b": b}
 

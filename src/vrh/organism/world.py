@@ -77,13 +77,20 @@ def sample_scene(rng: random.Random, min_objects: int = 2, max_objects: int = 5,
     while len(objs) < n and attempts < 200:
         attempts += 1
         sz = rng.choice(list(SIZES))
-        side = SIZES[sz] + rng.randint(-2, 2)
-        x1, y1 = rng.randint(1, size - side - 1), rng.randint(1, size - side - 1)
-        box = (x1, y1, x1 + side, y1 + side)
-        if any(_overlap(box, o.box, gap=2) for o in objs):
+        box = _free_box(rng, sz, objs, size)
+        if box is None:
             continue
         objs.append(Obj(rng.choice(list(COLOURS)), rng.choice(SHAPES), sz, box))
     return Scene(tuple(objs), texture_seed=rng.getrandbits(32), size=size)
+
+
+def _free_box(rng: random.Random, sz: str, objs: list[Obj], size: int) -> tuple[int, int, int, int] | None:
+    """One random placement of an object of size class ``sz`` (+-2 px jitter); None if it would come
+    within 2 px of a placed object."""
+    side = SIZES[sz] + rng.randint(-2, 2)
+    x1, y1 = rng.randint(1, size - side - 1), rng.randint(1, size - side - 1)
+    box = (x1, y1, x1 + side, y1 + side)
+    return None if any(_overlap(box, o.box, gap=2) for o in objs) else box
 
 
 def contrast_scene(rng: random.Random, min_objects: int = 2, max_objects: int = 5,
@@ -117,10 +124,8 @@ def contrast_scene(rng: random.Random, min_objects: int = 2, max_objects: int = 
         while attempts < 400:
             attempts += 1
             colour, shape, sz = attrs[k]
-            side = SIZES[sz] + rng.randint(-2, 2)
-            x1, y1 = rng.randint(1, size - side - 1), rng.randint(1, size - side - 1)
-            box = (x1, y1, x1 + side, y1 + side)
-            if not any(_overlap(box, o.box, gap=2) for o in objs):
+            box = _free_box(rng, sz, objs, size)
+            if box is not None:
                 where[k] = len(objs)
                 objs.append(Obj(colour, shape, sz, box))
                 break
