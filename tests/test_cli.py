@@ -102,8 +102,8 @@ def test_bad_input_is_a_clear_error(tmp_path, tiny_checkpoint, tiny_dataset, cap
 
 def test_a_non_empty_out_is_refused_and_nothing_is_deleted(tmp_path, tiny_checkpoint, tiny_dataset, capsys):
     other = tmp_path / "other"
-    other.mkdir()
-    (other / runs.CONFIG).write_text("{}")
+    with runs.RunFolder(other) as run:  # an earlier vrh run
+        run.write_config({"command": "evaluate"})
     (other / runs.RESULTS).write_text('{"accuracy": 0.9}')
     args = ["detect", "--model", tiny_checkpoint, "--data", tiny_dataset, "--n", "2", "--out", str(other),
             "--max-new-tokens", "4"]
@@ -198,3 +198,77 @@ def test_a_leading_separator_is_accepted(capsys):
     """`torchrun ... -m vrh -- COMMAND` may hand vrh the `--` that kept torchrun's parser off vrh's options."""
     assert main(["--", "models", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)
+
+
+# --- hostile input at the command line: one line, exit 2 -----------------------------------------------
+@pytest.fixture
+def organism_data_with_a_huge_prompt(tmp_path):
+    """Organism grounding samples; the second one's expression is longer than the organism's context (256)."""
+    from vrh.organism.world import write_split
+
+    path = write_split(tmp_path / "d", 4, 11, "grounding")
+    lines = [json.loads(l) for l in path.read_text().splitlines()]
+    lines[1]["expression"] = " ".join(["the red circle"] * 200)  # ~600 tokens
+    path.write_text("".join(json.dumps(l) + "\n" for l in lines))
+    return path, lines[1]["id"]
+
+
+def test_a_prompt_beyond_the_context_is_a_counted_skip_with_its_length(tmp_path, organism_data_with_a_huge_prompt):
+    data, long_id = organism_data_with_a_huge_prompt
+    assert main(["evaluate", "--model", "organism", "--data", str(data), "--out", str(tmp_path / "ev"),
+                 "--max-new-tokens", "24", "--no-disjoint"]) == 0
+    res = runs.read_results(tmp_path / "ev")
+    assert res["n"] == 3 and res["skipped_samples"]["n"] == 1
+    skip = res["skipped_samples"]["samples"][0]
+    assert skip["id"] == long_id and "exceed the model's context of 256 positions" in skip["reason"]
+    assert long_id not in {r["id"] for r in runs.read_samples(tmp_path / "ev")}
+    assert main(["detect", "--model", "organism", "--data", str(data), "--n", "4", "--out", str(tmp_path / "det"),
+                 "--max-new-tokens", "24"]) == 0
+    hs = runs.read_head_scores(tmp_path / "det")
+    assert hs.n_scored == 3 and [s["id"] for s in hs.skipped if "context" in s["reason"]] == [long_id]
+
+
+def test_a_cuda_device_on_a_cpu_only_torch_is_one_line(tmp_path, tiny_checkpoint, tiny_dataset, capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    assert main(["evaluate", "--model", tiny_checkpoint, "--data", tiny_dataset, "--device", "cuda",
+                 "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err
+    assert "--device cuda" in err and "sees no CUDA GPU" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_ctrl_c_is_one_line_saying_how_to_resume(tmp_path, tiny_checkpoint, tiny_dataset, capsys, monkeypatch):
+    import vrh.runner
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(vrh.runner, "run_conditions", interrupted)
+    out = tmp_path / "ev"
+    assert main(["evaluate", "--model", tiny_checkpoint, "--data", tiny_dataset, "--out", str(out)]) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == f"vrh evaluate: interrupted; what finished is kept in {out}; rerun the same command with " \
+                      f"--resume to continue in {out}"
+    assert not any("Traceback" in line for line in err)
+
+
+def test_a_torn_detection_state_and_an_unreadable_file_are_one_line(tmp_path, tiny_checkpoint, tiny_dataset, capsys):
+    out = tmp_path / "det"
+    args = ["detect", "--model", tiny_checkpoint, "--data", tiny_dataset, "--n", "4", "--out", str(out),
+            "--max-new-tokens", "4", "--batch-size", "2"]
+    assert main(args) == 0
+    for name in (runs.RESULTS, runs.HEAD_SCORES):  # as if killed before the end, with a kept batch torn
+        (out / name).unlink()
+    (out / runs.DETECT_STATE).mkdir()
+    (out / runs.DETECT_STATE / "batch-000000.pt").write_bytes(b"PK\x03\x04 torn")
+    capsys.readouterr()
+    assert main(args + ["--resume"]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("vrh ")]
+    assert len(err) == 1 and "batch-000000.pt: not a readable detection batch state" in err[0]
+    loop = tmp_path / "loop.jsonl"
+    loop.symlink_to(loop)
+    assert main(["evaluate", "--model", tiny_checkpoint, "--data", str(loop), "--out", str(tmp_path / "e")]) == 2
+    assert "loop.jsonl is a symlink that leads nowhere" in capsys.readouterr().err

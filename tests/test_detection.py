@@ -84,8 +84,9 @@ def test_n_overlays_counts_samples_not_arrays(tiny_checkpoint, tiny_dataset):
     lm = load_model(tiny_checkpoint)
     samples = [s for s in load_dataset(tiny_dataset) if s.task == "grounding"][:4]
     det = detect_heads(lm, samples, batch_size=4, max_new_tokens=8, n_overlays=3)
-    ids = [k for k in det.overlays if not k.endswith("/rects")]
-    assert len(ids) == 3 and all(i + "/rects" in det.overlays for i in ids)
+    assert list(det.overlays) == [s.id for s in samples[:3]]
+    att, rects = det.overlays[samples[0].id]
+    assert att.ndim == 3 and rects.shape == (att.shape[2], 4)  # (L, H, V), (V, 4)
 
 
 class _Stub:
@@ -151,7 +152,8 @@ def _same_detection(a, b):
     assert ja == jb
     assert set(a.per_sample) == set(b.per_sample)
     assert all((a.per_sample[k] == b.per_sample[k]).all() for k in a.per_sample)
-    assert set(a.overlays) == set(b.overlays) and all((a.overlays[k] == b.overlays[k]).all() for k in a.overlays)
+    assert set(a.overlays) == set(b.overlays) and all((x == y).all() for k in a.overlays
+                                                      for x, y in zip(a.overlays[k], b.overlays[k]))
     assert a.records == b.records
 
 

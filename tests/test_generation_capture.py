@@ -201,7 +201,7 @@ def test_one_pass_detection_equals_two_pass(tiny_checkpoint, tiny_dataset, monke
         assert abs(one.per_sample[name] - two.per_sample[name]).max() <= TOL, name
         v1, v2 = one.head_scores.variants[name], two.head_scores.variants[name]
         assert v1["ranking"] == v2["ranking"], name
-    for key, arr in two.overlays.items():
-        assert abs(one.overlays[key] - arr).max() <= TOL, key
+    for key, (att, rects) in two.overlays.items():
+        assert abs(one.overlays[key][0] - att).max() <= TOL and (one.overlays[key][1] == rects).all(), key
     gt = detect_heads(lm, samples[:2], scorers=("out/sum/mean",), answer="gt", one_pass=True, batch_size=2)
     assert gt.head_scores.extra["capture"] == "teacher_forced"  # --answer gt keeps the teacher-forced pass

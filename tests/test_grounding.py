@@ -11,6 +11,7 @@ from vrh.grounding import (
     iou,
     judge,
     parse_box,
+    strip_reasoning,
     summarize,
     to_normalized,
     to_resized,
@@ -35,6 +36,7 @@ BOX = (8.0, 12.0, 40.0, 44.0)
     ('{"bbox_2d": [8, 12, 40, 44], "label": "dog",,}}', ("json", BOX)),
     ('{"bbox_2d": ["8", "12", "40", "44"]}', ("json", BOX)),
     ('{"bbox_2d": [8.5, 12.25, 40.0, 44.75]}', ("json", (8.5, 12.25, 40.0, 44.75))),
+    ('{"box_2d": ["8", "12", "40", "44"]}', ("json", BOX)),  # Gemini's key (vrh asks Gemma 3 for it)
     # bracket / parenthesis lists
     ("[8, 12, 40, 44]", ("list", BOX)),
     ("The box is (8,12,40,44).", ("list", BOX)),
@@ -96,6 +98,108 @@ def test_negative_coordinates_are_valid_if_ordered():
     assert parse_box("[-5, -3, 10, 10]") == ("list", (-5.0, -3.0, 10.0, 10.0))
 
 
+# --- parse_box: reasoning blocks ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text, answer", [
+    ("<think>maybe [10,20,30,40]? no</think> There is no such object.", " There is no such object."),
+    ("<think>maybe [10,20,30,40]", ""),  # unclosed: generation stopped mid-thought
+    ("maybe [10,20,30,40]? no</think> None.", " None."),  # the chat template opened the block itself
+    ("<think>a</think>x<think>b</think>y", "xy"),
+    ("<think>a</think>x<think>b", "x"),
+    ("<think>a <think>b</think>c", "c"),  # a nested opening is part of the reasoning
+    ("x</think>y</think>z", "z"),  # everything before a lone closing tag is reasoning
+    ("<THINK>a</Think>b", "b"),
+    ("<think>\n\n</think>\n\n[8, 12, 40, 44]", "\n\n[8, 12, 40, 44]"),  # the empty block of a non-thinking turn
+    ("no reasoning [8, 12, 40, 44]", "no reasoning [8, 12, 40, 44]"),
+    ("<thinking>is not a reasoning tag</thinking>", "<thinking>is not a reasoning tag</thinking>"),
+])
+def test_strip_reasoning(text, answer):
+    assert strip_reasoning(text) == answer
+    assert strip_reasoning(answer) == answer  # what is left holds no reasoning tag
+
+
+@pytest.mark.parametrize("text", [
+    "<think>maybe [10,20,30,40]? no</think> There is no such object.",
+    "<think>maybe [10,20,30,40]",
+    "<think>maybe {\"bbox_2d\": [10, 20, 30, 40]}",
+    "<think>maybe <|box_start|>(10,20),(30,40)<|box_end|>",
+    "maybe [10,20,30,40]? no</think> There is no such object.",
+    "<think>x</think> None. <think>or [10,20,30,40]",
+])
+def test_a_box_in_reasoning_is_no_answer(text):
+    assert parse_box(text) is None
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("<think>maybe [1,2,3,4]? no</think>[8, 12, 40, 44]", ("list", BOX)),
+    ("maybe [1,2,3,4]</think>\n{\"bbox_2d\": [8, 12, 40, 44]}", ("json", BOX)),
+    ("<think>\n</think>\n<|box_start|>(8,12),(40,44)<|box_end|>", ("box_tokens", BOX)),
+    ("<think>a</think>[8, 12, 40, 44]<think>or [1,2,3,4]", ("list", BOX)),
+])
+def test_the_answer_after_reasoning_parses(text, expected):
+    assert parse_box(text) == expected
+
+
+# --- parse_box: the policy for boxes written loosely (module docstring, docs/adapters.md) -------------
+
+
+@pytest.mark.parametrize("text, expected", [
+    # a trailing comma ends the list, as in Python or JavaScript
+    ("[8, 12, 40, 44,]", ("list", BOX)),
+    ("[8, 12, 40, 44 , ]", ("list", BOX)),
+    ('{"bbox_2d": [8, 12, 40, 44,], "label": "dog"}', ("json", BOX)),
+    # px is the unit a pixel box is written in anyway: read as if absent
+    ("[8px, 12px, 40px, 44px]", ("list", BOX)),
+    ("[8 px, 12 px, 40 px, 44 px]", ("list", BOX)),
+    ("(8PX,12PX,40PX,44PX)", ("list", BOX)),
+    ('{"bbox_2d": ["8px", "12px", "40px", "44px"]}', ("json", BOX)),
+    ("<|box_start|>(8px,12px),(40px,44px)<|box_end|>", ("box_tokens", BOX)),
+    # a comma always separates: tight commas throughout are list commas (GLM writes [150,250,600,750])
+    ("[8,12,40,44]", ("list", BOX)),
+    ("[1,100,200,300]", ("list", (1.0, 100.0, 200.0, 300.0))),
+    ("[0.1,0.250, 0.5, 0.9]", ("list", (0.1, 0.25, 0.5, 0.9))),  # decimals are no thousands groups
+    ("[1,024, 20, 30] or rather [8, 12, 40, 44]", ("list", BOX)),  # an ambiguous candidate is skipped
+    ("[10%, 20%, 30%, 40%] i.e. [8, 12, 40, 44]", ("list", BOX)),
+    # two points are a box only in Qwen2-VL's own form, (x1,y1),(x2,y2)
+    ("(8, 12), (40, 44)", ("box_tokens", BOX)),
+])
+def test_policy_reads(text, expected):
+    assert parse_box(text) == expected
+
+
+@pytest.mark.parametrize("text", [
+    # thousands separators: read as list commas they give too many numbers...
+    "[1,024, 20, 1,100, 40]",
+    "[1,024, 20, 30, 40]",
+    # ... or a 4-list of numbers other than the ones meant: ambiguous, so no box
+    "[1,024, 20, 30]",  # a tight comma before 3 digits, blanks after the other commas
+    "[1,100, 200, 300]",
+    "[0, 20, 1,300]",
+    "[1,024 20 30]",
+    "[1,024,20,30]",  # a zero-padded group is a thousands group
+    '{"bbox_2d": [1,024, 20, 30]}',
+    '{"bbox_2d": [1,100, 200, 300]}',
+    "<|box_start|>(1,024),(20,30)<|box_end|>",
+    "(1,100), (200, 300)",
+    # percentages are not the frame of any family: never read as if they were
+    "[10%, 20%, 30%, 40%]",
+    "[10%, 20, 30, 40]",
+    "[10 %, 20 %, 30 %, 40 %]",
+    "(10%,20%,30%,40%)",
+    '{"bbox_2d": ["10%", "20%", "30%", "40%"]}',
+    '{"bbox_2d": [10%, 20%, 30%, 40%]}',
+    "<|box_start|>(10%,20%),(30%,40%)<|box_end|>",
+    # two points written any other way than Qwen2-VL's
+    "[10, 20] to [30, 40]",
+    "[10, 20], [30, 40]",
+    "from (10, 20) to (30, 40)",
+    "[[10, 20], [30, 40]]",
+])
+def test_policy_rejects(text):
+    assert parse_box(text) is None
+
+
 # Model output is untrusted text: parsing must stay linear in its length. The first case took seconds
 # (quartic in the gap) when blanks could be split between neighbouring quantifiers.
 _GAP = " " * 2400
@@ -118,6 +222,11 @@ ADVERSARIAL = {
     "dotted numbers": "[1.1.1.1" * 1200,
     "exponents": "[1e1e1e1e" * 1100,
     "newlines": "[1\n\n\n" * 2000,
+    "reasoning tags": "<think>" * 1250,
+    "closing tags": "</think>" * 1111,
+    "unclosed reasoning with lists": ("<think>[1, 2, 3, 4]" + " " * 80) * 100,
+    "thousands-like lists": "[1,024, 20, 30] " * 625,
+    "units": "[1px, 2%, 3 px, 4 %] " * 476,
 }
 
 

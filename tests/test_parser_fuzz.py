@@ -2,11 +2,13 @@
 
 A model's answer is untrusted text. Whatever it says, every parser (``vrh.grounding.parse_box`` and each
 registered adapter's ``parse_box``) must return None or one valid, finite box, raise nothing, and take
-bounded time. Examples are derandomized so CI sees the same 10,000 strings every run.
+bounded time; and none may return a box from the model's reasoning. Examples are derandomized so CI sees the
+same 10,000 strings every run.
 """
 
 import ast
 import math
+import re
 import time
 from pathlib import Path
 
@@ -31,9 +33,11 @@ _numbers = st.one_of(
                      "0", "-0", ".5", "5.", "1e", "e5", "+", "--1", "1.2.3", "0x1F", "١٢٣", "１２", "9" * 400]),
 )
 _opens = st.sampled_from(["[", "(", "[[", "((", "{", '{"bbox_2d": [', "'bbox_2d':[", "bbox_2d : [",
-                          '{"box_2d": [', "<|box_start|>(", "<|box_start|>", "<ref>", "<box>", "<loc", ""])
+                          '{"box_2d": [', "<|box_start|>(", "<|box_start|>", "<ref>", "<box>", "<loc",
+                          "<think>", "</think>", ""])
 _seps = st.sampled_from([",", ", ", " ", "  ", ",,", ";", "\n", "\t", "\u3000", "，", " , ", "),(", ") , (", ""])
-_closes = st.sampled_from(["]", ")", "]]", ")]", "}", "]}", "<|box_end|>", ")<|box_end|>", ">", "</box>", ""])
+_closes = st.sampled_from(["]", ")", "]]", ")]", "}", "]}", "<|box_end|>", ")<|box_end|>", ">", "</box>", "</think>",
+                           "<think>", ""])
 _noise = st.text(max_size=20)
 
 
@@ -115,6 +119,24 @@ def test_every_parser_survives_generated_answers():
     assert len(parsed) >= N_EXAMPLES
 
 
+_REASONING_TAG = re.compile(r"</?think>", re.IGNORECASE)
+
+
+@settings(max_examples=1_000, derandomize=True, database=None, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
+@given(text=answers.filter(lambda t: not _REASONING_TAG.search(t)), size=st.sampled_from(IMAGE_SIZES))
+def test_no_parser_returns_a_box_from_reasoning(text, size):
+    """Whatever the answer, wrapped as reasoning (closed, unclosed, or before a lone closing tag: the chat
+    template opened the block) it gives no box; followed by itself outside the block, the box it gives alone."""
+    meta = {"resized_size": (28, 28)}
+    parsers = {"grounding": grounding.parse_box,
+               **{name: (lambda t, a=adapter: a.parse_box(t, meta, size)) for name, adapter in ADAPTERS.items()}}
+    for who, parse in parsers.items():
+        for wrapped in ("<think>" + text, text + "</think>", "<think>" + text + "</think>"):
+            assert parse(wrapped) is None, (who, wrapped)
+        assert parse("<think>" + text + "</think>" + text) == parse(text), (who, text)
+
+
 @pytest.mark.parametrize("text", [
     "[1" + " " * 20_000 + "2" + " " * 20_000 + "3" + " " * 20_000 + "4" + " " * 20_000 + "x",
     "(" * 30_000 + "1, 2, 3, 4" + ")" * 30_000,
@@ -122,7 +144,11 @@ def test_every_parser_survives_generated_answers():
     '"bbox_2d": [' * 5_000,
     "<loc0001>" * 20_000,
     "9" * 200_000,
-], ids=["blank-runs", "deep-parens", "long-list", "repeated-key", "many-locs", "huge-number"])
+    "<think>" * 20_000,
+    "</think>[1, 2, 3, 4]" * 10_000,
+    "[1,024, 2, 3]" * 10_000,
+], ids=["blank-runs", "deep-parens", "long-list", "repeated-key", "many-locs", "huge-number", "open-tags",
+        "close-tags", "thousands-like"])
 def test_adversarial_answers_parse_in_bounded_time(text):
     _timed(grounding.parse_box, text)
     for adapter in ADAPTERS.values():

@@ -55,16 +55,58 @@ def test_bad_middle_line_is_an_error(tmp_path):
         runs.read_jsonl(p)
 
 
-def test_overwrite_clears_the_whole_previous_run(tmp_path):
+def test_overwrite_clears_everything_a_previous_run_wrote(tmp_path):
     d = tmp_path / "r"
     with runs.RunFolder(d) as run:
-        run.write_config({"command": "x"})
+        run.write_config({"command": "compare"})
         run.write_results({"a": 1})
-    (d / "old.npz").write_bytes(b"x")
-    (d / "sub").mkdir()
-    (d / "sub" / "f").write_text("y")
-    runs.RunFolder(d, overwrite=True)
+    (d / runs.OVERLAYS).write_bytes(b"x")  # a stale artefact of an earlier detection in the same folder
+    (d / runs.shard_name(1, 2)).write_text("")
+    (d / runs.DETECT_STATE).mkdir()
+    (d / runs.DETECT_STATE / "batch-000000.pt").write_bytes(b"x")
+    (d / "compare.png").write_bytes(b"x")  # the extra files of the command that wrote it
+    with runs.RunFolder(d / "detect") as sub:  # a sub-run
+        sub.write_config({"command": "detect"})
+    (d / "results.json.tmp").write_text("")
+    runs.RunFolder(d, overwrite=True).release()
     assert list(d.iterdir()) == []
+
+
+def test_overwrite_removes_nothing_a_run_did_not_write(tmp_path):
+    d = tmp_path / "r"
+    with runs.RunFolder(d) as run:
+        run.write_config({"command": "evaluate"})
+    (d / "notes.txt").write_text("mine")
+    (d / "sub").mkdir()  # not a vrh run folder
+    with pytest.raises(FileExistsError, match="holds files no vrh run writes.*notes.txt.*sub"):
+        runs.RunFolder(d, overwrite=True)
+    assert sorted(c.name for c in d.iterdir()) == sorted([runs.CONFIG, "notes.txt", "sub"])
+
+
+def test_overwrite_refuses_a_model_checkpoint_folder(tmp_path):
+    """A model folder has a config.json too (this one the organism's): --overwrite must not delete it."""
+    import shutil
+
+    from vrh.inference import organism_path
+
+    model = tmp_path / "model"
+    shutil.copytree(organism_path(), model)
+    before = sorted(p.name for p in model.iterdir())
+    with pytest.raises(FileExistsError, match="not a vrh run folder"):
+        runs.RunFolder(model, overwrite=True)
+    with pytest.raises(FileExistsError, match="not a vrh run folder"):
+        runs.RunFolder(model, resume=True)
+    assert sorted(p.name for p in model.iterdir()) == before  # not even a lock file is left
+
+
+def test_a_run_folder_identifies_itself(tmp_path):
+    with runs.RunFolder(tmp_path / "r") as run:
+        run.write_config({"command": "x"})
+    assert runs.read_config(tmp_path / "r")[runs.RUN_MARK] == runs.RUN_FORMAT
+    assert runs.is_run_folder(tmp_path / "r")
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / runs.CONFIG).write_text('{"model_type": "llava", "command": "x"}')
+    assert not runs.is_run_folder(tmp_path / "hf")
 
 
 def test_overwrite_refuses_a_folder_that_is_not_a_run(tmp_path):
@@ -144,3 +186,136 @@ def test_batch_states_round_trip_and_a_torn_write_is_ignored(tmp_path):
     with runs.RunFolder(tmp_path, resume=True) as run:
         runs.clear_batch_states(run)
     assert runs.read_batch_states(tmp_path) == {}
+
+
+# --- safety: planted pickles, two writers, hostile ids -------------------------------------------------
+class _Payload:
+    """Unpickling this calls open(MARKER, "w"): a pickle that runs code."""
+
+    marker = ""
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def _plant_pickle(path, marker):
+    import torch
+
+    _Payload.marker = str(marker)
+    torch.save({"step": 1, "evil": _Payload()}, path)
+
+
+def test_a_planted_pickle_in_a_batch_state_runs_nothing_and_names_the_file(tmp_path):
+    marker = tmp_path / "pwned"
+    (tmp_path / runs.DETECT_STATE).mkdir()
+    bad = tmp_path / runs.DETECT_STATE / "batch-000000.pt"
+    _plant_pickle(bad, marker)
+    with pytest.raises(ValueError, match=f"{bad}.*not a readable detection batch state") as e:
+        runs.read_batch_states(tmp_path)
+    assert not marker.exists()
+    assert "weights_only=False" not in str(e.value)  # torch's own advice to load it unsafely is not passed on
+    bad.write_bytes(b"PK\x03\x04 torn")  # a torn file: one line naming it
+    with pytest.raises(ValueError, match=f"{bad}.*--resume"):
+        runs.read_batch_states(tmp_path)
+
+
+def test_load_torch_file_refuses_code_and_reads_plain_state(tmp_path):
+    import torch
+
+    marker = tmp_path / "pwned"
+    _plant_pickle(tmp_path / "ckpt.pt", marker)
+    with pytest.raises(ValueError, match="ckpt.pt: not a readable checkpoint"):
+        runs.load_torch_file(tmp_path / "ckpt.pt")
+    assert not marker.exists()
+    torch.save({"step": 3, "config": {"betas": (0.9, 0.98)}, "w": torch.ones(2)}, tmp_path / "ok.pt")
+    assert runs.load_torch_file(tmp_path / "ok.pt")["step"] == 3
+
+
+_HOLD = """
+import sys, time
+from vrh import runs
+run = runs.RunFolder(sys.argv[1], resume=True)
+print("locked", flush=True)
+time.sleep(60)
+"""
+
+
+def _holder(path):
+    import subprocess
+    import sys
+
+    p = subprocess.Popen([sys.executable, "-c", _HOLD, str(path)], stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "locked"
+    return p
+
+
+def test_a_second_writer_is_refused_naming_the_holder_and_a_killed_holder_frees_the_folder(tmp_path):
+    import signal
+
+    d = tmp_path / "r"
+    with runs.RunFolder(d) as run:
+        run.write_config({"command": "evaluate"})
+        run.write_results({"accuracy": 0.5})
+    p = _holder(d)
+    try:
+        for kw in ({"resume": True}, {"overwrite": True}):
+            with pytest.raises(runs.RunFolderInUse, match=f"{d} is in use by another vrh process \\(pid {p.pid}\\)"):
+                runs.RunFolder(d, **kw)
+        assert runs.read_results(d) == {"schema_version": runs.SCHEMA_VERSION, "accuracy": 0.5}  # untouched
+    finally:
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+    with runs.RunFolder(d, overwrite=True) as run:  # the OS dropped the dead holder's lock
+        run.write_config({"command": "evaluate"})
+    assert not (d / runs.LOCK).exists()  # released on exit
+
+
+def test_a_refused_new_folder_leaves_nothing_behind(tmp_path):
+    d = tmp_path / "r"
+    with runs.RunFolder(d) as run:
+        run.write_config({"command": "evaluate"})
+    p = _holder(d)
+    try:
+        with pytest.raises(runs.RunFolderInUse):
+            runs.RunFolder(d, resume=True)
+    finally:
+        p.kill()
+        p.wait()
+    assert sorted(c.name for c in d.iterdir()) == sorted([runs.CONFIG, runs.LOCK])  # the killed holder's lock file only
+    runs.RunFolder(d, resume=True).release()
+    assert sorted(c.name for c in d.iterdir()) == [runs.CONFIG]
+
+
+@pytest.mark.parametrize("ids", [["file", "allow_pickle"], ["a", "a/rects"], ["ü/🙂:*", "x" * 10_000]])
+def test_any_sample_id_round_trips_through_the_npz_artefacts(tmp_path, ids):
+    import numpy as np
+
+    with runs.RunFolder(tmp_path / "r") as run:
+        overlays = {i: (np.full((1, 2, 3), n, dtype=np.float32), np.full((3, 4), n, dtype=np.float32))
+                    for n, i in enumerate(ids)}
+        runs.write_overlays(run, overlays)
+        runs.write_sample_scores(run, {i: np.full((2, 1, 2), n) for n, i in enumerate(ids)})
+    got = runs.read_overlays(tmp_path / "r")
+    assert list(got) == ids
+    for n, i in enumerate(ids):
+        assert (got[i][0] == n).all() and got[i][0].shape == (1, 2, 3) and got[i][1].shape == (3, 4)
+        assert (runs.read_sample_scores(tmp_path / "r", i) == n).all()
+    assert not list((tmp_path / "r").glob("*.tmp*"))
+
+
+def test_npz_artefacts_of_the_first_format_still_read(tmp_path):
+    import numpy as np
+
+    np.savez(tmp_path / runs.OVERLAYS, **{"s1": np.ones((1, 1, 2)), "s1/rects": np.zeros((2, 4))})
+    np.savez(tmp_path / runs.SAMPLE_SCORES, **{"vrh|x;y": np.ones((3, 1, 1))})
+    assert list(runs.read_overlays(tmp_path)) == ["s1"]
+    assert runs.read_sample_scores(tmp_path, "vrh/x:y").shape == (3, 1, 1)
+
+
+def test_skipped_samples_are_listed_in_results(tmp_path):
+    with runs.RunFolder(tmp_path / "r") as run:
+        run.write_config({"command": "evaluate"})
+        run.note_skipped([{"id": "a", "reason": "prompt too long"}, {"id": "a", "reason": "prompt too long"}])
+        run.write_results({"n": 0})
+    assert runs.read_results(tmp_path / "r")["skipped_samples"] == {"n": 1, "samples": [{"id": "a",
+                                                                                         "reason": "prompt too long"}]}

@@ -57,6 +57,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             mod.run(parse_config(mod.Config, args))
             return 0
         return mod.main(args)
-    except (ValueError, FileNotFoundError, FileExistsError) as e:
-        print(f"vrh {args.command}: error: {e}", file=sys.stderr)
+    except (ValueError, OSError) as e:  # bad input, a missing or unreadable file, a folder in use
+        print(f"vrh {args.command}: error: {_one_line(e)}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        out = getattr(args, "out", None)
+        where = f" in {out}" if out else ""
+        resume = f"; rerun the same command with --resume to continue{where}" if _resumable(mod) else ""
+        print(f"\nvrh {args.command}: interrupted; what finished is kept{where}{resume}", file=sys.stderr)
+        return 130
+
+
+def _one_line(err: BaseException) -> str:
+    """An error as one line (OSError as ``strerror: filename``, without the errno prefix)."""
+    if isinstance(err, OSError) and err.strerror and not isinstance(err, (FileNotFoundError, FileExistsError)):
+        return f"{err.strerror}: {err.filename}" if err.filename else err.strerror
+    return " ".join(str(err).split()) or type(err).__name__
+
+
+def _resumable(mod) -> bool:
+    return "resume" in getattr(getattr(mod, "Config", None), "__dataclass_fields__", {})

@@ -121,3 +121,15 @@ def print_table(title: str, columns: list[str], rows: list[list]) -> None:
     for r in rows:
         table.add_row(*[f"{v:.3f}" if isinstance(v, float) else str(v) for v in r])
     Console().print(table)
+
+
+def report_skipped(skipped: list[dict], what: str) -> None:
+    """One warning line for samples a run skips (``{"id", "reason"}`` each): how many, the first reason and
+    the ids it names (user text printed as text, never as rich markup)."""
+    from rich.markup import escape
+
+    if not skipped:
+        return
+    ids = ", ".join(repr(str(r["id"]))[:60] for r in skipped[:3]) + (" ..." if len(skipped) > 3 else "")
+    console.print(f"[yellow]{escape(what)}: {len(skipped)} sample(s) skipped[/yellow] ({escape(ids)}): "
+                  f"{escape(str(skipped[0]['reason']))}; listed in results.json")

@@ -39,13 +39,13 @@ import torch
 
 from vrh import runs
 from vrh.capture import capture_attention_rows
-from vrh.console import console, progress
+from vrh.console import console, progress, report_skipped
 from vrh.data import Sample, split_detect_eval
 from vrh.distributed import my_batches, world
 from vrh.evaluation import halving_on_oom, load_task_samples
 from vrh.generation_capture import generate_with_rows
 from vrh.heads import rank_heads
-from vrh.inference import LoadedModel, generate_answers, query_sets
+from vrh.inference import LoadedModel, fit_context, generate_answers, query_sets
 from vrh.options import DetectOptions, config_record
 from vrh.regions import box_token_mask
 from vrh.scorers import SampleInfo, make_scorer
@@ -70,7 +70,7 @@ class Detection:
 
     head_scores: runs.HeadScores
     per_sample: dict[str, np.ndarray]  # scorer -> (N, L, H)
-    overlays: dict[str, np.ndarray] = field(default_factory=dict)  # see runs.write_overlays
+    overlays: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # id -> (L, H, V), (V, 4)
     records: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -139,6 +139,10 @@ def detect_heads(lm: LoadedModel, samples: Sequence[Sample], *, scorers: Sequenc
     if unknown:
         raise ValueError(f"scorers ask for capture passes {unknown} that detection does not know; it knows "
                          f"{sorted(EXTRA_PASSES)}")
+    samples, too_long = fit_context(lm, task, samples, max_new_tokens)  # skipped, listed in head_scores.json
+    report_skipped(too_long, "detect")
+    if too_long and not samples:
+        raise ValueError(f"every sample's prompt is too long for the model: {too_long[0]['reason']}")
     dp = world()
     n_batches = -(-len(samples) // batch_size) if batch_size >= 1 else 0
     done = runs.read_batch_states(state_dir) if state_dir is not None else {}
@@ -171,7 +175,9 @@ def detect_heads(lm: LoadedModel, samples: Sequence[Sample], *, scorers: Sequenc
         new.update(theirs)
     states = {**done, **new}
     capture = "generate" if one_pass and answer == "model" else "teacher_forced"
-    return _combine(lm, specs, seed, passes, [states[b] for b in range(n_batches)], time.time() - t0, capture)
+    found = _combine(lm, specs, seed, passes, [states[b] for b in range(n_batches)], time.time() - t0, capture)
+    found.head_scores.skipped += too_long
+    return found
 
 
 def _make_scorers(specs: Sequence[str], seed: int) -> dict[str, Any]:
@@ -210,7 +216,7 @@ def _detect_batch(lm: LoadedModel, task: Task, part: Sequence[tuple[int, Sample]
     keep = [i for i, a in enumerate(answers) if a.strip() and (generated is None or generated.queries[i])]
     made = _make_scorers(specs, seed)
     forwards = {"main": 0, "batches": 0, **{p: 0 for p in passes}}
-    overlays: dict[str, np.ndarray] = {}
+    overlays: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     if keep:
         main = None
         if generated is not None:
@@ -222,7 +228,8 @@ def _detect_batch(lm: LoadedModel, task: Task, part: Sequence[tuple[int, Sample]
     return {"ids": [s.id for s in chunk], "records": recs,
             "skipped": [{"id": chunk[i].id, "reason": "empty answer"} for i in range(len(chunk)) if i not in keep],
             "forwards": forwards, "scorers": {name: sc.state() for name, sc in made.items()},
-            "overlays": {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in overlays.items()}}
+            "overlays": {k: tuple(torch.from_numpy(np.ascontiguousarray(v)) for v in pair)
+                         for k, pair in overlays.items()}}
 
 
 def _join_states(pieces: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -250,14 +257,14 @@ def _combine(lm: LoadedModel, specs: Sequence[str], seed: int, passes: Sequence[
              states: Sequence[dict[str, Any]], elapsed: float, capture: str = "teacher_forced") -> Detection:
     """The detection of all batches: their states folded in sample order into fresh scorers."""
     made = _make_scorers(specs, seed)
-    overlays: dict[str, np.ndarray] = {}
+    overlays: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     skipped: list[dict[str, str]] = []
     records: list[dict[str, Any]] = []
     forwards = {"main": 0, "batches": 0, **{p: 0 for p in passes}}
     for st in states:
         for name, sc in made.items():
             sc.extend(st["scorers"][name])
-        overlays.update({k: v.numpy() for k, v in st["overlays"].items()})
+        overlays.update({k: (a.numpy(), r.numpy()) for k, (a, r) in st["overlays"].items()})
         skipped += st["skipped"]
         records += st["records"]
         for k, v in st["forwards"].items():
@@ -320,8 +327,7 @@ def _score_batch(lm, chunk, images, prompts, answers, records, metas, scorers, p
         rec.update(n_visual_tokens=int(len(vis)), n_key_tokens=int(in_box.sum()), scored_answer=answers[b])
         if index[b] < n_overlays:  # one of the first n_overlays samples (two arrays: maps, rectangles)
             vis_rows = rows[:, :, q.out][..., vis]  # (L, H, Q_out, V)
-            overlays[s.id] = vis_rows.mean(dim=2).numpy()  # (L, H, V)
-            overlays[s.id + "/rects"] = rects.numpy()  # (V, 4)
+            overlays[s.id] = (vis_rows.mean(dim=2).numpy(), rects.numpy())  # (L, H, V), (V, 4)
 
 
 def _finish(lm, scorers, overlays, skipped, records, forwards, elapsed, capture="teacher_forced") -> Detection:

@@ -31,7 +31,7 @@ import torch
 
 from vrh.adapters import VisionBatch
 from vrh.capture import GenerationRowCapture, capture_generation_rows
-from vrh.inference import LoadedModel, QuerySets, _to_device, query_sets
+from vrh.inference import LoadedModel, QuerySets, _to_device, check_batch_fits, query_sets
 
 
 @dataclass
@@ -107,6 +107,7 @@ def generate_with_rows(lm: LoadedModel, images: list, prompts: list[str], expres
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     batch = lm.adapter.build_batch(lm.processor, images, prompts, expressions=expressions)
+    check_batch_fits(lm, batch, max_new_tokens)
     P = batch.seq_len
     tok = getattr(lm.processor, "tokenizer", lm.processor)
     keep = [torch.unique(torch.cat([e, torch.tensor([P - 1])])) for e in batch.expression_positions]  # (E_b + 1,)

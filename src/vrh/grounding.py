@@ -15,6 +15,31 @@ Three steps, kept separate because the middle one is family-specific:
 (200.0, 100.0, 600.0, 500.0)
 >>> judge(box, (200, 100, 600, 520))
 ('correct', 0.9523809523809523)
+
+What counts as a box is decided here, once, for every family (docs/adapters.md lists each family's
+format). A text that fails it is no box: the adapter returns None and the grounding task counts a
+``parse_failure``. The rule throughout: a loosely written box is read only when a human would read it
+one way; when it could mean two boxes, or numbers in a unit the family does not answer in, it is no box,
+never a guess.
+
+* **Reasoning is not the answer.** :func:`strip_reasoning` drops ``<think>...</think>`` blocks (Qwen3-VL
+  Thinking, GLM-4.1V/4.5V/4.6V, InternVL3.5), an unclosed ``<think>`` to the end of the text (generation
+  stopped mid-thought: no answer yet) and everything before a lone ``</think>`` (a chat template that
+  opens the block itself leaves only the closing tag in the answer). A box written while thinking is never
+  returned; the answer after the block parses as usual.
+* **Trailing comma**: ``[10, 20, 30, 40,]`` is ``[10, 20, 30, 40]`` (the list ends at its bracket; a 5th
+  number after the comma would make it no box).
+* **Units**: ``px`` is the unit a box is written in anyway and reads as if absent (``[10px, 20px, 30px,
+  40px]``). ``%`` is no family's frame, so a candidate with any ``%`` is no box: it is never read as if the
+  numbers were the family's own unit (a later valid box in the text still counts).
+* **Thousands separators**: a comma always separates numbers, so ``[1,024, 20, 1,100, 40]`` is six numbers,
+  no box. A 4-list where a comma could instead be a thousands separator is ambiguous and no box: a comma
+  with no blank around it between a 1-3 digit integer and a 3-digit group, in a box that elsewhere puts a
+  blank in its separators (``[1,100, 200, 300]``) or before a zero-padded group (``[1,024,20,30]``). Tight
+  commas throughout (``[150,250,600,750]``, as GLM writes) are list commas.
+* **Two points**: a box only in Qwen2-VL's own form, ``(x1,y1),(x2,y2)`` with or without the box tokens.
+  Written any other way (``[10, 20] to [30, 40]``, ``[10, 20], [30, 40]``) they are no box: nothing says
+  which corners they are, and a y-first family would read them in the other order.
 """
 
 from __future__ import annotations
@@ -37,26 +62,65 @@ Box = tuple[float, float, float, float]  # (x1, y1, x2, y2)
 # A number as models write it, plus nan/inf so such boxes are *seen* and rejected rather than skipped
 # over into a later partial match.
 _NUM = r"(?>[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf(?:inity)?))"
-_N = rf"\s*+({_NUM})\s*+"  # one captured number with surrounding blanks
-_QN = rf"\s*+\"?({_NUM})\"?\s*+"  # same, optionally quoted ("bbox_2d": ["12", ...] happens)
+# Each number is captured with its unit, px or %, so a % box is seen and rejected (module docstring). The
+# unit's blanks are tried once and given back when no unit follows: the run is read at most twice.
+_UNIT = r"(?>\s*+(px|%))?"
+_N = rf"\s*+({_NUM}){_UNIT}\s*+"  # one captured number (and unit) with surrounding blanks
+_QN = rf"\s*+\"?({_NUM}){_UNIT}\"?\s*+"  # same, optionally quoted ("bbox_2d": ["12", ...] happens)
 # list items split by a comma (blanks around it allowed) or by blanks alone:
 # [8, 12, 40, 44] / [ 8 12 40 44 ]
 _SEP = r"(?:\s*+,\s*+|\s++)"
-_LN = rf"({_NUM})"  # a list item: blanks belong to the separators and brackets, never to the number
+_LN = rf"({_NUM}){_UNIT}"  # a list item: blanks belong to the separators and brackets, never to the number
+_END = r"(?:\s*+,)?\s*+"  # before the closing bracket: blanks and at most one trailing comma
 
-# JSON: the "bbox_2d" key and its 4-list, matched directly so fenced, listed, truncated or otherwise
-# ill-formed JSON (single quotes, unquoted key) parses the same as a clean object.
-_JSON_RE = re.compile(rf"[\"']?bbox_2d[\"']?\s*+:\s*+\[{_QN},{_QN},{_QN},{_QN}\]", re.IGNORECASE)
+# JSON: the "bbox_2d" key (Gemini's "box_2d" too) and its 4-list, matched directly so fenced, listed,
+# truncated or otherwise ill-formed JSON (single quotes, unquoted key) parses the same as a clean object.
+_JSON_RE = re.compile(rf"[\"']?b?box_2d[\"']?\s*+:\s*+\[{_QN},{_QN},{_QN},{_QN}(?:,\s*+)?\]", re.IGNORECASE)
 # Qwen2-VL: <|box_start|>(x1,y1),(x2,y2)<|box_end|>; the tokens are optional because decoding with
 # skip_special_tokens=True strips them and leaves the bare point pair.
 _BOX_TOKENS_RE = re.compile(
     rf"(?:<\|box_start\|>\s*+)?\({_N},{_N}\)\s*+,\s*+\({_N},{_N}\)(?:\s*+<\|box_end\|>)?", re.IGNORECASE)
 # A bare 4-list in brackets or parentheses. The closing bracket must follow the 4th number, so
 # "[1, 2, 3, 4, 5]" is not a box; a 4-list nested in a longer list still matches on its own brackets.
-_LIST_RE = re.compile(rf"[\[(]\s*+{_LN}{_SEP}{_LN}{_SEP}{_LN}{_SEP}{_LN}\s*+[\])]", re.IGNORECASE)
+_LIST_RE = re.compile(rf"[\[(]\s*+{_LN}{_SEP}{_LN}{_SEP}{_LN}{_SEP}{_LN}{_END}[\])]", re.IGNORECASE)
 
 # At equal start positions the more specific format wins.
 _PATTERNS = (("json", _JSON_RE), ("box_tokens", _BOX_TOKENS_RE), ("list", _LIST_RE))
+# Which of the three gaps between the four numbers separate numbers inside one bracket (Qwen2-VL's middle
+# gap is between its two points, "),(", and says nothing about how the numbers are written).
+_INNER_GAPS = {"json": (0, 1, 2), "box_tokens": (0, 2), "list": (0, 1, 2)}
+_THOUSANDS_HEAD = re.compile(r"[-+]?\d{1,3}")  # what may stand before a thousands separator
+_THOUSANDS_GROUP = re.compile(r"\d{3}")  # and what after it
+
+# Reasoning markers; an opening tag inside a block is part of the reasoning (blocks do not nest).
+_THINK_RE = re.compile(r"<(/?)think>", re.IGNORECASE)
+
+
+def strip_reasoning(text: str) -> str:
+    """``text`` without its reasoning: ``<think>...</think>`` blocks, an unclosed ``<think>`` to the end,
+    and everything before a lone ``</think>`` (the chat template opened the block). What is left is joined.
+
+    >>> strip_reasoning("<think>is it [1,2,3,4]? no</think>There is none.")
+    'There is none.'
+    >>> strip_reasoning("The cat: [8, 12, 40, 44] <think>or is it [1,2,3,4]")
+    'The cat: [8, 12, 40, 44] '
+    >>> strip_reasoning("is it [1,2,3,4]? no</think>\\n[8, 12, 40, 44]")
+    '\\n[8, 12, 40, 44]'
+    """
+    kept: list[str] = []
+    start, inside = 0, False  # start: where the current stretch of answer text began
+    for m in _THINK_RE.finditer(text):
+        closing = bool(m.group(1))
+        if closing and not inside:  # a lone closing tag: all before it was reasoning
+            kept, start = [], m.end()
+        elif closing:
+            inside, start = False, m.end()
+        elif not inside:
+            kept.append(text[start:m.start()])
+            inside = True
+    if not inside:
+        kept.append(text[start:])
+    return "".join(kept)
 
 
 MAX_COORDINATE = 1e12  # no image is this many pixels wide; beyond it, scaling to pixels could overflow to inf
@@ -78,12 +142,14 @@ def valid_box(box: Sequence[float]) -> bool:
 
 
 def parse_box(text: str) -> tuple[str, Box] | None:
-    """The first valid box in ``text`` as ``(format, (x1, y1, x2, y2))``, or ``None``.
+    """The first valid box in ``text`` outside its reasoning, as ``(format, (x1, y1, x2, y2))``, or ``None``.
 
     Coordinates are returned as written (floats), in the text's own frame. ``format`` is ``"json"``
-    (a ``"bbox_2d"`` key), ``"box_tokens"`` (Qwen2-VL ``(x1,y1),(x2,y2)``, with or without
+    (a ``"bbox_2d"`` or ``"box_2d"`` key), ``"box_tokens"`` (Qwen2-VL ``(x1,y1),(x2,y2)``, with or without
     ``<|box_start|>``/``<|box_end|>``) or ``"list"`` (``[x1, y1, x2, y2]`` / ``(x1,y1,x2,y2)``).
-    Candidates are tried in order of position; invalid ones (see :func:`valid_box`) are skipped.
+    Reasoning is dropped first (:func:`strip_reasoning`); then candidates are tried in order of position,
+    and invalid ones are skipped: see :func:`valid_box` and the policy in the module docstring (``%``
+    units, commas that could be thousands separators).
 
     >>> parse_box("The dog is at [ 8 , 12 , 40 , 44 ].")
     ('list', (8.0, 12.0, 40.0, 44.0))
@@ -91,20 +157,41 @@ def parse_box(text: str) -> tuple[str, Box] | None:
     ('box_tokens', (10.0, 20.0, 30.0, 40.0))
     >>> parse_box("[40, 12, 8, 44] or rather [8, 12, 40, 44]")
     ('list', (8.0, 12.0, 40.0, 44.0))
+    >>> parse_box("<think>maybe [1, 2, 3, 4]? no</think> [8px, 12px, 40px, 44px,]")
+    ('list', (8.0, 12.0, 40.0, 44.0))
+    >>> parse_box("[1,024, 20, 30]"), parse_box("[10%, 20%, 30%, 40%]"), parse_box("[10, 20] to [30, 40]")
+    (None, None, None)
     >>> parse_box("no box here") is None
     True
     """
     if not isinstance(text, str) or not text:
         return None
+    text = strip_reasoning(text)
     candidates = []
     for rank, (fmt, pattern) in enumerate(_PATTERNS):
         for m in pattern.finditer(text):
-            candidates.append((m.start(), rank, fmt, m.groups()))
-    for _, _, fmt, groups in sorted(candidates, key=lambda c: (c[0], c[1])):
-        box = tuple(float(g) for g in groups)
-        if valid_box(box):
-            return fmt, box  # type: ignore[return-value]
+            candidates.append((m.start(), rank, fmt, m))
+    for _, _, fmt, m in sorted(candidates, key=lambda c: (c[0], c[1])):
+        box = _read(m, fmt)
+        if box is not None and valid_box(box):
+            return fmt, box
     return None
+
+
+def _read(m: re.Match, fmt: str) -> Box | None:
+    """The four numbers of a candidate match, or None when the policy makes it no box (``%``, a comma that
+    could be a thousands separator). Groups come in pairs: (number, unit) x 4."""
+    numbers = [m.group(2 * k + 1) for k in range(4)]
+    if any(m.group(2 * k + 2) == "%" for k in range(4)):
+        return None
+    gaps = [m.string[m.end(2 * k + 1):m.start(2 * k + 3)] for k in range(3)]  # text between numbers k, k+1
+    inner = [gaps[k] for k in _INNER_GAPS[fmt]]
+    thousands_like = [k for k in _INNER_GAPS[fmt] if gaps[k] == "," and _THOUSANDS_HEAD.fullmatch(numbers[k])
+                      and _THOUSANDS_GROUP.fullmatch(numbers[k + 1])]
+    if thousands_like and (any(any(c.isspace() for c in g) for g in inner)
+                           or any(numbers[k + 1].startswith("0") for k in thousands_like)):
+        return None
+    return tuple(float(v) for v in numbers)  # type: ignore[return-value]
 
 
 # --- geometry --------------------------------------------------------------------------------------

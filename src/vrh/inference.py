@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -146,6 +147,26 @@ def check_device_map_launch(device_map: str | dict | None, env: dict[str, str] |
             "than one GPU').")
 
 
+def check_device(device: str) -> None:
+    """Refuse a ``--device`` this torch cannot use (a CUDA device on a CPU-only build, an index beyond the
+    GPUs present) with one line, before anything is loaded."""
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise ValueError(f"--device {device!r} is not a torch device ({e}); e.g. cpu, cuda, cuda:1, mps") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            build = "a CPU-only build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"
+            raise ValueError(f"--device {device}: this torch ({torch.__version__}, {build}) sees no CUDA GPU; "
+                             "install a CUDA build of torch, or use --device cpu")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ValueError(f"--device {device}: only {torch.cuda.device_count()} CUDA device(s) are visible")
+    elif dev.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise ValueError(f"--device {device}: MPS is not available in this torch on this machine; use --device cpu")
+
+
 def load_model(model: str, *, device: str = "cpu", dtype: str = "float32", revision: str | None = None,
                adapter: str | None = None, device_map: str | dict | None = None) -> LoadedModel:
     """Load a checkpoint (local folder, hub id, or the ``organism`` alias) through its adapter: ``adapter``
@@ -159,6 +180,7 @@ def load_model(model: str, *, device: str = "cpu", dtype: str = "float32", revis
     family that would run (or interactively offer to run) the checkpoint's code; vrh refuses it instead."""
     from transformers import PretrainedConfig
 
+    check_device(device)
     device_map = resolve_device_map(device_map)  # before any download: a bad value fails at once
     check_device_map_launch(device_map)
     if device_map is not None and importlib.util.find_spec("accelerate") is None:
@@ -243,12 +265,59 @@ def _to_device(batch: VisionBatch, device: torch.device) -> dict[str, torch.Tens
     return {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in batch.inputs.items()}
 
 
+def context_limit(model: nn.Module) -> int | None:
+    """The most positions the language model was built for (``max_position_embeddings`` of its text config),
+    or None when the config does not say."""
+    cfg = getattr(model, "config", None)
+    for c in (getattr(cfg, "text_config", None), cfg):
+        n = getattr(c, "max_position_embeddings", None) if c is not None else None
+        if isinstance(n, int) and n > 0:
+            return n
+    return None
+
+
+def fit_context(lm: LoadedModel, task: Any, samples: Sequence[Any], max_new_tokens: int
+                ) -> tuple[list[Any], list[dict[str, str]]]:
+    """The samples whose prompt text and ``max_new_tokens`` answer tokens fit the model's context, and a skip
+    record (``id``, ``reason`` with the length and the limit) for each of the others.
+
+    Why before generating: a prompt beyond the context (a 100 kB expression) runs minutes at gigabytes of
+    memory and would be judged as an ordinary parse failure. The count here is the prompt's text tokens, a
+    lower bound of the sequence (visual tokens and the chat template add to it); a batch that is still too
+    long once built is refused by :func:`check_batch_fits`."""
+    limit = context_limit(getattr(lm, "model", None))  # a stand-in without a model (tests): nothing to check
+    if limit is None:
+        return list(samples), []
+    tok = getattr(lm.processor, "tokenizer", lm.processor)
+    keep, skipped = [], []
+    for s in samples:
+        n = len(tok(task.prompt(lm.adapter, s), add_special_tokens=False)["input_ids"])
+        if n + max_new_tokens > limit:
+            skipped.append({"id": s.id, "reason": f"prompt too long: {n} text tokens + {max_new_tokens} answer "
+                                                  f"tokens exceed the model's context of {limit} positions"})
+        else:
+            keep.append(s)
+    return keep, skipped
+
+
+def check_batch_fits(lm: LoadedModel, batch: VisionBatch, max_new_tokens: int) -> None:
+    """Refuse a built batch whose longest prompt (visual tokens included) plus ``max_new_tokens`` exceeds the
+    model's context, naming both numbers (:func:`fit_context` has already skipped prompts whose text alone
+    is too long)."""
+    limit = context_limit(lm.model)
+    if limit is not None and batch.seq_len + max_new_tokens > limit:
+        raise ValueError(f"a prompt of {batch.seq_len} tokens (visual tokens included) + {max_new_tokens} answer "
+                         f"tokens exceeds the model's context of {limit} positions; lower --max-new-tokens or "
+                         "use images the processor turns into fewer visual tokens")
+
+
 @torch.no_grad()
 def generate_answers(lm: LoadedModel, images: list, prompts: list[str], max_new_tokens: int = 64
                      ) -> tuple[list[str], list[dict[str, Any]]]:
     """Greedy answers (new tokens only, decoded by the adapter) for a batch of (image, prompt), with the
     adapter's per-sample metadata that box parsing needs (e.g. the resized image size)."""
     batch = lm.adapter.build_batch(lm.processor, images, prompts)
+    check_batch_fits(lm, batch, max_new_tokens)
     tok = getattr(lm.processor, "tokenizer", lm.processor)
     out = lm.model.generate(**_to_device(batch, lm.device), max_new_tokens=max_new_tokens, do_sample=False,
                             pad_token_id=tok.pad_token_id)

@@ -184,7 +184,8 @@ class MaskOptions:
 @dataclass(frozen=True, kw_only=True)
 class RunOptions:
     out: str = option(help="run folder to write")
-    overwrite: bool = option(False, help="replace the run in a non-empty --out (deletes everything in it)")
+    overwrite: bool = option(False, help="replace the vrh run in a non-empty --out (deletes what that run wrote; "
+                                         "refuses a folder that is not a vrh run)")
     resume: bool = option(False, help="continue an interrupted run in --out (same settings), redoing only what is "
                                       "missing")
 

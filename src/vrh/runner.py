@@ -33,11 +33,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vrh.conditions import Condition
-from vrh.console import progress
+from vrh.console import progress, report_skipped
 from vrh.data import Sample
 from vrh.distributed import my_batches, world
 from vrh.evaluation import evaluate_rows, evaluate_samples
-from vrh.inference import LoadedModel
+from vrh.inference import LoadedModel, fit_context
 from vrh.runs import RunFolder
 from vrh.tasks import Task
 
@@ -53,6 +53,7 @@ class ConditionResults:
     summaries: dict[str, dict[str, Any]] = field(default_factory=dict)  # label -> task.summarize(records)
     n_evaluations: int = 0  # distinct (head set, mask mode) evaluated, generated or resumed
     n_generated: int = 0  # (head set, sample) rows answered in this call (resumed ones excluded)
+    skipped: list[dict[str, str]] = field(default_factory=list)  # samples no condition ran: id, reason
 
     def summary(self, label: str) -> dict[str, Any]:
         return self.summaries[label]
@@ -110,6 +111,16 @@ def run_conditions(lm: LoadedModel, task: Task, samples: Sequence[Sample], condi
     missing = sorted({i for m in members.values() for i in m} - set(ids))
     if missing:
         raise ValueError(f"subsets name samples that are not given: {missing[:5]}")
+    samples, too_long = fit_context(lm, task, samples, max_new_tokens)
+    if too_long:  # counted, reported in results.json (RunFolder.note_skipped) and printed once
+        report_skipped(too_long, description)
+        if not samples:
+            raise ValueError(f"every sample's prompt is too long for the model: {too_long[0]['reason']}")
+        if run is not None:
+            run.note_skipped(too_long)
+        gone = {r["id"] for r in too_long}
+        ids = [i for i in ids if i not in gone]
+        members = {label: m - gone for label, m in members.items()}
 
     finished: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)  # label -> id -> record
     if run is not None:
@@ -132,7 +143,7 @@ def run_conditions(lm: LoadedModel, task: Task, samples: Sequence[Sample], condi
                 done.setdefault(i, _untagged(rec))
         groups.append(_Group(conds, [s for s in samples if s.id in wanted], done))
 
-    out = ConditionResults(list(conditions))
+    out = ConditionResults(list(conditions), skipped=too_long)
 
     def write(group: _Group, rec: dict[str, Any]) -> None:  # to this rank's shard in a data-parallel run
         if run is not None:

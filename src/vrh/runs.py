@@ -9,9 +9,17 @@ organism checkpoint; ``vrh organism emergence`` makes a run folder of it). Every
 with a typed reader and writer; every write either succeeds or raises (a failed write fails the run). The
 report reads run folders only through this module.
 
-Folder policy (:class:`RunFolder`): a new run refuses a non-empty folder unless told ``overwrite``
-(the whole folder is cleared, stale ``.npz`` files included; only a vrh run folder is ever cleared) or
-``resume`` (finished samples are kept and the config must match).
+Folder policy (:class:`RunFolder`): a new run refuses a non-empty folder unless told ``overwrite`` or
+``resume`` (finished samples are kept and the config must match). ``overwrite`` clears only a folder that
+identifies itself as a vrh run (:func:`is_run_folder`: a ``config.json`` carrying the ``vrh_run`` mark that
+only :meth:`RunFolder.write_config` writes), and removes only what a run folder can contain
+(:func:`run_folder_contents`: the artefacts named here, sub-runs, the extra files of the command that wrote
+it); a model checkpoint folder, or a run folder holding anything else, is refused with the names.
+
+One writer per folder: a :class:`RunFolder` holds an exclusive OS lock (``flock`` on ``.vrh-lock``, which
+holds the writer's pid) from before it looks at the folder until the run ends (:meth:`RunFolder.release`,
+also on ``with`` exit); a crashed process's lock dies with it. A second process gets
+:class:`RunFolderInUse` naming the folder and the holder's pid.
 
 Data-parallel runs (:mod:`vrh.distributed`): every rank appends its records to its own
 ``samples.rank{r}-of-{w}.jsonl`` (:func:`shard_name`); rank 0 alone clears the folder, writes
@@ -19,6 +27,10 @@ Data-parallel runs (:mod:`vrh.distributed`): every rank appends its records to i
 ``results.json``. A resumed run (any number of processes) counts the records of every shard as finished.
 Detection also keeps ``detect_state/batch-NNNNNN.pt``, one file per finished batch (:func:`write_batch_state`),
 removed once the run is finished.
+
+Every ``torch.load`` in vrh goes through :func:`load_torch_file` (``weights_only=True``: a planted pickle
+cannot run code), and ``.npz`` artefacts keep user strings (sample ids, scorer names) as data, never as
+array names (:func:`_write_named_arrays`).
 """
 
 from __future__ import annotations
@@ -30,7 +42,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,12 +55,17 @@ SAMPLES = "samples.jsonl"
 RESULTS = "results.json"
 HEAD_SCORES = "head_scores.json"
 SAMPLE_SCORES = "sample_scores.npz"  # detection: per-sample [N, L, H] maps, one array per scorer
-OVERLAYS = "overlays.npz"  # detection: "<id>" -> (L, H, V) mean attention on visual tokens, "<id>/rects" -> (V, 4)
+OVERLAYS = "overlays.npz"  # detection: per sample id, (L, H, V) mean attention on visual tokens and (V, 4) rects
 PAIRS = "pairs.jsonl"  # dpo-pairs: TRL vision preference pairs
 EMERGENCE = "emergence.jsonl"  # organism training: one record per tracked step (vrh.organism.emergence)
 DETECT_STATE = "detect_state"  # detection, while unfinished: one torch.save file per finished batch
 SHARD_GLOB = "samples.rank*-of-*.jsonl"  # data-parallel runs, while unfinished: one samples file per rank
 ARTEFACTS = (CONFIG, SAMPLES, RESULTS, HEAD_SCORES, SAMPLE_SCORES, OVERLAYS, PAIRS, EMERGENCE)
+LOCK = ".vrh-lock"  # the writer's lock file (pid inside), present while a run holds the folder
+RUN_MARK = "vrh_run"  # config.json key only RunFolder.write_config writes: how a folder proves it is a vrh run
+RUN_FORMAT = 1  # RUN_MARK's value; bump when the folder layout changes
+# What a command writes into its run folder beyond ARTEFACTS and sub-runs (removed by --overwrite)
+COMMAND_FILES = {"demo": ("data", "report"), "compare": ("compare.md", "compare.png")}
 
 # results.json / head_scores.json carry this; bump when a key changes meaning or moves.
 # 2: Condition-tagged samples ("condition" label on every masked record), k always an int in a
@@ -165,30 +182,75 @@ class RunFolder:
             raise ValueError("--resume and --overwrite exclude each other: resume keeps the run, overwrite deletes it")
         self.path = Path(path)
         self.resume = resume
+        self._samples = None
+        self._lock: _Lock | None = None
+        self.skipped: list[dict[str, Any]] = []  # samples the run left out (id, reason): results.json lists them
         if self.path.exists() and not self.path.is_dir():
             raise FileExistsError(f"--out {self.path} is a file, not a folder")
-        non_empty = self.path.exists() and any(self.path.iterdir())
-        if non_empty and not (resume or overwrite):
-            raise FileExistsError(f"run folder {self.path} is not empty; pass --overwrite to replace it "
-                                  "or --resume to continue the run in it")
-        if non_empty and overwrite:
-            _check_clearable(self.path)  # on every rank alike, before any rank waits for another
-        self.world.barrier()  # every rank has looked at the folder before rank 0 changes it
-        if self.world.is_main:
+        # the lock comes first: no other process may change the folder between this look and the config write
+        self._lock = self._take_lock()
+        try:
+            non_empty = any(c.name != LOCK for c in self.path.iterdir())
+            if non_empty and not (resume or overwrite):
+                raise FileExistsError(f"run folder {self.path} is not empty; pass --overwrite to replace it "
+                                      "or --resume to continue the run in it")
             if non_empty and overwrite:
+                run_folder_contents(self.path)  # on every rank alike, before any rank waits for another
+            if non_empty and resume and (self.path / CONFIG).exists() and not is_run_folder(self.path):
+                raise FileExistsError(f"{self.path} is not a vrh run folder (its {CONFIG} was not written by vrh); "
+                                      "--resume continues only a vrh run: choose another --out")
+            self.world.barrier()  # every rank has looked at the folder before rank 0 changes it
+            if self.world.is_main and non_empty and overwrite:
                 clear_run_folder(self.path)
-            self.path.mkdir(parents=True, exist_ok=True)
-        self.world.barrier()
-        self._samples = None
+            self.world.barrier()
+        except BaseException:
+            self.release()
+            raise
         self._samples_name = shard_name(self.world.rank, self.world.size) if self.world.active else SAMPLES
 
+    def _take_lock(self) -> _Lock | None:
+        """Rank 0 creates the folder and locks it; every rank learns whether that worked (data-parallel ranks
+        share rank 0's run, so a refusal reaches them all instead of leaving them at a barrier)."""
+        lock, err = None, None
+        if self.world.is_main:
+            created = not self.path.exists()
+            try:
+                self.path.mkdir(parents=True, exist_ok=True)
+                lock = _Lock.acquire(self.path)
+            except RunFolderInUse as e:
+                err = str(e)
+                if created:  # nothing of ours stays behind
+                    shutil.rmtree(self.path, ignore_errors=True)
+        errs = self.world.all_gather(err) if self.world.active else [err]
+        first = next((e for e in errs if e), None)
+        if first:
+            if lock is not None:
+                lock.release()
+            raise RunFolderInUse(first)
+        return lock
+
+    def release(self) -> None:
+        """Close the samples file and give up the folder's lock (idempotent; ``with`` exit calls it)."""
+        self.close()
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
     def write_config(self, config: dict[str, Any]) -> dict[str, Any]:
-        """Write ``config.json``; on resume, refuse a config that differs, naming the settings that do."""
-        full = {**config, "environment": environment()}
+        """Write ``config.json`` (with the :data:`RUN_MARK` that makes the folder a vrh run); on resume, refuse a
+        config that differs, naming the settings that do. A refusal gives up the folder's lock."""
+        try:
+            return self._write_config(config)
+        except BaseException:
+            self.release()
+            raise
+
+    def _write_config(self, config: dict[str, Any]) -> dict[str, Any]:
+        full = {RUN_MARK: RUN_FORMAT, **config, "environment": environment()}
         if (self.path / CONFIG).exists():
             old = read_json(self.path / CONFIG)
-            mine = _jsonable({k: v for k, v in full.items() if k != "environment"})
-            theirs = {k: v for k, v in old.items() if k != "environment"}
+            mine = _jsonable({k: v for k, v in full.items() if k not in ("environment", RUN_MARK)})
+            theirs = {k: v for k, v in old.items() if k not in ("environment", RUN_MARK)}
             diffs = config_differences(theirs, mine)
             if diffs:
                 raise ValueError(f"cannot resume {self.path}: these settings differ from the interrupted run's: "
@@ -258,11 +320,21 @@ class RunFolder:
             write_json(self.path / name, obj)
         return self.path / name
 
+    def note_skipped(self, skipped: Iterable[Mapping[str, Any]]) -> None:
+        """Samples the run leaves out (``{"id", "reason"}`` each, e.g. a prompt beyond the model's context):
+        :meth:`write_results` lists them under ``skipped_samples``, so no skip goes unreported."""
+        seen = {r["id"] for r in self.skipped}
+        for r in skipped:
+            if r["id"] not in seen:
+                seen.add(r["id"])
+                self.skipped.append(dict(r))
+
     def write_results(self, results: dict[str, Any]) -> Path:
         """``results.json`` with the schema version; written last, so its presence marks a finished run.
         In a data-parallel run the ranks' shards are merged first (every rank must call it)."""
         self.merge_shards()
-        return self.write(RESULTS, {"schema_version": SCHEMA_VERSION, **results})
+        extra = {"skipped_samples": {"n": len(self.skipped), "samples": self.skipped}} if self.skipped else {}
+        return self.write(RESULTS, {"schema_version": SCHEMA_VERSION, **results, **extra})
 
     def close(self) -> None:
         if self._samples is not None:
@@ -274,23 +346,132 @@ class RunFolder:
         return self
 
     def __exit__(self, *exc) -> None:
-        self.close()
+        self.release()
+
+    def __del__(self) -> None:  # a RunFolder dropped without `with`: its lock file must not outlive it
+        try:
+            self.release()
+        except Exception:  # noqa: BLE001 - interpreter shutdown; the OS drops the lock with the process
+            pass
 
 
 def _record_key(rec: Mapping[str, Any]) -> tuple[Any, Any]:
     return rec.get("condition"), rec.get("id")
 
 
-def _check_clearable(path: Path) -> None:
-    if not (path / CONFIG).exists():
-        raise FileExistsError(f"{path} is not empty and is not a vrh run folder (no {CONFIG}); refusing to "
-                              "delete its contents for --overwrite: choose another --out")
+class RunFolderInUse(FileExistsError):
+    """Another process holds the run folder's lock."""
+
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: runs are not locked
+    fcntl = None  # type: ignore[assignment]
+
+
+class _Lock:
+    """An exclusive ``flock`` on ``FOLDER/.vrh-lock`` (the holder's pid inside), re-entrant within a process.
+
+    Why flock: the OS drops it when the holder dies (kill -9 included), so a crash never leaves a folder
+    locked; the file left behind by a crash is only a name, locked again by the next run. Release unlinks
+    the file while still holding the lock, so a process that opened it just before must retry on the new
+    file (checked by inode), never share the old one."""
+
+    _held: dict[str, "_Lock"] = {}
+
+    def __init__(self, key: str, path: Path, fd: int):
+        self.key, self.path, self.fd, self.count = key, path, fd, 1
+
+    @classmethod
+    def acquire(cls, folder: Path) -> "_Lock | None":
+        if fcntl is None:
+            return None
+        key = os.path.realpath(folder)
+        if key in cls._held:  # this process already writes it (a command and its library call)
+            cls._held[key].count += 1
+            return cls._held[key]
+        path = folder / LOCK
+        while True:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+                os.close(fd)
+                raise RunFolderInUse(f"run folder {folder} is in use by another vrh process (pid {holder}); wait "
+                                     "for it to finish or stop it, or choose another --out") from None
+            try:
+                same = os.stat(path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)  # locked a file its releasing holder had just unlinked: lock the current one
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        cls._held[key] = lock = cls(key, path, fd)
+        return lock
+
+    def release(self) -> None:
+        self.count -= 1
+        if self.count > 0 or self.fd < 0:
+            return
+        self._held.pop(self.key, None)
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            pass
+        os.close(self.fd)
+        self.fd = -1
+
+
+def is_run_folder(path: str | os.PathLike) -> bool:
+    """Whether ``path`` holds a ``config.json`` that vrh wrote: one with the :data:`RUN_MARK`, or (runs
+    written before the mark) a ``command`` with vrh's ``environment`` record. A model checkpoint's
+    ``config.json`` is neither."""
+    file = Path(path) / CONFIG
+    try:
+        cfg = read_json(file) if file.is_file() else None
+    except (OSError, ValueError):
+        return False
+    if not isinstance(cfg, dict):
+        return False
+    env = cfg.get("environment")
+    legacy = isinstance(cfg.get("command"), str) and isinstance(env, dict) and "vrh" in env and "argv" in env
+    return cfg.get(RUN_MARK) is not None or legacy
+
+
+def run_folder_contents(path: str | os.PathLike) -> list[Path]:
+    """What ``--overwrite`` removes from the vrh run folder ``path``: its artefacts, unmerged shards, detection
+    state, temporary files, sub-runs (each a vrh run folder, checked the same way) and the extra files of the
+    command that wrote it (:data:`COMMAND_FILES`). Refuses (FileExistsError, naming them) a folder that is
+    not a vrh run, or that holds anything else: nothing a run did not write is ever deleted."""
+    path = Path(path)
+    if not is_run_folder(path):
+        raise FileExistsError(f"{path} is not empty and is not a vrh run folder (no {CONFIG} written by vrh); "
+                              "refusing to delete its contents for --overwrite: choose another --out")
+    own = set(COMMAND_FILES.get(str(read_json(path / CONFIG).get("command")), ()))
+    out, foreign = [], []
+    for child in sorted(path.iterdir()):
+        name = child.name
+        if name == LOCK:
+            continue
+        known = (name in ARTEFACTS or name in own or name.endswith((".tmp", ".tmp.npz")) or child.match(SHARD_GLOB)
+                 or (name == DETECT_STATE and child.is_dir() and not child.is_symlink()))
+        if not known and child.is_dir() and not child.is_symlink() and is_run_folder(child):
+            run_folder_contents(child)  # a sub-run must be clean too
+            known = True
+        (out if known else foreign).append(child)
+    if foreign:
+        names = ", ".join(c.name for c in foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        raise FileExistsError(f"--overwrite: {path} holds files no vrh run writes ({names}); refusing to delete "
+                              "them: move them away or choose another --out")
+    return out
 
 
 def clear_run_folder(path: Path) -> None:
-    """Delete everything in a previous vrh run folder (sub-runs, npz, plots); refuse any other folder."""
-    _check_clearable(path)
-    for child in path.iterdir():
+    """Delete what a previous vrh run left in ``path`` (:func:`run_folder_contents`); refuse any other folder."""
+    for child in run_folder_contents(path):
         if child.is_dir() and not child.is_symlink():
             shutil.rmtree(child)
         else:
@@ -424,17 +605,42 @@ def read_head_scores(run_dir: str | os.PathLike) -> HeadScores:
     return HeadScores.from_json(read_json(path))
 
 
-def write_sample_scores(run: RunFolder, per_sample: Mapping[str, Any]) -> Path:
-    """Per-sample ``[N, L, H]`` maps keyed by scorer name (``/`` and ``:`` are stored as ``|`` and ``;``)."""
+def _write_named_arrays(path: Path, names: Sequence[str], fields: Mapping[str, Sequence[Any]]) -> None:
+    """``np.savez`` of arrays that belong to user-named items (sample ids, scorer names): the names are stored
+    as data (a ``names`` string array), the arrays under positional keys ``<field>_<i>``. Why: a name used as
+    an array key collides with ``savez``'s own parameters (``file``, ``allow_pickle``) and with the keys of
+    other names (``a`` and ``a/rects``). The write goes to a temporary file and is renamed."""
     import numpy as np
 
+    arrays: dict[str, Any] = {"format": np.asarray(NPZ_FORMAT), "names": np.asarray(list(names), dtype=np.str_)}
+    for key, values in fields.items():
+        arrays.update({f"{key}_{i}": np.asarray(v) for i, v in enumerate(values)})
+    tmp = path.with_name(path.name + ".tmp.npz")
+    np.savez(tmp, **arrays)
+    os.replace(tmp, path)
+
+
+def _read_named_arrays(z: Any, fields: Sequence[str]) -> dict[str, tuple[Any, ...]] | None:
+    """``{name: (array of each field)}`` of a file :func:`_write_named_arrays` wrote; None for an older file
+    (names as keys)."""
+    if "format" not in z.files or "names" not in z.files:
+        return None
+    names = [str(n) for n in z["names"]]
+    return {n: tuple(z[f"{f}_{i}"] for f in fields) for i, n in enumerate(names)}
+
+
+NPZ_FORMAT = 2  # 2: names as data (_write_named_arrays); 1: names as array keys (read only)
+
+
+def write_sample_scores(run: RunFolder, per_sample: Mapping[str, Any]) -> Path:
+    """Per-sample ``[N, L, H]`` maps keyed by scorer name."""
     path = run.path / SAMPLE_SCORES
     if run.world.is_main:
-        np.savez(path, **{_npz_key(k): np.asarray(v) for k, v in per_sample.items()})
+        _write_named_arrays(path, list(per_sample), {"scores": list(per_sample.values())})
     return path
 
 
-def _npz_key(name: str) -> str:
+def _npz_key(name: str) -> str:  # format 1 kept scorer names as keys, with "/" and ":" replaced
     return name.replace("/", "|").replace(":", ";")
 
 
@@ -446,24 +652,24 @@ def read_sample_scores(run_dir: str | os.PathLike, scorer: str):
     path = Path(run_dir) / SAMPLE_SCORES
     if not path.exists():
         raise FileNotFoundError(f"{path} not found: a detection run's per-sample maps are needed")
-    with np.load(path) as z:
-        key = _npz_key(scorer)
-        if key not in z.files:
-            have = sorted(f.replace("|", "/").replace(";", ":") for f in z.files)
-            raise ValueError(f"{path} has no scorer {scorer!r}; it has {have}")
-        return torch.from_numpy(z[key])
+    with np.load(path, allow_pickle=False) as z:
+        named = _read_named_arrays(z, ("scores",))
+        if named is None:  # format 1
+            named = {f.replace("|", "/").replace(";", ":"): (z[f],) for f in z.files}
+        if scorer not in named:
+            raise ValueError(f"{path} has no scorer {scorer!r}; it has {sorted(named)}")
+        return torch.from_numpy(named[scorer][0])
 
 
-def write_overlays(run: RunFolder, overlays: Mapping[str, Any]) -> Path | None:
-    """Overlay arrays: ``"<id>"`` -> ``(L, H, V)`` mean attention of the output tokens on the visual tokens,
-    ``"<id>/rects"`` -> ``(V, 4)`` image rectangles of those tokens."""
-    import numpy as np
-
+def write_overlays(run: RunFolder, overlays: Mapping[str, tuple[Any, Any]]) -> Path | None:
+    """Overlay arrays per sample id: ``(L, H, V)`` mean attention of the output tokens on the visual tokens and
+    ``(V, 4)`` image rectangles of those tokens (any string id round-trips, see :func:`_write_named_arrays`)."""
     if not overlays:
         return None
     path = run.path / OVERLAYS
     if run.world.is_main:
-        np.savez(path, **{k: np.asarray(v) for k, v in overlays.items()})
+        _write_named_arrays(path, list(overlays), {"attention": [a for a, _ in overlays.values()],
+                                                   "rects": [r for _, r in overlays.values()]})
     return path
 
 
@@ -474,8 +680,11 @@ def read_overlays(run_dir: str | os.PathLike) -> dict[str, tuple[Any, Any]]:
     path = Path(run_dir) / OVERLAYS
     if not path.is_file():
         return {}
-    with np.load(path) as z:
-        ids = [f for f in z.files if not f.endswith("/rects")]
+    with np.load(path, allow_pickle=False) as z:
+        named = _read_named_arrays(z, ("attention", "rects"))
+        if named is not None:
+            return named
+        ids = [f for f in z.files if not f.endswith("/rects")]  # format 1
         return {i: (z[i], z[i + "/rects"]) for i in ids if i + "/rects" in z.files}
 
 
@@ -550,16 +759,44 @@ def write_batch_state(run_dir: str | os.PathLike, index: int, state: Mapping[str
 
 
 def read_batch_states(run_dir: str | os.PathLike) -> dict[int, dict[str, Any]]:
-    """Batch index -> state of every batch :func:`write_batch_state` finished in ``run_dir``."""
-    import torch
-
+    """Batch index -> state of every batch :func:`write_batch_state` finished in ``run_dir``; a file that is
+    not one (torn by a failing disk, or planted) is a one-line error naming it."""
     folder = Path(run_dir) / DETECT_STATE
     if not folder.is_dir():
         return {}
     out = {}
     for path in sorted(folder.glob("batch-*.pt")):
-        out[int(path.stem.split("-")[1])] = torch.load(path, weights_only=True)
+        try:
+            index = int(path.stem.split("-")[1])
+        except (IndexError, ValueError):
+            raise ValueError(f"{path}: not a detection batch state (expected batch-NNNNNN.pt); remove it") from None
+        state = load_torch_file(path, what="detection batch state",
+                                fix="delete it and rerun with --resume to recompute that batch")
+        if not isinstance(state, dict) or not {"ids", "records", "scorers"} <= set(state):
+            raise ValueError(f"{path}: not a detection batch state; delete it and rerun with --resume to "
+                             "recompute that batch")
+        out[index] = state
     return out
+
+
+def load_torch_file(path: str | os.PathLike, *, what: str = "checkpoint", fix: str = "", **kwargs: Any) -> Any:
+    """``torch.load(path, weights_only=True)``: tensors, numbers, strings and containers only, so a planted
+    pickle cannot run code. Any failure (a torn file, a pickle of other objects) is one ValueError naming
+    the file and what it should have been; ``fix`` says what to do about it."""
+    import pickle
+
+    import torch
+
+    try:
+        return torch.load(path, weights_only=True, **kwargs)
+    except FileNotFoundError:
+        raise
+    except (pickle.UnpicklingError, RuntimeError, EOFError, OSError, ValueError, TypeError, AttributeError,
+            KeyError, IndexError) as e:
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        if "weights_only" in reason or "Weights only load failed" in reason:
+            reason = "it holds objects other than tensors and plain data, which vrh never loads"
+        raise ValueError(f"{path}: not a readable {what} ({reason})" + (f"; {fix}" if fix else "")) from None
 
 
 def clear_batch_states(run: RunFolder) -> None:

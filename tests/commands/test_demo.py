@@ -85,11 +85,21 @@ def test_demo_writes_headline_subruns_and_report(finished):
 
 def test_rerun_replaces_a_previous_demo_run(finished, organism, no_report):
     out, r = finished
-    stale = out / "sweep_grounding" / "stale.txt"
+    stale = out / "sweep_grounding" / runs.OVERLAYS  # an artefact an older run of another command left there
     stale.write_text("from an older run")
     again = demo.run(demo.Config(out=str(out), **SMALL), organism)  # no flag: the README's one-liner, twice
     assert comparable(again) == comparable(r) and not stale.exists()
     assert no_report == [([out, out / "detect", out / "sweep_grounding", out / "sweep_vqa"], out / "report", 3)]
+
+
+def test_a_rerun_never_deletes_what_no_run_wrote(finished, organism):
+    out, _ = finished
+    mine = out / "sweep_vqa" / "my_notes.txt"
+    mine.write_text("mine")
+    with pytest.raises(FileExistsError, match="holds files no vrh run writes \\(my_notes.txt\\)"):
+        demo.run(demo.Config(out=str(out), **SMALL), organism)
+    assert mine.read_text() == "mine" and runs.is_finished(out)
+    mine.unlink()
 
 
 def test_a_foreign_non_empty_folder_is_refused(tmp_path, organism):

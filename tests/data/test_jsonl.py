@@ -344,3 +344,51 @@ def test_split_errors():
         split_detect_eval(samples, -1, 3, seed=0)
     with pytest.raises(ValueError, match="unique"):
         split_detect_eval(samples + samples[:1], 2, 2, seed=0)
+
+
+# --- hostile and broken input: a file:line error at load, never a crash mid-run -------------------------
+def test_a_null_box_is_a_line_error(folder):
+    path = write_lines(folder, [grounding(), grounding(id="g2", box=None)])
+    with pytest.raises(DatasetError, match=r"data.jsonl:2: grounding sample needs 'box' \(it is null\)"):
+        load_dataset(path)
+
+
+@pytest.mark.parametrize("fmt", ["PNG", "JPEG"])
+def test_a_truncated_image_whose_header_reads_fine_is_a_line_error(folder, fmt):
+    import io
+
+    buf = io.BytesIO()
+    Image.effect_noise((256, 256), 80).convert("RGB").save(buf, fmt)  # noise: little to compress
+    data = buf.getvalue()
+    (folder / "images" / "t.img").write_bytes(data[: len(data) // 2])
+    with Image.open(folder / "images" / "t.img") as im:
+        assert im.size == (256, 256)  # the header still reads
+    path = write_lines(folder, [grounding(), grounding(id="g2", image="images/t.img")])
+    with pytest.raises(DatasetError, match=r"data.jsonl:2: cannot read image .*t.img"):
+        load_dataset(path)
+
+
+@pytest.mark.parametrize("text", ["\u200b\u200c\u200d", "\u202e\u2066 \u2069", "\ufeff\u00ad", " \t\u3000"])
+def test_an_expression_of_only_invisible_characters_is_refused(folder, text):
+    path = write_lines(folder, [grounding(expression=text)])
+    with pytest.raises(DatasetError, match="data.jsonl:1: 'expression' must be a non-empty string with visible"):
+        load_dataset(path)
+    assert load_dataset(write_lines(folder, [grounding(expression="\u200bthe mug")]))[0].expression == "\u200bthe mug"
+
+
+def test_a_line_that_is_not_utf8_names_file_line_and_byte(folder):
+    path = folder / "data.jsonl"
+    path.write_bytes((json.dumps(grounding()) + "\n").encode() + b'{"id": "g2\xff"}\n')
+    with pytest.raises(DatasetError, match=r"data.jsonl:2: not UTF-8 \(byte 0xff at column 11\)"):
+        load_dataset(path)
+
+
+def test_symlink_loops_are_clear_errors(folder):
+    (folder / "images" / "x.png").symlink_to(folder / "images" / "y.png")
+    (folder / "images" / "y.png").symlink_to(folder / "images" / "x.png")
+    path = write_lines(folder, [grounding(image="images/x.png")])
+    with pytest.raises(DatasetError, match="data.jsonl:1: "):
+        load_dataset(path)
+    (folder / "loop.jsonl").symlink_to(folder / "loop.jsonl")
+    with pytest.raises(FileNotFoundError, match="loop.jsonl is a symlink that leads nowhere"):
+        load_dataset(folder / "loop.jsonl")

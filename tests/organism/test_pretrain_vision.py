@@ -4,6 +4,7 @@ into the stage-2 organism (frozen), and an LM starts from another run's checkpoi
 from dataclasses import replace
 
 import numpy as np
+import pytest
 import torch
 
 from vrh.organism import world
@@ -157,3 +158,29 @@ def test_caption_samples_mark_their_box_for_the_warm_start():
     assert s["task"] == "vqa" and s["answer"].split()[1] in world.COLOURS
     assert 0 < int(b.box_keys.sum()) <= 9 and not (b.box_keys & ~b.visual).any()
     assert b.labels[0][b.labels[0] != -100].numel() == 4  # size colour shape + EOS
+
+
+class _Payload:
+    marker = ""
+
+    def __reduce__(self):  # unpickling this creates the marker file: a checkpoint that runs code
+        return (open, (self.marker, "w"))
+
+
+def test_planted_checkpoints_run_no_code_and_name_the_file(tmp_path):
+    marker = tmp_path / "pwned"
+    _Payload.marker = str(marker)
+    arch = VisionArch(hidden=32, layers=1, heads=2, intermediate=64)
+    (tmp_path / "v").mkdir()
+    torch.save({"tower": {}, "step": 0, "x": _Payload()}, tmp_path / "v" / "vision_ckpt.pt")
+    with pytest.raises(ValueError, match="vision_ckpt.pt: not a readable vision pretraining checkpoint"):
+        pretrain(arch, tmp_path / "v", steps=1, bs=2)
+    (tmp_path / "t").mkdir()
+    torch.save({"step": 0, "x": _Payload()}, tmp_path / "t" / "ckpt.pt")
+    with pytest.raises(ValueError, match="ckpt.pt: not a readable training checkpoint.*move it away"):
+        train(replace(PRESETS["tiny"], steps=1), tmp_path / "t")
+    weights = tmp_path / "w.pt"
+    torch.save({"a": {}, "x": _Payload()}, weights)
+    with pytest.raises(ValueError, match="w.pt: not a readable checkpoint"):
+        Organisms(replace(PRESETS["tiny"], weights_from=str(weights)))
+    assert not marker.exists()

@@ -70,8 +70,8 @@ def make_detect(root):
         runs.write_head_scores(run, runs.HeadScores(
             scorer="out/sum/mean", num_layers=L, num_heads=H, n_scored=2,
             variants={"out/sum/mean": variant, "in/sum/mean": variant}))
-        runs.write_overlays(run, {"s0": rng.random((L, H, len(rects))), "s0/rects": rects,
-                                  "s1": rng.random((L, H, len(rects))), "s1/rects": rects})
+        runs.write_overlays(run, {"s0": (rng.random((L, H, len(rects))), rects),
+                                  "s1": (rng.random((L, H, len(rects))), rects)})
         run.write_results({"n_scored": 2, "n_skipped": 0, "scorer": "out/sum/mean", "top_heads": ranking[:20],
                            "elapsed_seconds": 0.1})
     return d
@@ -305,7 +305,7 @@ def test_finished_detect_run_renders_as_before(report):
     assert run.finished and run.results["n_scored"] == 2 and run.head_scores["scorer"] == "out/sum/mean"
     assert "det (detect)" not in _section_html(html, "Other runs") and "demo1 (mystery)" in html
     names = [f.name for f in figures(build_sections([run], None))]
-    assert names == ["det-heatmap", "det-histogram", "det-overlay-s0", "det-overlay-s1"]
+    assert names == ["det-heatmap", "det-histogram", "det-overlay-0-s0", "det-overlay-1-s1"]
     assert _section_html(html, "Attention overlays").count("<img") == 2
     assert "INCOMPLETE" not in html and "did not finish" not in html
 

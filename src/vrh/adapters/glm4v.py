@@ -16,9 +16,10 @@ Grounding, from the model card / README of ``zai-org/GLM-V`` ("Use Cases / Groun
 
 vrh renders the chat with ``enable_thinking=False`` by default (:attr:`Glm4vAdapter.thinking`), so 4.5V/4.6V
 answer at once; 4.1V-Thinking ignores the switch and needs a larger ``--max-new-tokens``. :meth:`parse_box`
-reads only the text after the last ``</think>`` (an unclosed block means the answer never came: None), and
-inside it the first ``<|begin_of_box|>`` span when there is one. A teacher-forced answer is placed right
-after the generation prompt (and the empty think block), so detection never scores thinking tokens.
+drops the reasoning as every family does (:func:`vrh.grounding.strip_reasoning`: a box written while thinking,
+or in a block never closed, is no answer), then reads the first ``<|begin_of_box|>`` span when there is one.
+A teacher-forced answer is placed right after the generation prompt (and the empty think block), so detection
+never scores thinking tokens.
 
 Served model types: ``glm4v`` (GLM-4.1V-9B, GLM-4.6V-Flash) and ``glm46v`` (transformers' GLM-4.6V classes).
 The MoE checkpoints (GLM-4.5V, GLM-4.6V 106B: ``glm4v_moe``) are not registered yet: no tiny build tests them.
@@ -35,23 +36,8 @@ from vrh.adapters.base import Box, register_adapter
 from vrh.adapters.qwen_vl import QwenVLAdapter
 
 BOX_OPEN, BOX_CLOSE = "<|begin_of_box|>", "<|end_of_box|>"
-THINK_CLOSE = "</think>"
 # tokens that end or pad a GLM turn; decode drops them and keeps the box and think markers
 _TURN_TOKENS = ("<|endoftext|>", "<|user|>", "<|observation|>", "<|assistant|>", "<|system|>")
-
-
-def answer_part(text: str) -> str | None:
-    """What follows the thinking block: the text after the last ``</think>``, the whole text when there is no
-    block, None when a ``<think>`` was opened and never closed (generation stopped mid-thought).
-
-    >>> answer_part("<think>the dog is left</think><|begin_of_box|>[1,2,3,4]<|end_of_box|>")
-    '<|begin_of_box|>[1,2,3,4]<|end_of_box|>'
-    >>> answer_part("<think>maybe [1,2,3,4]") is None
-    True
-    """
-    if THINK_CLOSE in text:
-        return text.rsplit(THINK_CLOSE, 1)[1]
-    return None if "<think>" in text else text
 
 
 def box_span(text: str) -> str:
@@ -112,8 +98,7 @@ class Glm4vAdapter(QwenVLAdapter):
     def parse_box(self, text: str, meta: dict[str, Any], image_size: tuple[int, int]) -> Box | None:
         from vrh import grounding
 
-        answer = answer_part(text)
-        found = None if answer is None else grounding.parse_box(box_span(answer))
+        found = grounding.parse_box(box_span(grounding.strip_reasoning(text)))  # the box span of the answer
         return None if found is None else grounding.from_normalized(found[1], 1000, image_size)
 
     def format_box(self, box: Box, meta: dict[str, Any], image_size: tuple[int, int]) -> str:

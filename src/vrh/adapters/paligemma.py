@@ -60,15 +60,18 @@ def parse_loc_tokens(text: str, image_size: tuple[int, int]) -> Box | None:
     """The first valid run of four location tokens in ``text`` as an original-pixel xyxy box, else None.
 
     Valid: every bin in 0-1023 and ``y2 > y1``, ``x2 > x1``; an invalid run is skipped, like big_vision's
-    evaluator marks it invalid.
+    evaluator marks it invalid. Reasoning is dropped first, as in every family
+    (:func:`vrh.grounding.strip_reasoning`).
 
     >>> parse_loc_tokens("<loc0256><loc0000><loc1023><loc0512> red ball", (640, 100))  # doctest: +ELLIPSIS
     (0.0, 25.02..., 320.31..., 100.0)
     >>> parse_loc_tokens("<loc0500><loc0000><loc0100><loc0512>", (640, 100)) is None
     True
     """
+    from vrh import grounding
+
     width, height = image_size
-    for m in _LOC4_RE.finditer(text):
+    for m in _LOC4_RE.finditer(grounding.strip_reasoning(text)):
         y1, x1, y2, x2 = (int(g) for g in m.groups())
         if max(y1, x1, y2, x2) < BINS and y2 > y1 and x2 > x1:
             return (x1 / (BINS - 1) * width, y1 / (BINS - 1) * height,

@@ -42,6 +42,7 @@ import math
 import os
 import random
 import re
+import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -153,15 +154,39 @@ def _image_size(path: Path) -> tuple[int, int]:
         return int(im.width), int(im.height)
 
 
+def _decoded_size(path: Path) -> tuple[int, int]:
+    """The image's (width, height), after decoding all of its pixel data: a truncated or corrupt file
+    whose header reads fine fails here, at load time, not mid-run. JPEGs decode at 1/8 scale
+    (``draft``), which still reads the whole entropy-coded stream, at a fraction of the cost."""
+    from PIL import Image
+
+    with Image.open(path) as im:
+        size = int(im.width), int(im.height)
+        if im.format == "JPEG":
+            im.draft("RGB", (max(1, size[0] // 8), max(1, size[1] // 8)))
+        im.load()
+    return size
+
+
 def _text(rec: dict, key: str, required: bool) -> str | None:
     value = rec.get(key)
     if value is None:
         if required:
             raise ValueError(f"{rec.get('task')} sample needs {key!r}")
         return None
-    if not isinstance(value, str) or (required and not value.strip()):
-        raise ValueError(f"{key!r} must be a non-empty string, got {value!r}")
+    if not isinstance(value, str) or (required and not visible(value)):
+        raise ValueError(f"{key!r} must be a non-empty string with visible characters, got {value!r}")
     return value
+
+
+def visible(text: str) -> bool:
+    """Whether ``text`` has a character a reader can see: not only blanks, zero-width characters, bidi
+    controls or other format characters (Unicode categories Z*, Cc, Cf).
+
+    >>> visible("the mug"), visible("\u200b\u200e \u2067\ufeff"), visible("")
+    (True, False, False)
+    """
+    return any(not (c.isspace() or unicodedata.category(c) in ("Cc", "Cf", "Zs", "Zl", "Zp")) for c in text)
 
 
 def _box(rec: dict, size: tuple[int, int] | None) -> Box:
@@ -223,11 +248,20 @@ def _mask_path(rec: dict, folder: Path, check_images: bool) -> Path:
     value = rec.get("mask")
     if not isinstance(value, str) or not value:
         raise ValueError(f"'mask' must be a non-empty path string (a point sample needs one), got {value!r}")
-    path = Path(value).expanduser()
-    path = (path if path.is_absolute() else folder / path).resolve()
+    path = _absolute(value, folder)
     if check_images and not path.is_file():
         raise ValueError(f"mask file not found: {path}")
     return path
+
+
+def _absolute(value: str, folder: Path) -> Path:
+    """A line's path, absolute (relative paths are to the JSONL's folder); a symlink loop is a ValueError."""
+    path = Path(value).expanduser()
+    path = path if path.is_absolute() else folder / path
+    try:
+        return path.resolve()
+    except (RuntimeError, OSError) as e:  # RuntimeError: Python < 3.13's "Symlink loop from ..."
+        raise ValueError(f"cannot resolve {path}: {e}") from None
 
 
 def _parse_line(rec: Any, folder: Path, check_images: bool) -> Sample:
@@ -244,8 +278,7 @@ def _parse_line(rec: Any, folder: Path, check_images: bool) -> Sample:
         raise ValueError(f"unknown task {task!r}; expected one of {TASKS}")
     if not isinstance(rec["image"], str) or not rec["image"]:
         raise ValueError(f"'image' must be a non-empty path string, got {rec['image']!r}")
-    image_path = Path(rec["image"]).expanduser()
-    image_path = (image_path if image_path.is_absolute() else folder / image_path).resolve()
+    image_path = _absolute(rec["image"], folder)
 
     grounding = task == "grounding"
     expression = _text(rec, "expression", required=grounding)
@@ -255,8 +288,8 @@ def _parse_line(rec: Any, folder: Path, check_images: bool) -> Sample:
         raise ValueError(f"unknown box_format {rec['box_format']!r}; expected one of {BOX_FORMATS}")
     if grounding and "answer_type" in rec:
         raise ValueError("'answer_type' applies to vqa samples only")
-    if grounding and "box" not in rec:
-        raise ValueError("grounding sample needs 'box'")
+    if grounding and rec.get("box") is None:
+        raise ValueError("grounding sample needs 'box'" + (" (it is null)" if "box" in rec else ""))
     has_box = rec.get("box") is not None
 
     size = None
@@ -265,7 +298,7 @@ def _parse_line(rec: Any, folder: Path, check_images: bool) -> Sample:
         if not image_path.is_file():
             raise ValueError(f"image file not found: {image_path}")
         try:
-            size = _image_size(image_path)
+            size = _decoded_size(image_path) if check_images else _image_size(image_path)
         except Exception as e:  # noqa: BLE001 - PIL raises many types for unreadable files
             raise ValueError(f"cannot read image {image_path}: {e}") from None
     box = _box(rec, size) if has_box else None
@@ -297,17 +330,24 @@ def load_dataset(path: str | os.PathLike, *, limit: int | None = None, check_ima
         raise ValueError(f"limit must be >= 0, got {limit}")
     path = Path(path)
     if not path.is_file():
+        if path.is_symlink():
+            raise FileNotFoundError(f"dataset file {path} is a symlink that leads nowhere (a loop, or a missing target)")
         raise FileNotFoundError(f"dataset file not found: {path}")
     report = LoadReport(path=path)
     samples = Samples(report=report)
     first_line: dict[str, int] = {}  # id -> line it was first seen on
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, start=1):
             if limit is not None and len(samples) >= limit:
                 break
-            if not line.strip():
-                continue
             try:
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise ValueError(f"not UTF-8 (byte 0x{raw[e.start]:02x} at column {e.start + 1}); "
+                                     "JSONL files must be UTF-8") from None
+                if not line.strip():
+                    continue
                 try:
                     rec = json.loads(line)
                 except json.JSONDecodeError as e:

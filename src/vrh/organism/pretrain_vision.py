@@ -32,6 +32,7 @@ from vrh.organism import world
 from vrh.organism.batches import COLOUR_IDX, SHAPE_IDX, SIZE_IDX, dense_targets, pixels  # noqa: F401 (re-exported)
 from vrh.organism.model import VisionArch, build_model
 from vrh.organism.processor import ImageSpec
+from vrh.runs import load_torch_file
 
 class DenseHeads(nn.Module):
     """Linear read-outs from each patch feature (discarded after pretraining)."""
@@ -98,7 +99,7 @@ def pretrain(arch: VisionArch, out_dir: str | Path, steps: int = 1500, bs: int =
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
     ckpt, step = out / "vision_ckpt.pt", 0
     if ckpt.exists():
-        st = torch.load(ckpt, weights_only=False)
+        st = load_torch_file(ckpt, what="vision pretraining checkpoint")
         tower.load_state_dict(st["tower"]), heads.load_state_dict(st["heads"]), opt.load_state_dict(st["opt"])
         step = st["step"]
         print(f"resumed vision pretraining at step {step}", flush=True)

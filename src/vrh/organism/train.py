@@ -39,6 +39,7 @@ from typing import Any
 import torch
 
 from vrh.organism import world
+from vrh.runs import load_torch_file
 from vrh.organism.checkpoint import write_adapter_settings
 from vrh.organism.batches import TrainBatch, train_batch
 from vrh.organism.evaluate import grounding_accuracy, vqa_accuracy
@@ -434,7 +435,7 @@ class Organisms:
         cfg = self.cfg
         for model, path in ((self.a, cfg.vision_init_a), (self.b, cfg.vision_init_b)):
             if model is not None and path:
-                model.model.vision_tower.load_state_dict(torch.load(_resolve(path), weights_only=True))
+                model.model.vision_tower.load_state_dict(load_torch_file(_resolve(path)))
             if model is not None and cfg.freeze_vision:
                 model.model.vision_tower.requires_grad_(False)
         if cfg.projector_whiten:
@@ -442,7 +443,7 @@ class Organisms:
                 if model is not None:
                     whiten_projector(model, cfg.image_size, seed)
         if cfg.weights_from and self._load_inits:
-            st = torch.load(_resolve(cfg.weights_from), weights_only=False)
+            st = load_torch_file(_resolve(cfg.weights_from))
             for tag, model in (("a", self.a), ("b", self.b)):
                 if model is not None and st.get(tag) is not None:
                     model.load_state_dict(st[tag])
@@ -450,7 +451,7 @@ class Organisms:
                 self.box_ema = st["box_ema"].clone()
             print(f"weights initialised from {cfg.weights_from} (its step {st['step']})", flush=True)
         if cfg.lm_init and self._load_inits:
-            st = torch.load(_resolve(cfg.lm_init), weights_only=False)["a"]
+            st = load_torch_file(_resolve(cfg.lm_init))["a"]
             for model in self.models():
                 keys = {k: v for k, v in st.items() if k.startswith(("model.language_model.", "lm_head."))}
                 missing = model.load_state_dict(keys, strict=False)
@@ -585,14 +586,15 @@ def train(config: TrainConfig, out_dir: str | Path, resume: bool = True, workers
     ckpt = out / "ckpt.pt"
     org = Organisms(config, load_inits=not (resume and ckpt.exists()))
     if resume and ckpt.exists():
+        state = load_torch_file(ckpt, what="training checkpoint", fix="move it away to start this run afresh")
         try:
-            org.load(torch.load(ckpt, weights_only=False))
+            org.load(state)
         except (ValueError, RuntimeError) as e:  # e.g. a parameter set changed since it was written
             raise SystemExit(f"{ckpt} was written by a run with another model/parameter set than this config "
                              f"({e}); move it away to start this run afresh") from e
         print(f"resumed from {ckpt} at step {org.step}", flush=True)
     elif config.init_from:
-        org.load(torch.load(_resolve(config.init_from), weights_only=False))
+        org.load(load_torch_file(_resolve(config.init_from)))
         print(f"continuing {config.init_from} (step {org.step}) under this run's config", flush=True)
     (out / "config.json").write_text(json.dumps(asdict(config), indent=1))
     t0, last_ckpt = time.time(), org.step
@@ -638,7 +640,7 @@ def _lm_siblings(cfg: TrainConfig, tag: str, has_b: bool) -> list[str]:
     out = [f"{cfg.name}_{t}" for t in ("a", "b") if t != tag and (t == "a" or has_b)]
     if cfg.lm_init:
         try:
-            src = torch.load(_resolve(cfg.lm_init), weights_only=False, map_location="cpu").get("config", {})
+            src = load_torch_file(_resolve(cfg.lm_init), map_location="cpu").get("config", {})
             name = src.get("export_name_a") or f"{src.get('name', '?')}_a"
         except FileNotFoundError:  # a clone that resumed this run from its own checkpoint: name the phase
             name = Path(cfg.lm_init).parent.name
@@ -705,7 +707,7 @@ def main(argv: list[str] | None = None) -> int:
                + (f" --steps {args.steps}" if args.steps is not None else ""))
     if args.export_only:
         org = Organisms(cfg)
-        org.load(torch.load(Path(args.out) / "ckpt.pt", weights_only=False))
+        org.load(load_torch_file(Path(args.out) / "ckpt.pt"))
     else:
         org = train(cfg, args.out, resume=not args.no_resume)
     export(org, args.export_to or Path(args.out) / "export", n_eval=args.eval_n, command=command)

@@ -7,6 +7,11 @@ results, head scores, samples, overlays), and writes into ``out_dir``:
   scripts, fonts or external URLs) that can be mailed or archived and still shows everything;
 * ``report.md`` with its figures as PNGs in ``out_dir/figures/``, for reading in a repository.
 
+Every file is first written under a temporary name and renamed into place only once all of them were
+written, so a report that fails midway (a full disk) leaves the previous report as it was. Figures are
+built with matplotlib's mathtext and TeX off (:data:`vrh.report.style.PLAIN_TEXT`): run names and
+expressions are user text, and a ``$`` in one must not be parsed as math (or fail the whole report).
+
 A run whose results were not written did not finish: it is marked INCOMPLETE in the summary and in a
 warning at the top, and a report of nothing but unfinished runs is refused (ValueError). Results of a newer
 schema than :data:`vrh.runs.SCHEMA_VERSION` get a warning; runs without ``schema_version`` are version 1.
@@ -55,14 +60,17 @@ section; any other command lands in "Other runs" until a renderer is added here.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+
+import matplotlib
 
 from vrh.report import characterize, emergence, sections
 from vrh.report.document import Section, Text, figures, render_html, render_markdown
 from vrh.report.kchoice import KChoice, report_k
 from vrh.report.load import load_runs
 from vrh.report.notes import report_notices
+from vrh.report.style import PLAIN_TEXT
 
 HTML_NAME = "report.html"
 MD_NAME = "report.md"
@@ -73,10 +81,12 @@ def build_sections(runs, k: int | KChoice | None) -> list[Section]:
     """Every section with something to show, in reading order. ``k``: the user's ``--k``, or None for
     the k the runs recorded (:func:`vrh.report.kchoice.report_k`)."""
     kc = k if isinstance(k, KChoice) else report_k(runs, k)
-    parts = [characterize.demo_section(runs), sections.summary_section(runs), sections.scores_section(runs, kc),
-             sections.kcurve_section(runs), sections.outcome_section(runs), sections.overlay_section(runs, kc),
-             characterize.transfer_section(runs), characterize.stability_section(runs),
-             characterize.compare_section(runs), emergence.emergence_section(runs), characterize.other_section(runs)]
+    with matplotlib.rc_context(PLAIN_TEXT):  # every figure is drawn (to PNG) inside its section builder
+        parts = [characterize.demo_section(runs), sections.summary_section(runs), sections.scores_section(runs, kc),
+                 sections.kcurve_section(runs), sections.outcome_section(runs), sections.overlay_section(runs, kc),
+                 characterize.transfer_section(runs), characterize.stability_section(runs),
+                 characterize.compare_section(runs), emergence.emergence_section(runs),
+                 characterize.other_section(runs)]
     return [p for p in parts if p is not None]
 
 
@@ -107,9 +117,10 @@ def build_report(run_dirs: Sequence[str | Path], out_dir: str | Path, *, k: int 
     intro = [Text(f"{len(runs)} run folder(s): " + ", ".join(f"{r.name} ({r.command})" for r in runs) + ". "
                   "Heads are (layer, head), 0-based. Accuracies in %."), *report_notices(runs), *k_notice(kc, runs)]
     html_path, md_path, fig_dir = out_dir / HTML_NAME, out_dir / MD_NAME, out_dir / FIG_DIR
-    md = render_markdown(title, intro, secs, fig_dir, FIG_DIR)
-    _write_text(md_path, md)
-    _write_text(html_path, render_html(title, intro, secs))
+    md, figs = render_markdown(title, intro, secs, FIG_DIR)
+    fig_dir.mkdir(exist_ok=True)
+    _write_all({**{fig_dir / name: png for name, png in figs.items()}, md_path: md.encode("utf-8"),
+                html_path: render_html(title, intro, secs).encode("utf-8")})
     return {"html": html_path, "md": md_path, "figures": fig_dir}
 
 
@@ -127,10 +138,19 @@ def k_notice(kc: KChoice, runs) -> list[Text]:
     return []
 
 
-def _write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+def _write_all(files: Mapping[Path, bytes]) -> None:
+    """Write every file under ``<name>.tmp`` first and rename them into place only once all were written:
+    a write that fails (a full disk) leaves every previous file as it was and no temporary behind."""
+    staged: list[Path] = []
+    try:
+        for path, data in files.items():
+            staged.append(path.with_name(path.name + ".tmp"))  # before the write: a torn one is removed too
+            staged[-1].write_bytes(data)
+        for path, tmp in zip(files, staged):
+            tmp.replace(path)
+    finally:
+        for tmp in staged:
+            tmp.unlink(missing_ok=True)  # nothing left of the renamed ones
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

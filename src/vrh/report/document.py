@@ -2,9 +2,14 @@
 self-contained HTML page and as Markdown with PNGs beside it.
 
 Section renderers build these blocks once; the two writers below are the only places that know HTML or
-Markdown. The HTML writer escapes every piece of text and embeds every figure as a base64 ``data:`` URI
-with inline CSS and no scripts, fonts or links to anywhere, so the page can be mailed, archived or opened
-offline and still show everything. Every table fits a 700-px-wide window without scrolling sideways:
+Markdown. All text of the model is plain text, and much of it is the user's (run folder names, sample
+ids, expressions, config values, the title), so both writers escape every piece of it: the HTML writer
+with :func:`html.escape`, the Markdown writer with :func:`md_text`, so that planted ``<script>``,
+``![x](http://...)`` or ``[a](javascript:...)`` renders as those characters and never as HTML, an image
+or a link. The Markdown writer returns the figure files instead of writing them, so that the caller can
+write a whole report at once (:mod:`vrh.report.build`). The HTML writer embeds every figure as a base64
+``data:`` URI with inline CSS and no scripts, fonts or links to anywhere, so the page can be mailed,
+archived or opened offline and still show everything. Every table fits a 700-px-wide window without scrolling sideways:
 cells holding a long unbroken token (a path, a hash, a timestamp) may break anywhere (``overflow-wrap:
 anywhere`` also lowers the table's minimum width), numbers never break, words break only between them,
 and tables tighten on narrow windows.
@@ -16,7 +21,6 @@ import base64
 import html
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 
 
 @dataclass
@@ -67,8 +71,14 @@ def numeric_columns(t: Table) -> list[bool]:
     return out
 
 
-def slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_") or "x"
+def slug(text: str, limit: int = 80) -> str:
+    """``text`` as a file-name-safe stem of at most ``limit`` characters: a file name holds 255 bytes and a
+    sample id can be kilobytes. Different texts may share a slug; names that must differ add an index.
+
+    >>> slug("run 1/s0"), len(slug("x" * 10_000))
+    ('run_1_s0', 80)
+    """
+    return (re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_") or "x")[:limit]
 
 
 CSS = """
@@ -142,42 +152,72 @@ def render_html(title: str, intro: list, sections: list[Section]) -> str:
             f"<body><h1>{html.escape(title)}</h1>\n{body}\n</body></html>\n")
 
 
-def _md_cell(text) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+_MD_PUNCT = re.compile(r"([\\`*\[\]!|~#])")  # what builds links, images, emphasis, code, cells, headings
+_MD_UNDERSCORES = re.compile(r"_+")  # emphasis too, except between two letters or digits (snake_case)
+_MD_LIST = re.compile(r"^(\d{1,9}(?=[.)])|(?=[-+]))")  # a paragraph starting so would be a list item
 
 
-def _md_block(b, fig_dir: Path, rel: str, out: list[str]) -> None:
+def md_text(text) -> str:
+    r"""Plain text as Markdown that renders as exactly that text, on one line: ``& < >`` as HTML entities
+    (no raw HTML, no ``<...>`` autolink) and the punctuation that builds links, images, emphasis, code
+    spans, table cells and headings backslash-escaped.
+
+    >>> print(md_text("<img src=x onerror=alert(1)> ![x](http://e/x.png) a|b *c* _d_ p_img"))
+    &lt;img src=x onerror=alert(1)&gt; \!\[x\](http://e/x.png) a\|b \*c\* \_d\_ p_img
+    """
+    one_line = re.sub(r"[\r\n]+", " ", str(text)).strip()  # leading blanks would make a code block
+    return _MD_UNDERSCORES.sub(_md_underscores, _MD_PUNCT.sub(r"\\\1", html.escape(one_line, quote=False)))
+
+
+def _md_underscores(m: re.Match) -> str:
+    s, i, j = m.string, m.start(), m.end()
+    inside_word = 0 < i and j < len(s) and s[i - 1].isalnum() and s[j].isalnum()  # never emphasis (CommonMark)
+    return m.group() if inside_word else "\\_" * (j - i)
+
+
+def _md_paragraph(text) -> str:
+    """:func:`md_text` of a paragraph, with a backslash where it would start a list (``- x``, ``1. x``)."""
+    return _MD_LIST.sub(r"\1\\", md_text(text), count=1)
+
+
+def _md_block(b, rel: str, out: list[str], files: dict[str, bytes]) -> None:
     if isinstance(b, Text):
-        out.append(f"> **Warning:** {b.text}" if b.warn else f"*{b.text}*" if b.muted else b.text)
+        out.append(f"> **Warning:** {md_text(b.text)}" if b.warn else f"*{md_text(b.text)}*" if b.muted
+                   else _md_paragraph(b.text))
     elif isinstance(b, Table):
         if b.caption:
-            out.append(f"**{_md_cell(b.caption)}**\n")
-        lines = ["| " + " | ".join(_md_cell(c) for c in b.columns) + " |",
+            out.append(f"**{md_text(b.caption)}**\n")
+        lines = ["| " + " | ".join(md_text(c) for c in b.columns) + " |",
                  "|" + "|".join("---:" if x else "---" for x in numeric_columns(b)) + "|"]
-        lines += ["| " + " | ".join(_md_cell(c) for c in r) + " |" for r in b.rows]
+        lines += ["| " + " | ".join(md_text(c) for c in r) + " |" for r in b.rows]
         out.append("\n".join(lines))
     elif isinstance(b, Fig):
-        (fig_dir / f"{b.name}.png").write_bytes(b.png)
-        out.append(f"![{_md_cell(b.caption or b.name)}]({rel}/{b.name}.png)")
+        base = slug(b.name, 200)  # names are slugs already (<= 80 + suffix); 255 bytes hold "-2.png.tmp" too
+        stem, n = base, 2
+        while f"{stem}.png" in files:  # two figures of one name: the second would replace the first
+            stem, n = f"{base}-{n}", n + 1
+        files[f"{stem}.png"] = b.png
+        out.append(f"![{md_text(b.caption or b.name)}]({rel}/{stem}.png)")
         if b.caption:
-            out.append(f"*{b.caption}*")
+            out.append(f"*{md_text(b.caption)}*")
     elif isinstance(b, Section):
-        out.append("#" * min(max(b.level, 2), 4) + " " + b.title)
+        out.append("#" * min(max(b.level, 2), 4) + " " + md_text(b.title))
         for c in b.blocks:
-            _md_block(c, fig_dir, rel, out)
+            _md_block(c, rel, out, files)
     else:
         raise TypeError(f"unknown block {type(b).__name__}")
 
 
-def render_markdown(title: str, intro: list, sections: list[Section], fig_dir: Path, rel: str = "figures") -> str:
-    """Markdown text; writes each figure to ``fig_dir/<name>.png`` and links it as ``rel/<name>.png``."""
-    fig_dir.mkdir(parents=True, exist_ok=True)
-    out = [f"# {title}"]
+def render_markdown(title: str, intro: list, sections: list[Section],
+                    rel: str = "figures") -> tuple[str, dict[str, bytes]]:
+    """Markdown text, linking each figure as ``rel/<name>.png``, and ``{file name: PNG bytes}`` of those
+    figures for the caller to write into ``rel`` (nothing is written here)."""
+    out, files = [f"# {md_text(title)}"], {}
     for b in intro:
-        _md_block(b, fig_dir, rel, out)
+        _md_block(b, rel, out, files)
     for s in sections:
-        _md_block(s, fig_dir, rel, out)
-    return "\n\n".join(out) + "\n"
+        _md_block(s, rel, out, files)
+    return "\n\n".join(out) + "\n", files
 
 
 def figures(sections: list) -> list[Fig]:

@@ -8,7 +8,9 @@ colour scale (the lowest to the highest head-averaged attention over all its pan
 colour bar), so a panel whose heads attend weakly looks faint: normalising each panel to its own peak made
 "all but the top-k" look as bright as the top-k. Low attention is faded out so the image stays visible;
 each title gives the panel's peak value and the share of attention that falls on visual tokens whose cell
-centre lies inside the ground-truth box.
+centre lies inside the ground-truth box. Which image a sample's overlay may show is decided by the
+report (:func:`vrh.report.sections.overlay_image`); this module draws the array it is given, or an
+"image not found" panel.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import numpy as np
 from matplotlib import colormaps
 from matplotlib.cm import ScalarMappable
 from matplotlib.colors import Normalize
+from PIL import Image
 
 from vrh.report.style import BASELINE_COLOR, TITLE_SIZE, new_figure, to_png, wrap_title
 
@@ -29,11 +32,14 @@ PRED_COLOR = "#00b0ff"  # cyan, so it is never read as "VRH red"
 MAX_SIDE = 448  # pixels of the drawn image / attention raster: enough to read, small enough to embed
 
 
-def _load_image(path: str | Path | None) -> np.ndarray | None:
-    if not path or not Path(path).is_file():
-        return None
-    from PIL import Image
+# what PIL raises for a file it cannot decode: not an image (UnidentifiedImageError is an OSError),
+# truncated (OSError), broken chunks (SyntaxError, EOFError in some plugins), too many pixels
+UNREADABLE = (OSError, ValueError, SyntaxError, EOFError, Image.DecompressionBombError)
 
+
+def load_image(path: str | Path) -> np.ndarray:
+    """The image at ``path`` as ``[H, W, 3]`` uint8 RGB, decoded in full here, so that a truncated file
+    fails now with a reason rather than while drawing. Raises one of :data:`UNREADABLE`."""
     with Image.open(path) as im:
         return np.asarray(im.convert("RGB"))
 
@@ -98,15 +104,16 @@ def _box(ax, box, color, style, label):
                            linestyle=style, label=label))
 
 
-def attention_overlay(att: np.ndarray, rects: np.ndarray, top: Sequence[Sequence[int]], *, image: str | Path | None,
+def attention_overlay(att: np.ndarray, rects: np.ndarray, top: Sequence[Sequence[int]], *, image: np.ndarray | None,
                       gt_box: Sequence[float] | None, pred_box: Sequence[float] | None, title: str) -> bytes:
     """Input image plus three overlays (all heads / top-k VRHs / all but top-k) with GT (green, solid) and
-    predicted (cyan, dashed) boxes on every panel. ``att``: ``[L, H, V]``; ``rects``: ``[V, 4]`` xyxy."""
+    predicted (cyan, dashed) boxes on every panel. ``att``: ``[L, H, V]``; ``rects``: ``[V, 4]`` xyxy;
+    ``image``: ``[H, W, 3]`` RGB (:func:`load_image`), or None for an "image not found" panel."""
     att = np.asarray(att, dtype=float)
     rects = np.asarray(rects, dtype=float)
     if att.ndim != 3 or rects.shape != (att.shape[2], 4):
         raise ValueError(f"overlay needs att [L, H, V] and rects [V, 4]; got {att.shape} and {rects.shape}")
-    img = _load_image(image)
+    img = None if image is None else np.asarray(image)
     if img is not None:
         height, width = img.shape[:2]
     else:

@@ -20,7 +20,8 @@ from matplotlib.ticker import MaxNLocator
 from vrh.report.load import is_num
 from vrh.report.overlay import attention_overlay
 from vrh.report.style import (BASELINE_COLOR, OTHER_COLORS, OUTCOME_COLORS, OUTCOME_LABELS, RANDOM_COLOR,
-                              TITLE_SIZE, VRH_COLOR, VRH_LIGHT, curve_style, new_figure, to_png, wrap_title)
+                              TITLE_SIZE, VRH_COLOR, VRH_LIGHT, curve_style, new_figure, plain_log_ticks, to_png,
+                              wrap_title)
 from vrh.sparsity import DEFAULT_THRESHOLDS
 
 
@@ -88,8 +89,10 @@ def score_histogram(scores, *, title: str, thresholds: Sequence[float] = DEFAULT
     ax.bar(edges[:-1], counts, width=np.diff(edges), align="edge", color=VRH_COLOR, alpha=0.75,
            edgecolor="white", linewidth=0.3, label=label)
     ax.set_xscale("log")
+    plain_log_ticks(ax.xaxis)
     if counts.size and counts.max() > 0:
         ax.set_yscale("log")
+        plain_log_ticks(ax.yaxis)
         ax.set_ylim(0.8, counts.max() * 2)
     colors = [BASELINE_COLOR, "#1f77b4", "#2ca02c", "#9467bd"]
     for i, t in enumerate(thresholds):

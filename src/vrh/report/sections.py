@@ -4,6 +4,11 @@ Each ``*_section(runs, k)`` takes every loaded run, picks the ones it understand
 returns a :class:`~vrh.report.document.Section`, or ``None`` when it has nothing to show (the report then
 leaves the heading out rather than printing an empty one). Characterisation sections (transfer, stability,
 compare, unknown commands) are in :mod:`vrh.report.characterize`.
+
+An attention overlay embeds only an image the run names (:func:`overlay_image`): its dataset's image for
+the sample, or a file inside the run folder. A samples record can name any path (``/etc/passwd``,
+``../private/photo.png``); such an image, and a missing or unreadable one, is left out of the overlay and
+named in one line under the section, never raised.
 """
 
 from __future__ import annotations
@@ -12,10 +17,11 @@ from pathlib import Path
 
 import numpy as np
 
-from vrh.report import plots
+from vrh.data import load_dataset
+from vrh.report import overlay, plots
 from vrh.report.document import Fig, Section, Table, Text, slug
 from vrh.report.kchoice import KChoice
-from vrh.report.load import Run, at, is_num, num, pct, pm, sample_kind
+from vrh.report.load import Run, at, is_num, num, pct, pm, sample_kind, short
 from vrh.report.notes import random_control_blocks
 from vrh.sparsity import DEFAULT_THRESHOLDS, sparsity_summary
 
@@ -259,28 +265,77 @@ def outcome_section(runs: list[Run]) -> Section | None:
 
 
 # --- attention overlays -------------------------------------------------------------------------------
+def dataset_images(run: Run) -> tuple[dict[str, Path], str]:
+    """``{sample id: image path}`` of the dataset the run's config names (``data.path``), and why it is
+    empty when the run names one that cannot be read here ("" otherwise)."""
+    data = run.config.get("data")
+    path = data.get("path") if isinstance(data, dict) else data
+    if not isinstance(path, str) or not path:
+        return {}, ""
+    try:
+        samples = load_dataset(path, check_images=False, on_error="skip")
+    except (OSError, ValueError) as e:  # not found, unreadable, not text
+        return {}, f"its dataset is not readable here: {e}"
+    return {s.id: Path(s.image_path) for s in samples}, ""
+
+
+def _inside_run(run: Run, image) -> Path | None:
+    """``image`` (a record's path, relative to the run folder) resolved, if it lies inside the run folder
+    after ``..`` and symlinks are followed; else None."""
+    if not isinstance(image, str) or not image:
+        return None
+    try:
+        root, path = run.path.resolve(), (run.path / image).resolve()
+    except (OSError, ValueError, RuntimeError):  # a NUL byte; a symlink loop (RuntimeError before 3.13)
+        return None
+    return path if path.is_relative_to(root) else None
+
+
+def overlay_image(run: Run, sid: str, record: dict, named: dict[str, Path],
+                  why_unnamed: str = "") -> tuple[np.ndarray | None, str]:
+    """The image an overlay of sample ``sid`` may show, or None and why not.
+
+    Only images the run names are embedded: the image that the run's dataset (``named``,
+    :func:`dataset_images`) gives ``sid``, never the record's path for it; else a record path inside the
+    run folder. ``why_unnamed`` is added to the reason when neither applies."""
+    path = named[sid] if sid in named else _inside_run(run, record.get("image"))
+    if path is None:
+        return None, "not named by the run's dataset nor inside the run folder" + (
+            f"; {why_unnamed}" if why_unnamed else "")
+    try:
+        if not path.is_file():
+            return None, f"not found: {path}"
+        return overlay.load_image(path), ""
+    except overlay.UNREADABLE as e:
+        return None, f"unreadable: {e}"
+
+
 def overlay_section(runs: list[Run], kc: KChoice) -> Section | None:
     s = Section("Attention overlays")
     s.add(Text("Mean attention from the output tokens onto the image (Fig. A1): all heads, the top-k VRHs, "
                "and all other heads. Green: ground-truth box; cyan dashed: the model's predicted box."))
+    left_out = []  # "run/sample (why)" of every overlay drawn without its image
     for run in (r for r in runs if r.command == "detect" and r.overlays):
         records = {str(rec.get("id")): rec for rec in run.samples}
         ranking = (run.head_scores or {}).get("ranking") or []
-        for sid, (att, rects) in list(run.overlays.items())[:MAX_OVERLAYS]:
+        named, why_unnamed = dataset_images(run)
+        for i, (sid, (att, rects)) in enumerate(list(run.overlays.items())[:MAX_OVERLAYS]):
             rec = records.get(sid, {})
             if att.ndim != 3:
-                s.add(Text(f"{run.name}/{sid}: no visual-token cells stored; skipped.", muted=True))
+                s.add(Text(f"{run.name}/{short(sid)}: no visual-token cells stored; skipped.", muted=True))
                 continue
             kk = kc.for_heads(att.shape[0] * att.shape[1])
             what = rec.get("expression") or rec.get("question") or ""
-            title = f"{run.name} / {sid}" + (f': "{what}"' if what else "") + \
+            title = f"{run.name} / {short(sid)}" + (f': "{what}"' if what else "") + \
                 (f"  (IoU {rec['iou']:.2f}, {rec.get('outcome')})" if is_num(rec.get("iou")) else "")
-            image = rec.get("image")
-            if image and not Path(image).is_absolute() and not Path(image).exists():
-                image = str(run.path / image)  # tolerate records written relative to the run
+            image, why = overlay_image(run, sid, rec, named, why_unnamed)
+            if image is None:
+                left_out.append(f"{run.name}/{short(sid)} ({why})")
             png = plots.attention_overlay(att, rects, ranking[:kk], image=image, gt_box=rec.get("gt_box"),
                                           pred_box=rec.get("pred_box"), title=title)
-            s.add(Fig(f"{slug(run.name)}-overlay-{slug(sid)}", png,
+            s.add(Fig(f"{slug(run.name)}-overlay-{i}-{slug(sid)}", png,  # the index: ids may share a slug
                       f"Sample {sid}; {kc.caption(att.shape[0] * att.shape[1])} of {run.name}. The three "
                       "attention panels share one colour scale."))
+    if left_out:
+        s.add(Text(f"{len(left_out)} overlay image(s) not embedded: " + "; ".join(left_out) + ".", muted=True))
     return s if len(s.blocks) > 1 else None

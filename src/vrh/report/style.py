@@ -3,7 +3,8 @@
 Kept in one place so every figure uses the same colour for the same meaning (VRH red, random grey,
 unmasked baseline dashed black, outcome colours) and so figure modules can share it without importing
 each other. Figures use the Agg canvas directly (never pyplot): no global backend switch, no leaked
-figures, headless-safe.
+figures, headless-safe. All figure text is plain text (:data:`PLAIN_TEXT`): titles, labels and legends
+carry run names and expressions, where a ``$`` is a character, not the start of mathtext.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import textwrap
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import LogFormatter
 
 VRH_COLOR = "#d62728"
 VRH_LIGHT = "#f4a3a3"
@@ -26,6 +28,9 @@ LINESTYLES = ["-", "--", ":", "-."]
 MARKERS = ["D", "v", "P", "X", "<", ">", "h", "*"]
 DPI = 110
 TITLE_SIZE = 10
+# rcParams the report's figures are built under (text artists read them when created, tick labels at draw);
+# the report writes no mathtext itself, and log axes get plain labels (plain_log_ticks)
+PLAIN_TEXT = {"text.parse_math": False, "text.usetex": False}
 
 
 def wrap_title(text: str, width_in: float, fontsize: float = TITLE_SIZE) -> str:
@@ -40,6 +45,13 @@ def curve_style(i: int) -> dict:
     cycle still differ in dash and marker, so no two curves of one figure look alike."""
     return dict(color=OTHER_COLORS[i % len(OTHER_COLORS)], linestyle=LINESTYLES[(i // len(OTHER_COLORS)) % 4],
                 marker=MARKERS[(i + i // len(OTHER_COLORS)) % len(MARKERS)])
+
+
+def plain_log_ticks(axis) -> None:
+    """Label a log ``axis`` in plain text (``1e−03``): matplotlib's default log labels are mathtext
+    (``$\\mathdefault{10^{-3}}$``), shown as those characters under :data:`PLAIN_TEXT`."""
+    axis.set_major_formatter(LogFormatter())
+    axis.set_minor_formatter(LogFormatter(labelOnlyBase=False))  # as the default: minor labels on short axes
 
 
 def new_figure(width: float, height: float) -> Figure:
