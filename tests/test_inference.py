@@ -79,3 +79,11 @@ def test_reachable_hub_is_left_to_transformers(empty_cache, monkeypatch):
 def test_invalid_id_is_named(empty_cache, no_probe):
     with pytest.raises(FileNotFoundError, match="neither an existing folder nor a valid hub id"):
         load_model("not/a/hub/id")
+
+
+def test_an_unknown_organism_lists_the_shipped_ones():
+    from vrh.inference import resolve_model_path
+
+    with pytest.raises(FileNotFoundError, match="no organism 'organism_z' here; this install has organism:organism_a"):
+        resolve_model_path("organism:organism_z")
+    assert resolve_model_path("organism").endswith("organism_a")

@@ -28,12 +28,16 @@ _TRUE = {"1", "ON", "YES", "TRUE"}  # how huggingface_hub and transformers read 
 def organism_path(name: str = "") -> Path:
     """Folder of the shipped model organism checkpoint (``vrh/organism/checkpoints/<name>``)."""
     root = Path(__file__).resolve().parent / "organism" / "checkpoints"
-    if name:
-        return root / name
     found = sorted(p for p in root.iterdir() if (p / "config.json").exists()) if root.exists() else []
     if not found:
         raise FileNotFoundError(f"no organism checkpoint shipped under {root}")
-    return found[0]
+    if not name:
+        return found[0]
+    if not (root / name / "config.json").exists():
+        have = ", ".join(f"{ORGANISM_ALIAS}:{p.name}" for p in found)
+        raise FileNotFoundError(f"no organism {name!r} here; this install has {have} (an installed wheel ships "
+                                "organism_a only; the others are in a source checkout of vrh)")
+    return root / name
 
 
 def resolve_model_path(model: str) -> str:
