@@ -41,8 +41,11 @@ from pathlib import Path
 
 from vrh.inference import resolve_model_path
 
-path = Path(resolve_model_path(sys.argv[1]))
-print(path if (path / "config.json").is_file() else "")
+try:
+    path = Path(resolve_model_path(sys.argv[1]))
+except FileNotFoundError:  # organism:NAME that this install does not have
+    path = None
+print(path if path is not None and (path / "config.json").is_file() else "")
 PY
 }
 C_DIR=$(model_dir "$C")

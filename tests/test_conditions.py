@@ -21,6 +21,21 @@ def test_random_outside_never_draws_excluded_heads_and_names_k():
         cond.random_outside(4, 8, 17, 0, outside=[(l, h) for l in range(2) for h in range(8)])
 
 
+def test_check_room_is_the_one_rule_and_names_the_option():
+    assert cond.check_room(4, 2, 4) == 4  # up front: any 4 top heads leave 4 of 8
+    with pytest.raises(ValueError, match=r"--ks 5: no room for 5 random heads outside the top 5 of 8 heads; "
+                                         r"use k <= 4"):
+        cond.check_room(5, 2, 4, "--ks")
+    with pytest.raises(ValueError, match=r"--ks 9 is outside \[0, 8\]"):  # the range check comes first
+        cond.check_room(9, 2, 4, "--ks")
+    top = [(0, 0), (0, 1), (1, 0)]
+    assert cond.check_room(2, 2, 4, outside=top, exclude_layers=[0]) == 3
+    with pytest.raises(ValueError, match=r"--k 4: only 3 heads are eligible .* and layers \[0\]\); use a smaller k"):
+        cond.check_room(4, 2, 4, outside=top, exclude_layers=[0])
+    rc = cond.random_controls(2, 4, 2, (0, 1), outside=top, exclude_layers=[0])  # the same count
+    assert rc.n_eligible == 3 and all(set(c.heads) <= {(1, 1), (1, 2), (1, 3)} for c in rc.conditions)
+
+
 def test_random_controls_report_identical_draws():
     top16 = [(l, h) for l in range(2) for h in range(8)]
     rc = cond.random_controls(4, 8, 16, (0, 1, 2), outside=top16)

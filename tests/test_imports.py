@@ -99,3 +99,13 @@ def test_command_modules_import_only_options_at_module_level():
                 assert node.module == "vrh.options", f"{path.name} imports {node.module} at module level"
             if isinstance(node, ast.Import):
                 assert not any(a.name.startswith(("vrh", "torch")) for a in node.names), path.name
+
+
+def test_the_cli_imports_without_torch():
+    """``vrh --help`` builds every parser (--mask-mode's choices come from vrh.masking) without torch."""
+    import subprocess
+    import sys
+
+    code = "import sys, vrh.cli; vrh.cli.build_parser(); print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"

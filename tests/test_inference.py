@@ -87,3 +87,17 @@ def test_an_unknown_organism_lists_the_shipped_ones():
     with pytest.raises(FileNotFoundError, match="no organism 'organism_z' here; this install has organism:organism_a"):
         resolve_model_path("organism:organism_z")
     assert resolve_model_path("organism").endswith("organism_a")
+
+
+def test_a_typo_of_the_organism_alias_is_pointed_out(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(FileNotFoundError, match="did you mean 'organism'\\?"):
+        load_model("organsim")
+    with pytest.raises(FileNotFoundError, match="did you mean 'organism:organism_a'\\?"):
+        load_model("organism_a")
+
+
+def test_loading_in_a_log_prints_no_library_bars(capfd):
+    """Not a terminal (as under pytest): transformers' "Loading weights" bar is silenced, one line per message."""
+    load_model("organism")
+    assert "Loading weights" not in capfd.readouterr().err

@@ -1,4 +1,5 @@
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -430,3 +431,39 @@ def test_per_row_nests_with_mask_heads(model):
         assert torch.equal(got[0], logits(model, x, attn)[0])
     with mask_heads(model, ADAPTER, [(2, 2)]):
         assert torch.equal(got[1], logits(model, x, attn)[1])
+
+
+# --- the mask-mode registry: the one list of modes --------------------------------------------------
+def test_every_mode_is_declared_once_and_everything_asks_the_registry():
+    from vrh import conditions, masking
+    from vrh.options import MaskOptions
+
+    names = masking.mask_mode_names()
+    assert names == ("zero", "uniform") and names[0] == MaskOptions.mask_mode  # the default first
+    assert [m.name for m in masking.mask_modes() if m.batchable] == ["zero"]  # what mask_heads_per_row does
+    for name in names:
+        assert conditions.explicit([(0, 0)], mask_mode=name).mask_mode == name
+    field = next(f for f in dataclasses.fields(MaskOptions) if f.name == "mask_mode")
+    assert field.metadata["vrh_option"]["choices"] == names  # --mask-mode's choices
+    with pytest.raises(ValueError, match=r"unknown mask mode 'mean'; choose from \('zero', 'uniform'\)"):
+        masking.get_mask_mode("mean")
+    with pytest.raises(ValueError, match="already registered"):
+        masking.register_mask_mode("zero", batchable=True, help="again")(lambda model, adapter, heads: None)
+
+
+def test_mask_heads_dispatches_through_the_registry(model, monkeypatch):
+    from contextlib import contextmanager
+
+    from vrh import masking
+
+    seen = []
+
+    @contextmanager
+    def probe(model_, adapter, heads):
+        seen.append(heads)
+        yield
+
+    monkeypatch.setitem(masking._MODES, "probe", masking.MaskMode("probe", probe, batchable=False, help="test"))
+    with mask_heads(model, ADAPTER, [(1, 2)], mode="probe"), mask_heads(model, ADAPTER, [], mode="probe"):
+        pass
+    assert seen == [[(1, 2)]]  # an empty head list never reaches the mode

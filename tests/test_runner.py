@@ -133,7 +133,7 @@ def test_batched_rows_are_sample_major_uniform_sets_run_alone_and_progress_count
         return f.rows_call(lm, task, rows, **kw)
 
     class _Progress:
-        def __init__(self, total, description):
+        def __init__(self, total, description, unit="samples"):
             ticks.append(total)
 
         def __enter__(self):

@@ -319,3 +319,15 @@ def test_skipped_samples_are_listed_in_results(tmp_path):
         run.write_results({"n": 0})
     assert runs.read_results(tmp_path / "r")["skipped_samples"] == {"n": 1, "samples": [{"id": "a",
                                                                                          "reason": "prompt too long"}]}
+
+
+def test_a_resume_mismatch_names_the_users_settings_first_one_per_line(tmp_path):
+    with runs.RunFolder(tmp_path / "r") as run:
+        run.write_config({"command": "sweep", "config": {"k": 3}, "model": {"path": "m" * 200, "sha": "a"}})
+    with pytest.raises(ValueError) as e:
+        runs.RunFolder(tmp_path / "r", resume=True).write_config(
+            {"command": "sweep", "config": {"k": 4}, "model": {"path": "n" * 200, "sha": "a"}})
+    lines = str(e.value).splitlines()
+    assert lines[0].endswith("2 setting(s) differ from the interrupted run's (rerun with the same settings, or "
+                             "--overwrite to start over):")
+    assert lines[1] == "  config.k: 3 -> 4" and lines[2].startswith("  model.path: mmm")

@@ -58,7 +58,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         return mod.main(args)
     except (ValueError, OSError) as e:  # bad input, a missing or unreadable file, a folder in use
-        print(f"vrh {args.command}: error: {_one_line(e)}", file=sys.stderr)
+        print(f"vrh {args.command}: error: {_message(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         out = getattr(args, "out", None)
@@ -68,11 +68,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-def _one_line(err: BaseException) -> str:
-    """An error as one line (OSError as ``strerror: filename``, without the errno prefix)."""
-    if isinstance(err, OSError) and err.strerror and not isinstance(err, (FileNotFoundError, FileExistsError)):
+def _message(err: BaseException) -> str:
+    """An error's message (a system OSError as ``strerror: filename``, without the errno prefix)."""
+    if isinstance(err, OSError) and err.strerror:
         return f"{err.strerror}: {err.filename}" if err.filename else err.strerror
-    return " ".join(str(err).split()) or type(err).__name__
+    return str(err).strip() or type(err).__name__
 
 
 def _resumable(mod) -> bool:

@@ -20,10 +20,10 @@ from typing import Any
 
 import torch
 
-from vrh.heads import Head, random_heads, top_k as rank_top_k
+from vrh.heads import Head, eligible_heads, random_heads, top_k as rank_top_k
+from vrh.masking import get_mask_mode
 
 KINDS = ("none", "top_k", "random", "list")
-MASK_MODES = ("zero", "uniform")
 
 
 @dataclass(frozen=True)
@@ -41,8 +41,7 @@ class Condition:
     def __post_init__(self):
         if self.kind not in KINDS:
             raise ValueError(f"unknown condition kind {self.kind!r}; choose from {KINDS}")
-        if self.mask_mode not in MASK_MODES:
-            raise ValueError(f"unknown mask mode {self.mask_mode!r}; choose from {MASK_MODES}")
+        get_mask_mode(self.mask_mode)  # a registered mode, or ValueError naming the registered ones
         heads = tuple(sorted({(int(l), int(h)) for l, h in self.heads}))
         object.__setattr__(self, "heads", heads)
         object.__setattr__(self, "excluded", tuple(sorted({(int(l), int(h)) for l, h in self.excluded})))
@@ -69,6 +68,49 @@ def check_k(k: int, num_layers: int, num_heads: int, option: str = "--k") -> Non
     if not 0 <= k <= total:
         raise ValueError(f"{option} {k} is outside [0, {total}]: the model has {num_layers} layers x {num_heads} "
                          f"heads = {total} heads")
+
+
+def random_room(k: int, num_layers: int, num_heads: int, *, outside: Iterable[Head] | None = None,
+                exclude_layers: Sequence[int] = ()) -> int:
+    """How many heads the random control of ``k`` may draw from: those not in ``outside`` (e.g. a detected
+    top-k) and not in ``exclude_layers``. ``outside=None``: the top k of a ranking not made yet (an up-front
+    check, before detection): any k heads leave ``L * H - k``; the excluded layers are counted when the
+    draw is made.
+
+    >>> random_room(3, 2, 4), random_room(3, 2, 4, outside=[(0, 0), (1, 1), (1, 2)], exclude_layers=[0])
+    (5, 2)
+    """
+    if outside is None:
+        return num_layers * num_heads - k
+    return len(eligible_heads(num_layers, num_heads, outside, exclude_layers))
+
+
+def check_room(k: int, num_layers: int, num_heads: int, option: str = "--k", *, outside: Iterable[Head] | None = None,
+               exclude_layers: Sequence[int] = ()) -> int:
+    """Refuse a ``k`` that leaves no room for ``k`` random heads (:func:`random_room`, same arguments);
+    return the room. The error names ``option`` (``--k``, ``--ks``). Refuses k outside ``[0, L * H]``
+    first (:func:`check_k`).
+
+    >>> check_room(2, 2, 2)
+    2
+    >>> check_room(2, 2, 2, outside=[(0, 0)], exclude_layers=[1])
+    Traceback (most recent call last):
+    ValueError: --k 2: only 1 heads are eligible for the random control (2 x 2 heads minus 1 excluded heads and
+    layers [1]); use a smaller k (or fewer --exclude-layers)
+    """
+    check_k(k, num_layers, num_heads, option)
+    outside = None if outside is None else {tuple(h) for h in outside}
+    room = random_room(k, num_layers, num_heads, outside=outside, exclude_layers=exclude_layers)
+    if k <= room:
+        return room
+    total = num_layers * num_heads
+    if outside is None:
+        raise ValueError(f"{option} {k}: no room for {k} random heads outside the top {k} of {total} heads; "
+                         f"use k <= {total // 2}")
+    layers = f" and layers {list(exclude_layers)}" if exclude_layers else ""
+    fewer = " (or fewer --exclude-layers)" if exclude_layers else ""
+    raise ValueError(f"{option} {k}: only {room} heads are eligible for the random control ({num_layers} x "
+                     f"{num_heads} heads minus {len(outside)} excluded heads{layers}); use a smaller k{fewer}")
 
 
 def none(mask_mode: str = "zero", label: str = "none") -> Condition:
@@ -101,15 +143,9 @@ def random_outside(num_layers: int, num_heads: int, k: int, seed: int, *, outsid
                    label: str | None = None) -> Condition:
     """``k`` heads drawn uniformly (seeded) among those not in ``outside`` and not in ``exclude_layers``.
 
-    Raises ValueError naming ``--k`` when fewer than ``k`` heads are eligible."""
-    check_k(k, num_layers, num_heads)
+    Raises ValueError naming ``--k`` when fewer than ``k`` heads are eligible (:func:`check_room`)."""
     banned = tuple(sorted({tuple(h) for h in outside}))
-    eligible = sum(1 for l in range(num_layers) if l not in set(exclude_layers) for h in range(num_heads)
-                   if (l, h) not in set(banned))
-    if k > eligible:
-        raise ValueError(f"--k {k}: only {eligible} heads are eligible for the random control ({num_layers} x "
-                         f"{num_heads} heads minus {len(banned)} excluded heads"
-                         + (f" and layers {list(exclude_layers)}" if exclude_layers else "") + ")")
+    check_room(k, num_layers, num_heads, outside=banned, exclude_layers=exclude_layers)
     heads = random_heads(num_layers, num_heads, k, seed, exclude=banned, exclude_layers=exclude_layers)
     return Condition(label=label or f"random{k}:s{seed}", kind="random", heads=tuple(heads), k=k, method=method,
                      seed=seed, mask_mode=mask_mode, excluded=banned)
@@ -138,8 +174,7 @@ def random_controls(num_layers: int, num_heads: int, k: int, seeds: Sequence[int
     """One random condition per seed, plus a report: undrawable k gives no conditions and a warning; several
     seeds drawing one set are kept but flagged (the control is then not random)."""
     banned = {tuple(h) for h in outside}
-    eligible = sum(1 for l in range(num_layers) if l not in set(exclude_layers) for h in range(num_heads)
-                   if (l, h) not in banned)
+    eligible = random_room(k, num_layers, num_heads, outside=banned, exclude_layers=exclude_layers)
     warnings: list[str] = []
     conds: list[Condition] = []
     if k > eligible:
@@ -178,7 +213,7 @@ def head_source(spec: str | None, scorer: str | None, num_layers: int | None = N
     from pathlib import Path
 
     from vrh import runs
-    from vrh.heads import parse_head_list
+    from vrh.heads import check_grid, parse_head_list
 
     if spec is None or str(spec).strip() == "":
         return HeadSource("none")
@@ -187,9 +222,8 @@ def head_source(spec: str | None, scorer: str | None, num_layers: int | None = N
         hs = runs.read_head_scores(spec)
         name = scorer or hs.scorer
         scores = hs.scores(name)
-        if num_layers is not None and tuple(scores.shape) != (num_layers, num_heads):
-            raise ValueError(f"{option} {spec} scored a model with {tuple(scores.shape)} (layers, heads); this model "
-                             f"has ({num_layers}, {num_heads})")
+        if num_layers is not None:
+            check_grid(scores.shape, num_layers, num_heads, f"{option} {spec}")
         return HeadSource("run", path=spec, scorer=name, scores=scores)
     if not re.fullmatch(r"\s*-?\d+\s*:\s*-?\d+\s*(,\s*-?\d+\s*:\s*-?\d+\s*)*,?\s*", spec):
         raise FileNotFoundError(f"{option} {spec}: no such detection run folder (and not a head list "

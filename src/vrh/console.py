@@ -10,10 +10,13 @@ from datetime import timedelta
 from typing import Callable, Iterator
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TaskProgressColumn, TextColumn,
+                           TimeElapsedColumn, TimeRemainingColumn)
+from rich.text import Text
 from rich.table import Table
 
-console = Console(stderr=True)
+# soft_wrap: a message is one line however long (a log cut at 80 columns, with trailing blanks, breaks grep)
+console = Console(stderr=True, soft_wrap=True)
 
 
 LOG_EVERY_FRACTION = 0.1  # without a terminal, a progress line every 10% of the work ...
@@ -38,6 +41,15 @@ def _clock_text(seconds: float) -> str:
     return str(timedelta(seconds=int(max(seconds, 0.0))))
 
 
+def rate_text(done: int, seconds: float) -> str:
+    """Items per second, to three significant digits; ``?`` before anything finished.
+
+    >>> rate_text(120, 15.0), rate_text(3, 40.0), rate_text(0, 5.0)
+    ('8/s', '0.075/s', '?/s')
+    """
+    return f"{done / seconds:.3g}/s" if done > 0 and seconds > 0 else "?/s"
+
+
 class LineProgress:
     """Progress as plain lines for logs (CI, ``nohup``, a redirected stderr), where a live bar is noise.
 
@@ -45,12 +57,13 @@ class LineProgress:
     after the previous line (checked on each ``advance``; nothing runs in the background), and once more
     by :meth:`close` unless the last line already showed the final count::
 
-        sweep grounding: 120/400 (30%) 0:00:12 elapsed, ETA 0:00:28
+        sweep grounding: 120/400 generations (30%) 0:00:12 elapsed, 10/s, ETA 0:00:28
     """
 
-    def __init__(self, total: int, description: str, *, clock: Callable[[], float] = time.monotonic,
-                 write: Callable[[str], None] = _stderr_line, every_s: float = LOG_EVERY_S):
-        self.total, self.description = total, description
+    def __init__(self, total: int, description: str, *, unit: str = "samples",
+                 clock: Callable[[], float] = time.monotonic, write: Callable[[str], None] = _stderr_line,
+                 every_s: float = LOG_EVERY_S):
+        self.total, self.description, self.unit = total, description, unit
         self.clock, self.write, self.every_s = clock, write, every_s
         self.done = 0
         self.start = self.last_time = clock()
@@ -69,7 +82,8 @@ class LineProgress:
             eta = _clock_text(elapsed / done * (total - done))
         else:
             eta = "?"
-        return f"{self.description}: {done}/{total} ({pct}%) {_clock_text(elapsed)} elapsed, ETA {eta}"
+        return (f"{self.description}: {done}/{total} {self.unit} ({pct}%) {_clock_text(elapsed)} elapsed, "
+                f"{rate_text(done, elapsed)}, ETA {eta}")
 
     def _emit(self) -> None:
         self.write(self.line())
@@ -86,32 +100,67 @@ class LineProgress:
             self._emit()
 
 
+class _RateColumn(ProgressColumn):
+    """The bar's rate in the task's own unit (rich's speed columns speak bytes)."""
+
+    def render(self, task) -> Text:
+        return Text(f"{task.speed:.3g} {task.fields.get('unit', '')}/s" if task.speed else "?", style="progress.data.speed")
+
+
+def progress_enabled() -> bool:
+    """Whether progress is shown at all: not when ``VRH_NO_PROGRESS`` is set, and only on rank 0 of a
+    data-parallel run (every rank's bar would interleave)."""
+    from vrh.distributed import world
+
+    return not os.environ.get("VRH_NO_PROGRESS") and world().is_main
+
+
 @contextmanager
-def progress(total: int, description: str, *, interactive: bool | None = None,
+def progress(total: int, description: str, *, unit: str = "samples", interactive: bool | None = None,
              clock: Callable[[], float] = time.monotonic, write: Callable[[str], None] = _stderr_line
              ) -> Iterator[Callable[..., None]]:
-    """``with progress(n, "detect") as advance: ... advance(k)``.
+    """``with progress(n, "detect") as advance: ... advance(k)``; ``unit`` names what is counted.
 
     A rich bar on a terminal (or notebook); plain :class:`LineProgress` lines when stderr is not one
     (``interactive`` overrides the check; ``clock`` and ``write`` feed those lines, for tests); silent
-    when VRH_NO_PROGRESS is set. The final line is written even when the loop raises, so a log shows
-    how far a failed run got.
+    when VRH_NO_PROGRESS is set and on every rank but 0 of a data-parallel run (:func:`progress_enabled`).
+    The final line is written even when the loop raises, so a log shows how far a failed run got.
     """
-    if os.environ.get("VRH_NO_PROGRESS"):
+    if not progress_enabled():
         yield lambda n=1: None
         return
     if not (_interactive() if interactive is None else interactive):
-        lines = LineProgress(total, description, clock=clock, write=write)
+        lines = LineProgress(total, description, unit=unit, clock=clock, write=write)
         try:
             yield lines.advance
         finally:
             lines.close()
         return
     bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                   TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=False)
+                   TextColumn("{task.fields[unit]}"), TaskProgressColumn(), _RateColumn(), TimeElapsedColumn(),
+                   TimeRemainingColumn(), console=console, transient=False)
     with bar:
-        task = bar.add_task(description, total=total)
+        task = bar.add_task(description, total=total, unit=unit)
         yield lambda n=1: bar.advance(task, n)
+
+
+def quiet_library_progress() -> None:
+    """Silence transformers' and huggingface_hub's own bars ("Loading weights") when vrh shows none, or
+    writes to a log rather than a terminal: one line per message there."""
+    if progress_enabled() and _interactive():
+        return
+    try:
+        import transformers
+
+        transformers.utils.logging.disable_progress_bar()
+    except (ImportError, AttributeError):
+        pass
+    try:
+        from huggingface_hub.utils import disable_progress_bars
+
+        disable_progress_bars()
+    except ImportError:
+        pass
 
 
 def print_table(title: str, columns: list[str], rows: list[list]) -> None:

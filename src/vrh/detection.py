@@ -42,7 +42,7 @@ from vrh.capture import capture_attention_rows
 from vrh.console import console, progress, report_skipped
 from vrh.data import Sample, split_detect_eval
 from vrh.distributed import my_batches, world
-from vrh.evaluation import halving_on_oom, load_task_samples
+from vrh.evaluation import GROUNDING_HINT, halving_on_oom, load_task_samples
 from vrh.generation_capture import generate_with_rows
 from vrh.heads import rank_heads
 from vrh.inference import LoadedModel, fit_context, generate_answers, query_sets
@@ -372,7 +372,7 @@ def detection_split(data: str | Path, opts: DetectOptions) -> tuple[list[Sample]
     """The detection samples, the held-out rest and the dataset's identity: a seeded draw of ``opts.n``
     (:func:`vrh.data.split_detect_eval`), or the ids listed in ``opts.detect_ids`` (a file, one id per line),
     which then replace ``--n``; ``--n-eval`` caps the held-out rest either way."""
-    samples, info = load_task_samples(data, "grounding")
+    samples, info = load_task_samples(data, "grounding", hint=GROUNDING_HINT)
     if opts.detect_ids is not None:
         det_ids = read_id_list(opts.detect_ids, [s.id for s in samples], data)
         rest = [s for s in samples if s.id not in det_ids]

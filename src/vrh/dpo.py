@@ -49,7 +49,7 @@ from typing import Any
 
 from vrh import runs
 from vrh.data import Sample
-from vrh.evaluation import load_task_samples
+from vrh.evaluation import GROUNDING_HINT, load_task_samples
 from vrh.tasks.base import CORRECT
 
 PAIR_FORMAT = {
@@ -84,7 +84,7 @@ def training_samples(heads_run: str | os.PathLike, data: str | os.PathLike | Non
     data = data or split.data_path
     if data is None:
         raise ValueError(f"{heads_run} does not record its dataset; pass --data")
-    samples, info = load_task_samples(data, "grounding")
+    samples, info = load_task_samples(data, "grounding", hint=GROUNDING_HINT)
     info["train"] = train
     held_out = set(split.eval_ids)
     if train == "detect":

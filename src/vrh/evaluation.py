@@ -138,13 +138,17 @@ def evaluate_rows(lm: LoadedModel, task: Task, rows: Sequence[tuple[Sample, Sequ
 
 
 # --- which samples to evaluate ------------------------------------------------------------------------
-def load_task_samples(data: str | Path, task: str) -> tuple[list[Sample], dict[str, Any]]:
-    """The ``task`` samples of a dataset and its identity (path, sha256); an error lists what it has."""
+GROUNDING_HINT = 'this command needs grounding samples ("task": "grounding", with an expression and a box)'
+
+def load_task_samples(data: str | Path, task: str, hint: str = "choose --task accordingly"
+                      ) -> tuple[list[Sample], dict[str, Any]]:
+    """The ``task`` samples of a dataset and its identity (path, sha256); an error lists what it has and ends
+    with ``hint`` (what the calling command lets the user change)."""
     all_samples = load_dataset(data)
     samples = [s for s in all_samples if s.task == task]
     if not samples:
         have = dict(Counter(s.task for s in all_samples))
-        raise ValueError(f"{data} has no {task} samples (it has {have or 'none'}); choose --task accordingly")
+        raise ValueError(f"{data} has no {task} samples (it has {have or 'none'}); {hint}")
     return samples, {"path": str(data), "sha256": dataset_hash(data), "task": task}
 
 

@@ -31,7 +31,7 @@ import torch
 
 from vrh.adapters import VisionBatch
 from vrh.capture import GenerationRowCapture, capture_generation_rows
-from vrh.inference import LoadedModel, QuerySets, _to_device, check_batch_fits, query_sets
+from vrh.inference import LoadedModel, QuerySets, check_batch_fits, inputs_on_device, query_sets
 
 
 @dataclass
@@ -112,7 +112,7 @@ def generate_with_rows(lm: LoadedModel, images: list, prompts: list[str], expres
     tok = getattr(lm.processor, "tokenizer", lm.processor)
     keep = [torch.unique(torch.cat([e, torch.tensor([P - 1])])) for e in batch.expression_positions]  # (E_b + 1,)
     with capture_generation_rows(lm.model, lm.adapter, keep, layers) as cap:
-        out = lm.model.generate(**_to_device(batch, lm.device), max_new_tokens=max_new_tokens + 1,
+        out = lm.model.generate(**inputs_on_device(batch, lm.device), max_new_tokens=max_new_tokens + 1,
                                 do_sample=False, pad_token_id=tok.pad_token_id)  # +1: see the module docstring
     new = out[:, P:P + max_new_tokens].cpu()  # (B, T) what generate_answers would return
     texts = [s.strip() for s in lm.adapter.decode(lm.processor, new)]

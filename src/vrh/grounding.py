@@ -44,6 +44,7 @@ never a guess.
 
 from __future__ import annotations
 
+import heapq
 import math
 import re
 from collections.abc import Iterable, Sequence
@@ -167,15 +168,20 @@ def parse_box(text: str) -> tuple[str, Box] | None:
     if not isinstance(text, str) or not text:
         return None
     text = strip_reasoning(text)
-    candidates = []
-    for rank, (fmt, pattern) in enumerate(_PATTERNS):
-        for m in pattern.finditer(text):
-            candidates.append((m.start(), rank, fmt, m))
-    for _, _, fmt, m in sorted(candidates, key=lambda c: (c[0], c[1])):
+    # every pattern's matches in one stream ordered by (position, rank), read lazily: a valid box early in a
+    # long answer ends the search, and a hostile one never holds all its candidates in memory at once
+    streams = [_candidates(text, rank, fmt, pattern) for rank, (fmt, pattern) in enumerate(_PATTERNS)]
+    for _, _, fmt, m in heapq.merge(*streams, key=lambda c: (c[0], c[1])):
         box = _read(m, fmt)
         if box is not None and valid_box(box):
             return fmt, box
     return None
+
+
+def _candidates(text: str, rank: int, fmt: str, pattern: re.Pattern):
+    """``(start, rank, format, match)`` of each match of one pattern, in text order."""
+    for m in pattern.finditer(text):
+        yield m.start(), rank, fmt, m
 
 
 def _read(m: re.Match, fmt: str) -> Box | None:

@@ -10,6 +10,23 @@ import torch
 Head = tuple[int, int]
 
 
+def check_grid(shape: Sequence[int], num_layers: int, num_heads: int, what: str, model: str = "this model") -> None:
+    """Refuse scores from a model with another decoder grid: a ``(layer, head)`` names the same head only on
+    the same layer x head grid. ``shape``: the scores' ``(L, H)``; ``what`` names where they came from
+    (``--heads runs/det``), ``model`` the model they are applied to.
+
+    >>> check_grid((2, 4), 2, 4, "--heads det")
+    >>> check_grid((3, 4), 2, 4, "--heads det")
+    Traceback (most recent call last):
+    ValueError: --heads det scored a model with (3, 4) (layers, heads); this model has (2, 4): heads carry over
+    only between models with the same layer x head grid (the same language backbone)
+    """
+    if tuple(shape) != (num_layers, num_heads):
+        raise ValueError(f"{what} scored a model with {tuple(shape)} (layers, heads); {model} has ({num_layers}, "
+                         f"{num_heads}): heads carry over only between models with the same layer x head grid (the "
+                         "same language backbone)")
+
+
 def rank_heads(scores: torch.Tensor) -> list[Head]:
     """All heads of a ``[L, H]`` score map, best first; ties broken by (layer, head) ascending.
 
@@ -30,6 +47,18 @@ def top_k(scores: torch.Tensor, k: int) -> list[Head]:
     return rank_heads(scores)[:k]
 
 
+def eligible_heads(num_layers: int, num_heads: int, exclude: Iterable[Head] = (),
+                   exclude_layers: Sequence[int] = ()) -> list[Head]:
+    """The heads a random draw may pick: every head not in ``exclude`` and not in ``exclude_layers``.
+
+    >>> eligible_heads(2, 2, exclude=[(1, 0)], exclude_layers=[0])
+    [(1, 1)]
+    """
+    banned, banned_layers = {tuple(h) for h in exclude}, set(exclude_layers)
+    return [(l, h) for l in range(num_layers) if l not in banned_layers for h in range(num_heads)
+            if (l, h) not in banned]
+
+
 def random_heads(
     num_layers: int,
     num_heads: int,
@@ -39,14 +68,7 @@ def random_heads(
     exclude_layers: Sequence[int] = (),
 ) -> list[Head]:
     """``k`` heads drawn uniformly without replacement from those not in ``exclude`` (paper's control)."""
-    banned = {tuple(h) for h in exclude}
-    pool = [
-        (l, h)
-        for l in range(num_layers)
-        if l not in set(exclude_layers)
-        for h in range(num_heads)
-        if (l, h) not in banned
-    ]
+    pool = eligible_heads(num_layers, num_heads, exclude, exclude_layers)
     if k > len(pool):
         raise ValueError(f"cannot draw {k} random heads from {len(pool)} eligible heads")
     return sorted(random.Random(seed).sample(pool, k))

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from vrh.adapters import Adapter, VisionBatch, get_adapter
+from vrh.console import quiet_library_progress
 
 ORGANISM_ALIAS = "organism"
 HUB_PROBE_TIMEOUT_S = 3.0  # how long to wait for the hub before calling an uncached hub id unavailable
@@ -38,6 +39,21 @@ def organism_path(name: str = "") -> Path:
         raise FileNotFoundError(f"no organism {name!r} here; this install has {have} (an installed wheel ships "
                                 "organism_a only; the others are in a source checkout of vrh)")
     return root / name
+
+
+def _organism_guess(model: str) -> str | None:
+    """``organism`` or ``organism:NAME`` when ``model`` looks like a typo of one (``organsim``, ``organism_c``)."""
+    import difflib
+
+    try:
+        shipped = [p.name for p in organism_path().parent.iterdir() if (p / "config.json").exists()]
+    except FileNotFoundError:
+        return None
+    meant = {ORGANISM_ALIAS: ORGANISM_ALIAS}  # what was typed, nearly -> what to type
+    for name in shipped:
+        meant[f"{ORGANISM_ALIAS}:{name}"] = meant[name] = f"{ORGANISM_ALIAS}:{name}"
+    found = difflib.get_close_matches(model, list(meant), n=1, cutoff=0.75)
+    return meant[found[0]] if found else None
 
 
 def resolve_model_path(model: str) -> str:
@@ -185,6 +201,7 @@ def load_model(model: str, *, device: str = "cpu", dtype: str = "float32", revis
     from transformers import PretrainedConfig
 
     check_device(device)
+    quiet_library_progress()
     device_map = resolve_device_map(device_map)  # before any download: a bad value fails at once
     check_device_map_launch(device_map)
     if device_map is not None and importlib.util.find_spec("accelerate") is None:
@@ -197,7 +214,11 @@ def load_model(model: str, *, device: str = "cpu", dtype: str = "float32", revis
         raise FileNotFoundError(f"model folder {path} does not exist")
     path = str(Path(path).expanduser()) if looks_local else path
     if not looks_local:
-        check_hub_id_available(path, revision)
+        try:
+            check_hub_id_available(path, revision)
+        except FileNotFoundError as e:
+            guess = _organism_guess(model)
+            raise FileNotFoundError(f"{e}" + (f"; did you mean {guess!r}?" if guess else "")) from None
     kwargs = {"revision": revision} if revision else {}
     config, _ = PretrainedConfig.get_config_dict(path, **kwargs)
     chosen = get_adapter(config.get("model_type", ""), adapter=adapter)
@@ -265,7 +286,8 @@ def check_hub_id_available(repo_id: str, revision: str | None = None, cache_dir:
                                 "e.g. --model /path/to/checkpoint")
 
 
-def _to_device(batch: VisionBatch, device: torch.device) -> dict[str, torch.Tensor]:
+def inputs_on_device(batch: VisionBatch, device: torch.device) -> dict[str, torch.Tensor]:
+    """The batch's model inputs with every tensor on ``device`` (what ``generate`` takes as keywords)."""
     return {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in batch.inputs.items()}
 
 
@@ -323,7 +345,7 @@ def generate_answers(lm: LoadedModel, images: list, prompts: list[str], max_new_
     batch = lm.adapter.build_batch(lm.processor, images, prompts)
     check_batch_fits(lm, batch, max_new_tokens)
     tok = getattr(lm.processor, "tokenizer", lm.processor)
-    out = lm.model.generate(**_to_device(batch, lm.device), max_new_tokens=max_new_tokens, do_sample=False,
+    out = lm.model.generate(**inputs_on_device(batch, lm.device), max_new_tokens=max_new_tokens, do_sample=False,
                             pad_token_id=tok.pad_token_id)
     new = out[:, batch.seq_len:]  # (B, T) generated ids after the left-padded prompt
     texts = [s.strip() for s in lm.adapter.decode(lm.processor, new)]

@@ -2,8 +2,8 @@
 outside them, for several k and seeds, folded into k-curves with the failure decomposition (Fig. 8a).
 
 Labels: ``none`` (k = 0), ``top{k}`` and ``random{k}:s{seed}``. Every k must lie in [0, L * H] and leave
-at least k heads outside the top-k for the random control; otherwise the sweep is refused up front (a
-silently shorter curve reads like a measured one).
+at least k heads outside the top-k for the random control (:func:`vrh.conditions.check_room`); otherwise
+the sweep is refused up front (a silently shorter curve reads like a measured one).
 """
 
 from __future__ import annotations
@@ -35,10 +35,9 @@ def sweep_conditions(scores: torch.Tensor, ks: Sequence[int], seeds: Sequence[in
             out.append(cond.none(mask_mode))
             continue
         top = cond.top_k(scores, k, method=method, mask_mode=mask_mode, label=f"top{k}", source=source)
+        cond.check_room(k, L, H, option, outside=top.heads, exclude_layers=exclude_layers)
         rc = cond.random_controls(L, H, k, seeds, outside=top.heads, exclude_layers=exclude_layers, method=method,
                                   mask_mode=mask_mode, label="random{k}:s{seed}")
-        if not rc.conditions:
-            raise ValueError(f"{option}: {rc.warnings[0]}; use a smaller k (or fewer --exclude-layers)")
         out += [top, *rc.conditions]
         controls.append(rc)
     if not any(c.kind == "none" for c in out):

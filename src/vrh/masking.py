@@ -1,6 +1,8 @@
 """Head ablation: knock chosen attention heads out, the one mechanism every causal test uses.
 
-Two modes behind one entry point, :func:`mask_heads`:
+The ways of knocking a head out are *mask modes*, registered here and nowhere else
+(:func:`register_mask_mode`; :func:`mask_mode_names` is what ``--mask-mode`` and
+:class:`vrh.conditions.Condition` accept); :func:`mask_heads` is the one entry point for all of them:
 
 * ``"zero"`` (default): the head's output is zeroed at ``o_proj``'s input (below).
 * ``"uniform"`` (Retrieval Heads' public code): the head keeps writing to the residual stream, but attends
@@ -20,7 +22,10 @@ left-padded batches alike. (It does not change what the *other* heads attend to,
 and values still enter the KV cache; only its output is removed.)
 
 Several conditions in one batch: :func:`mask_heads_per_row` zeroes a different head set in each batch row
-(zero mode), so conditions share one left-padded ``generate``.
+(zero mode, the one mode registered ``batchable``), so conditions share one left-padded ``generate``.
+
+torch is imported inside the functions that use it: :mod:`vrh.options` reads the mode registry to build
+``--mask-mode``, and ``vrh --help`` must not import torch.
 
 Example::
 
@@ -36,16 +41,71 @@ from __future__ import annotations
 
 import operator
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-import torch
-from torch import nn
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
 
-from vrh.heads import Head
+    from vrh.heads import Head
 
-MASK_MODES = ("zero", "uniform")
+
+# --- the mask modes: one registry ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class MaskMode:
+    """One way of knocking a head out, as :func:`register_mask_mode` recorded it.
+
+    ``apply(model, adapter, heads)``: a context manager that masks ``heads`` (a non-empty list of
+    ``(layer, head)``) for its block and restores everything on exit, also on error -- what
+    :func:`mask_heads` enters. ``batchable``: rows of several head sets can share one batch, each row masked
+    as :func:`mask_heads` alone would mask it (:func:`mask_heads_per_row`); the runner batches only these
+    modes' conditions. ``help``: what the mode does to a head, as ``--mask-mode``'s help lists it after the
+    name ("'zero' *its output*").
+    """
+
+    name: str
+    apply: Callable[[nn.Module, Any, list[Head]], AbstractContextManager[None]]
+    batchable: bool
+    help: str
+
+
+_MODES: dict[str, MaskMode] = {}
+
+
+def register_mask_mode(name: str, *, batchable: bool, help: str) -> Callable:
+    """Decorator: register an ``apply(model, adapter, heads)`` context manager as the mask mode ``name``."""
+    def register(apply: Callable) -> Callable:
+        if name in _MODES:
+            raise ValueError(f"mask mode {name!r} is already registered")
+        _MODES[name] = MaskMode(name, apply, batchable, help)
+        return apply
+
+    return register
+
+
+def mask_modes() -> tuple[MaskMode, ...]:
+    """Every registered mask mode, in registration order (the default, ``zero``, first)."""
+    return tuple(_MODES.values())
+
+
+def mask_mode_names() -> tuple[str, ...]:
+    """The names ``--mask-mode`` and a condition's ``mask_mode`` accept.
+
+    >>> mask_mode_names()
+    ('zero', 'uniform')
+    """
+    return tuple(_MODES)
+
+
+def get_mask_mode(name: str) -> MaskMode:
+    """The registered mode ``name``; ``ValueError`` listing the registered ones otherwise."""
+    mode = _MODES.get(name)
+    if mode is None:
+        raise ValueError(f"unknown mask mode {name!r}; choose from {mask_mode_names()}")
+    return mode
 
 
 def validate_heads(heads: Iterable[Head], num_layers: int, num_heads: int) -> dict[int, list[int]]:
@@ -99,6 +159,8 @@ def _check_width(x: torch.Tensor, num_heads: int, head_dim: int, layer: int, who
 
 def _zero_heads_hook(head_idx: list[int], num_heads: int, head_dim: int, layer: int):
     """A ``with_kwargs`` forward pre-hook for ``o_proj`` that zeroes the given heads' input slices."""
+    import torch
+
     cache: dict[torch.device, torch.Tensor] = {}  # index tensor per device, built once
 
     def hook(module: nn.Module, args: tuple, kwargs: dict[str, Any]):
@@ -147,37 +209,23 @@ def _zero_rows_hook(masked: torch.Tensor, head_dim: int, layer: int):
 def mask_heads(model: nn.Module, adapter: Any, heads: Iterable[Head], mode: str = "zero") -> Iterator[None]:
     """Within the context, the language model's ``heads`` (``(layer, head)``, 0-based) are knocked out.
 
-    ``mode="zero"``: their outputs are zero (``o_proj`` pre-hooks); ``mode="uniform"``: they attend
-    uniformly over their visible keys (see the module docstring). ``adapter`` supplies ``num_layers``,
-    ``num_heads``, ``head_dim``, ``o_proj`` (zero) and ``attention_module`` / ``text_config`` (uniform),
-    see :class:`vrh.adapters.base.Adapter`. Indices are validated before anything is installed; an empty
-    ``heads`` is a no-op. Hooks and the attention implementation are restored on exit, also on error.
-    Contexts nest (masks add up, also across modes).
+    ``mode``: a registered mask mode (:func:`mask_mode_names`): ``"zero"``, their outputs are zero
+    (``o_proj`` pre-hooks); ``"uniform"``, they attend uniformly over their visible keys (see the module
+    docstring). ``adapter`` supplies ``num_layers``, ``num_heads``, ``head_dim``, ``o_proj`` (zero) and
+    ``attention_module`` / ``text_config`` (uniform), see :class:`vrh.adapters.base.Adapter`. Indices are
+    validated before anything is installed; an empty ``heads`` is a no-op. Hooks and the attention
+    implementation are restored on exit, also on error. Contexts nest (masks add up, also across modes).
     """
-    if mode not in MASK_MODES:
-        raise ValueError(f"unknown mask mode {mode!r}; choose from {MASK_MODES}")
+    apply = get_mask_mode(mode).apply  # an unknown mode is refused even with no heads
     heads = list(heads)
     if not heads:
         yield
         return
-    if mode == "uniform":
-        with _uniform_mask(model, adapter, heads):
-            yield
-        return
-    with _zero_mask(model, adapter, heads):
+    with apply(model, adapter, heads):
         yield
 
 
-@contextmanager
-def _uniform_mask(model: nn.Module, adapter: Any, heads: list[Head]) -> Iterator[None]:
-    from vrh.attention import language_model_uses_vrh, uniform_heads
-
-    by_layer = validate_heads(heads, adapter.num_layers(model), adapter.num_heads(model))
-    by_module = {id(adapter.attention_module(model, layer)): hs for layer, hs in by_layer.items()}
-    with language_model_uses_vrh(model, adapter), uniform_heads(by_module):
-        yield
-
-
+@register_mask_mode("zero", batchable=True, help="its output")
 @contextmanager
 def _zero_mask(model: nn.Module, adapter: Any, heads: list[Head]) -> Iterator[None]:
     num_layers, num_heads = adapter.num_layers(model), adapter.num_heads(model)
@@ -185,6 +233,19 @@ def _zero_mask(model: nn.Module, adapter: Any, heads: list[Head]) -> Iterator[No
     by_layer = validate_heads(heads, num_layers, num_heads)
     hooks = {layer: _zero_heads_hook(idx, num_heads, head_dim, layer) for layer, idx in by_layer.items()}
     with _o_proj_pre_hooks(model, adapter, hooks):
+        yield
+
+
+# the uniform ablation masks one head set per attention module for the whole batch: not batchable
+@register_mask_mode("uniform", batchable=False,
+                    help="attention over the keys it may see (Retrieval Heads' ablation)")
+@contextmanager
+def _uniform_mask(model: nn.Module, adapter: Any, heads: list[Head]) -> Iterator[None]:
+    from vrh.attention import language_model_uses_vrh, uniform_heads
+
+    by_layer = validate_heads(heads, adapter.num_layers(model), adapter.num_heads(model))
+    by_module = {id(adapter.attention_module(model, layer)): hs for layer, hs in by_layer.items()}
+    with language_model_uses_vrh(model, adapter), uniform_heads(by_module):
         yield
 
 
@@ -198,17 +259,19 @@ def mask_heads_per_row(model: nn.Module, adapter: Any, row_heads: Sequence[Itera
     same exact zeros -- so only the batch composition changes, as it does between any two batches. Every
     forward inside must have exactly ``len(row_heads)`` rows (a mismatch raises instead of broadcasting).
 
-    Zero mode only: the uniform ablation lives inside vrh's attention function, which masks one head set
-    per module for the whole batch, so uniform conditions run one head set at a time
-    (:func:`vrh.runner.run_conditions` does that). Every row is validated before anything is installed;
-    rows with no heads are left untouched; hooks are removed on exit, also on error; it nests with
-    :func:`mask_heads` (masks add up).
+    Zero mode, the batchable one (:attr:`MaskMode.batchable`): the uniform ablation lives inside vrh's
+    attention function, which masks one head set per module for the whole batch, so uniform conditions run
+    one head set at a time (:func:`vrh.runner.run_conditions` does that). Every row is validated before
+    anything is installed; rows with no heads are left untouched; hooks are removed on exit, also on error;
+    it nests with :func:`mask_heads` (masks add up).
 
     Example::
 
         with mask_heads_per_row(model, adapter, [[], [(3, 1)], [(3, 1), (10, 4)]]):
             out = model.generate(**inputs_of_3_rows, max_new_tokens=32, do_sample=False)
     """
+    import torch
+
     row_heads = [list(hs) for hs in row_heads]
     num_layers, num_heads = adapter.num_layers(model), adapter.num_heads(model)
     head_dim = adapter.head_dim(model)

@@ -24,6 +24,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from vrh.masking import mask_mode_names, mask_modes
+
 REQUIRED = dataclasses.MISSING  # an option with no default must be given
 
 
@@ -126,7 +128,6 @@ def config_record(cfg: Any, exclude: Sequence[str] = ("resume", "overwrite", "th
 
 
 # --- option groups ------------------------------------------------------------------------------------
-MASK_MODES = ("zero", "uniform")
 DTYPES = ("float32", "bfloat16", "float16")
 
 
@@ -173,9 +174,9 @@ class EvalOptions:
 
 @dataclass(frozen=True, kw_only=True)
 class MaskOptions:
-    mask_mode: str = option("zero", choices=MASK_MODES,
-                            help="how a masked head is knocked out: 'zero' its output, or 'uniform' attention over "
-                                 "the keys it may see (Retrieval Heads' ablation)")
+    mask_mode: str = option("zero", choices=mask_mode_names(),
+                            help="how a masked head is knocked out: "
+                                 + ", or ".join(f"'{m.name}' {m.help}" for m in mask_modes()))
     exclude_layers: tuple[int, ...] = option((), parse=ints, metavar="L,L",
                                              help="layers random heads are never drawn from, e.g. 0")
     scorer: str | None = option(None, help="scorer of the detection run that ranks the heads (default: its primary)")

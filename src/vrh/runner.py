@@ -11,11 +11,12 @@ Every masking command (evaluate, sweep, compare, transfer, stability, dpo-pairs,
 * **resume**: records already in the run folder (from an interrupted run with the same config) are reused,
   and only what is missing is generated;
 * **several conditions per batch** (``batch_conditions=True``, the default): a batch row is a (sample,
-  head set) pair, so the zero-mode head sets share left-padded, KV-cached greedy ``generate`` calls
-  (:func:`vrh.evaluation.evaluate_rows`, :func:`vrh.masking.mask_heads_per_row`). Rows go sample-major
-  (a sample's rows sit next to each other: same prompt length, little padding). Uniform-mode head sets
-  cannot share a batch (the uniform ablation masks one head set per attention module) and are evaluated
-  one head set at a time, as everything is with ``batch_conditions=False``. Records, tags, resume,
+  head set) pair, so the head sets of a batchable mask mode (:attr:`vrh.masking.MaskMode.batchable`: zero)
+  share left-padded, KV-cached greedy ``generate`` calls (:func:`vrh.evaluation.evaluate_rows`,
+  :func:`vrh.masking.mask_heads_per_row`). Rows go sample-major (a sample's rows sit next to each other:
+  same prompt length, little padding). Uniform-mode head sets cannot share a batch (the uniform ablation
+  masks one head set per attention module) and are evaluated one head set at a time, as everything is
+  with ``batch_conditions=False``. Records, tags, resume,
   ``subsets`` and summaries are the same either way (tested); only the order of lines in
   ``samples.jsonl`` differs;
 * **data-parallel** under ``torchrun`` / ``accelerate launch`` (:mod:`vrh.distributed`): the plan (rows,
@@ -38,6 +39,7 @@ from vrh.data import Sample
 from vrh.distributed import my_batches, world
 from vrh.evaluation import evaluate_rows, evaluate_samples
 from vrh.inference import LoadedModel, fit_context
+from vrh.masking import get_mask_mode
 from vrh.runs import RunFolder
 from vrh.tasks import Task
 
@@ -92,8 +94,9 @@ def run_conditions(lm: LoadedModel, task: Task, samples: Sequence[Sample], condi
     judged under any condition with the same key is not generated again; conditions sharing a key get the
     same records, each tagged with its own label.
 
-    ``batch_conditions``: zero-mode head sets share batches, ``batch_size`` (sample, head set) rows each
-    (see the module docstring); ``False`` evaluates one head set at a time, ``batch_size`` samples per batch.
+    ``batch_conditions``: head sets of a batchable mask mode (zero) share batches, ``batch_size`` (sample,
+    head set) rows each (see the module docstring); ``False`` evaluates one head set at a time,
+    ``batch_size`` samples per batch.
     The progress bar counts rows either way.
     """
     labels = [c.label for c in conditions]
@@ -169,13 +172,13 @@ def run_conditions(lm: LoadedModel, task: Task, samples: Sequence[Sample], condi
         """This rank's batches of ``items`` (all of them in a one-process run)."""
         return [x for _, start, stop in my_batches(len(items), batch_size, dp) for x in items[start:stop]]
 
-    shared_ix = [i for i, g in enumerate(groups) if batch_conditions and g.lead.key[1] == "zero"]
+    shared_ix = [i for i, g in enumerate(groups) if batch_conditions and get_mask_mode(g.lead.key[1]).batchable]
     new: dict[int, dict[str, dict[str, Any]]] = {i: {} for i in range(len(groups))}  # group -> id -> record
     todo = {i: {s.id for s in g.todo} for i, g in enumerate(groups)}
     rows = [(i, s) for s in samples for i in shared_ix if s.id in todo[i]]  # sample-major
     my_rows = mine(rows)
     my_todo = {i: mine(g.todo) for i, g in enumerate(groups) if i not in shared_ix}
-    with progress(len(my_rows) + sum(len(t) for t in my_todo.values()), description) as advance:
+    with progress(len(my_rows) + sum(len(t) for t in my_todo.values()), description, unit="generations") as advance:
         if my_rows:
             def on_row(j: int, rec: dict[str, Any]) -> None:
                 i = my_rows[j][0]

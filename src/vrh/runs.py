@@ -252,9 +252,11 @@ class RunFolder:
             mine = _jsonable({k: v for k, v in full.items() if k not in ("environment", RUN_MARK)})
             theirs = {k: v for k, v in old.items() if k not in ("environment", RUN_MARK)}
             diffs = config_differences(theirs, mine)
-            if diffs:
-                raise ValueError(f"cannot resume {self.path}: these settings differ from the interrupted run's: "
-                                 + "; ".join(diffs) + " (rerun with the same settings, or --overwrite to start over)")
+            if diffs:  # the user's own settings (config.*) first, one per line
+                diffs.sort(key=lambda d: not d.startswith("config."))
+                raise ValueError(f"cannot resume {self.path}: {len(diffs)} setting(s) differ from the interrupted "
+                                 "run's (rerun with the same settings, or --overwrite to start over):\n  "
+                                 + "\n  ".join(diffs))
         if self.world.is_main:
             write_json(self.path / CONFIG, full)
         return full

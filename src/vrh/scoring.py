@@ -80,12 +80,13 @@ def as_index(sel: Index, size: int) -> torch.Tensor:
     return torch.unique(t)  # sorted
 
 
-def _take(t: torch.Tensor, dim: int, idx: torch.Tensor) -> torch.Tensor:
+def take(t: torch.Tensor, dim: int, idx: torch.Tensor) -> torch.Tensor:
     """``index_select`` with a CPU index moved to ``t``'s device (rows may live on an accelerator)."""
     return t.index_select(dim, idx.to(t.device))
 
 
-def _check_rows(rows: torch.Tensor) -> None:
+def check_rows(rows: torch.Tensor) -> None:
+    """Refuse attention rows that are not ``[L, H, Q, S]`` (every scorer's input)."""
     if rows.dim() != 4:
         raise ValueError(f"rows must be [L, H, Q, S], got shape {tuple(rows.shape)}")
 
@@ -103,9 +104,9 @@ def region_sum(rows: torch.Tensor, keys: Index) -> torch.Tensor:
     >>> region_sum(A, [1, 2])
     tensor([[[0.9000, 0.2000]]])
     """
-    _check_rows(rows)
+    check_rows(rows)
     k = as_index(keys, rows.shape[-1])
-    return _take(rows, 3, k).float().sum(-1)  # (L, H, Q, |K|) -> (L, H, Q)
+    return take(rows, 3, k).float().sum(-1)  # (L, H, Q, |K|) -> (L, H, Q)
 
 
 def argmax_in_region(rows: torch.Tensor, keys: Index, among: Index | None = None) -> torch.Tensor:
@@ -121,7 +122,7 @@ def argmax_in_region(rows: torch.Tensor, keys: Index, among: Index | None = None
     >>> argmax_in_region(A, [1, 2]), argmax_in_region(A, [1, 2], among=[1, 2, 3])
     (tensor([[[1., 0.]]]), tensor([[[1., 0.]]]))
     """
-    _check_rows(rows)
+    check_rows(rows)
     S = rows.shape[-1]
     k = as_index(keys, S)
     cand = torch.arange(S) if among is None else as_index(among, S)
@@ -129,7 +130,7 @@ def argmax_in_region(rows: torch.Tensor, keys: Index, among: Index | None = None
         return torch.zeros(rows.shape[:3], device=rows.device)  # (L, H, Q)
     in_k = torch.zeros(S, dtype=torch.bool)
     in_k[k] = True
-    sub = _take(rows, 3, cand)  # (L, H, Q, |C|)
+    sub = take(rows, 3, cand)  # (L, H, Q, |C|)
     pos = sub.argmax(-1)  # (L, H, Q); first maximum on ties
     peak = sub.gather(-1, pos.unsqueeze(-1)).squeeze(-1)  # (L, H, Q)
     hit = in_k.to(rows.device)[cand.to(rows.device)[pos]] & (peak > 0)  # (L, H, Q)
@@ -153,7 +154,7 @@ def query_mean(phi: torch.Tensor, queries: Index | None = None) -> torch.Tensor:
     q = torch.arange(phi.shape[2]) if queries is None else as_index(queries, phi.shape[2])
     if q.numel() == 0:
         return torch.zeros(phi.shape[:2], device=phi.device)  # (L, H)
-    return _take(phi, 2, q).float().mean(-1)  # (L, H, |Q_s|) -> (L, H)
+    return take(phi, 2, q).float().mean(-1)  # (L, H, |Q_s|) -> (L, H)
 
 
 def per_sample_score(rows: torch.Tensor, keys: Index, queries: Index, phi: str = "sum",
@@ -166,11 +167,11 @@ def per_sample_score(rows: torch.Tensor, keys: Index, queries: Index, phi: str =
     >>> per_sample_score(A, [1, 2], [0, 1], "sum"), per_sample_score(A, [1, 2], [0, 1], "argmax")
     (tensor([[0.5500]]), tensor([[0.5000]]))
     """
-    _check_rows(rows)
+    check_rows(rows)
     if phi not in PHI_FUNCS:
         raise ValueError(f"unknown key aggregation {phi!r}; choose from {PHIS}")
     q = as_index(queries, rows.shape[2])
-    sel = _take(rows, 2, q)  # (L, H, |Q_s|, S)
+    sel = take(rows, 2, q)  # (L, H, |Q_s|, S)
     vals = region_sum(sel, keys) if phi == "sum" else argmax_in_region(sel, keys, among)  # (L, H, |Q_s|)
     return query_mean(vals)
 
@@ -498,7 +499,7 @@ class VariantScorer(AccumulatingScorer):
 
     def update(self, sample_rows: torch.Tensor, sample_info: SampleInfo,
                extra: Mapping[str, torch.Tensor] | None = None) -> None:
-        _check_rows(sample_rows)
+        check_rows(sample_rows)
         q = select_queries(sample_info, self.variant.query, seed=self.seed,
                            sample_index=self._sample_index(sample_info))
         self._count_empty(sample_rows, sample_info.key_positions, q)

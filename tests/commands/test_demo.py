@@ -55,7 +55,7 @@ def test_cli_defaults_are_todays():
         ("runs/demo", "organism", 200, 200, 200, None, (0, 1, 2))
     assert (cfg.batch_size, cfg.max_new_tokens, cfg.mask_mode) == (64, 24, "zero")
     assert parse_config(demo.Config, p.parse_args(["--k", "2", "--mask-mode", "uniform"])).k == 2
-    assert demo.default_ks(3, 32) == (0, 1, 3, 6) and demo.default_ks(3, 8) == (0, 1, 3)
+    assert demo.default_ks(3, 4, 8) == (0, 1, 3, 6) and demo.default_ks(3, 2, 4) == (0, 1, 3)
 
 
 def test_demo_writes_headline_subruns_and_report(finished):

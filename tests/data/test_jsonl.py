@@ -392,3 +392,13 @@ def test_symlink_loops_are_clear_errors(folder):
     (folder / "loop.jsonl").symlink_to(folder / "loop.jsonl")
     with pytest.raises(FileNotFoundError, match="loop.jsonl is a symlink that leads nowhere"):
         load_dataset(folder / "loop.jsonl")
+
+
+def test_a_bbox_key_gets_a_hint_and_json_errors_read_well(folder):
+    rec = grounding()
+    rec["bbox"] = rec.pop("box")
+    with pytest.raises(DatasetError, match="needs 'box'; this line has 'bbox': vrh's field is 'box', with its"):
+        load_dataset(write_lines(folder, [rec]))
+    (folder / "bad.jsonl").write_text('{"id": "unterminated')
+    with pytest.raises(DatasetError, match=r"bad.jsonl:1: invalid JSON at column 8: Unterminated string starting at$"):
+        load_dataset(folder / "bad.jsonl")

@@ -133,6 +133,16 @@ def make_demo(root):
         "sparsity": {"fraction_above": {"0.05": 0.1}}})
 
 
+def make_dpo(root):
+    dec = {"id": "s0", "kept": True, "drop_reason": None, "chosen_text": "[20, 10, 44, 30]",
+           "chosen_outcome": "correct", "chosen_iou": 0.9, "rejected_text": "[0, 0, 63, 47] and a long explanation " * 4,
+           "rejected_outcome": "mislocated", "rejected_iou": 0.1}
+    return _finished(root / "dpo", _config("dpo-pairs"), {
+        "n_samples": 2, "n_pairs": 1, "n_dropped": 1, "dropped": {"rejected_same_as_chosen": 1},
+        "chosen_accuracy": 1.0, "rejected_accuracy": 0.5, "negative_policy": "vrh", "k": 3, "decisions": [
+            dec, {**dec, "id": "s1", "kept": False, "drop_reason": "rejected_same_as_chosen"}]})
+
+
 def make_unknown(root):
     return _finished(root / "demo1", {"command": "mystery"},
                      {"answer_unmasked": "a cat", "answer_masked": "a dog", "nested": {"x": 1}})
@@ -142,13 +152,14 @@ def make_unknown(root):
 def report(tmp_path_factory):
     root = tmp_path_factory.mktemp("runs")
     dirs = [make_detect(root), make_evaluate(root, "eval-vrh", 3, False), make_evaluate(root, "eval-rand", 3, True),
-            make_sweep(root), make_transfer(root), make_stability(root), make_compare(root), make_demo(root), make_unknown(root)]
+            make_sweep(root), make_transfer(root), make_stability(root), make_compare(root), make_demo(root),
+            make_dpo(root), make_unknown(root)]
     out = root / "report"
     return dirs, out, build_report(dirs, out)
 
 
 SECTIONS = ["Headline (vrh demo)", "Summary", "Provenance", "Head scores and sparsity", "k-curves", "Outcome breakdown",
-            "Attention overlays", "Transfer", "Stability", "Method comparison", "Other runs"]
+            "Attention overlays", "Transfer", "Stability", "Method comparison", "DPO preference pairs", "Other runs"]
 
 
 def test_html_is_self_contained_and_has_every_section(report):

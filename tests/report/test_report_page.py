@@ -85,22 +85,27 @@ def test_random_evaluations_do_not_set_k_and_disagreeing_runs_are_named(tmp_path
     assert "mark the top-4 heads (k from b, c); other runs used other ks: 2 (a)." in html
 
 
-def test_the_page_has_one_definition_of_sparsity(tmp_path):
-    """The demo records sparsity at its own thresholds (0.05 / 0.1); the page shows the head-score
-    section's (vrh.sparsity.DEFAULT_THRESHOLDS) everywhere, recomputed from the demo's detection."""
+def test_sparsity_uses_the_thresholds_each_run_recorded_and_names_them(tmp_path):
+    """The demo records sparsity at its own thresholds (0.05 / 0.1, results.json): its headline shows those
+    numbers as recorded, and its detection's head-score section uses the same thresholds (the run it is
+    part of recorded them). A detection that is part of no run recording any gets the report's defaults
+    (the paper's 0.001 / 0.005), and the page says so."""
     demo = _demo(tmp_path / "demo")
-    for dirs in ([demo, demo / "detect"], [demo]):  # the detection in the report, or only the demo folder
+    cell = r'<td class="n">([\d.]+)</td>'
+    for dirs in ([demo, demo / "detect"], [demo]):  # the sub-run is reported either way
         html = build_report(dirs, tmp_path / "out")["html"].read_text()
         headline = html[html.index(">Headline (vrh demo)</h2>"):html.index(">Summary</h2>")]
-        assert "heads scoring above" in headline
-        cell = r'<td class="n">([\d.]+)</td>'
-        rows = re.findall("<tr>" + cell * 3, headline)
-        # scores 0.00, 0.01, ..., 0.31: 31 above 0.001 and 0.005
-        assert rows == [("0.001", "96.9", "31"), ("0.005", "96.9", "31")]
-        assert "0.05" not in headline and "0.1<" not in headline
-        if len(dirs) == 2:
-            scores = html[html.index(">Head scores and sparsity</h2>"):]
-            assert "heads above 0.001" in scores and "heads above 0.005" in scores
+        assert re.findall("<tr>" + cell * 3, headline) == [("0.05", "50.0", "16"), ("0.1", "40.0", "13")]
+        assert "thresholds 0.05 and 0.1, recorded by demo" in headline and "0.001" not in headline
+        scores = html[html.index(">Head scores and sparsity</h2>"):]
+        # scores 0.00, 0.01, ..., 0.31: 26 above 0.05, 21 above 0.1 (recomputed at the demo's thresholds)
+        assert "heads above 0.05" in scores and "heads above 0.1<" in scores and "0.001" not in scores
+        assert re.search(r"<td>heads above 0.05</td><td[^>]*>81.2 %</td><td[^>]*>26</td>", scores)
+        assert "thresholds 0.05 and 0.1, recorded by demo" in scores
+    html = build_report([_detect(tmp_path / "det")], tmp_path / "out2")["html"].read_text()
+    scores = html[html.index(">Head scores and sparsity</h2>"):]
+    assert "heads above 0.001" in scores and "heads above 0.005" in scores
+    assert "det recorded no sparsity thresholds: the report&#x27;s defaults, the paper&#x27;s Fig. 5" in scores
 
 
 def test_demo_summary_row_shows_data_and_n(tmp_path):
@@ -128,6 +133,87 @@ def test_cells_break_only_where_it_does_not_garble_them():
     assert '<td class="n">200</td>' in html  # numbers never wrap (.n: nowrap)
     assert "<td>sweep_grounding</td>" in html  # short words break only between words
     assert '<td class="brk">/tmp/demo_r/sweep_grounding</td>' in html  # paths may break anywhere
+
+
+def test_compare_and_other_rows_read_n_eval(tmp_path):
+    from vrh.report.sections import summary_row
+
+    cmp = _finished(tmp_path / "cmp", {"command": "compare"}, {"k": [1, 2], "n_eval": 200, "methods": {}})
+    assert summary_row(load_runs([cmp])[0])[5] == "200"
+
+
+def test_transfer_names_checkpoints_relative_to_their_common_folder(tmp_path):
+    from vrh.report.sections import summary_row
+
+    a, b = "/home/me/organism_runs/v5/export/organism_a", "/home/me/organism_runs/vC/export/organism_c"
+    tr = _finished(tmp_path / "tr", {"command": "transfer"}, {"model_a": a, "model_b": b, "k": 3,
+                                                              "baseline_accuracy": 0.9})
+    note = summary_row(load_runs([tr])[0])[7]
+    assert note.startswith("heads of organism_a masked in organism_c") and "/home" not in note
+    same = _finished(tmp_path / "same", {"command": "transfer"}, {"model_a": "/x/a/model", "model_b": "/x/b/model",
+                                                                  "k": 3, "baseline_accuracy": 0.9})
+    html = build_report([same], tmp_path / "out")["html"].read_text()
+    assert "heads of a/model masked in b/model" in html and "a/model → b/model" in html and "/x/" not in html
+
+
+def test_masked_evaluations_show_the_unmasked_run_as_reference(tmp_path, monkeypatch):
+    from vrh.report import plots
+
+    drawn = []
+    real = plots.outcome_bars
+    monkeypatch.setattr(plots, "outcome_bars", lambda *a, **kw: drawn.append((a, kw)) or real(*a, **kw))
+    fr = {"correct": 0.2, "mislocated": 0.7, "parse_failure": 0.1}
+    masked = _finished(tmp_path / "ev-top", {"command": "evaluate"},
+                       {"n": 10, "accuracy": 0.2, "k": 3, "fractions": fr, "condition": {"kind": "top_k", "k": 3}})
+    plain = _finished(tmp_path / "ev-none", {"command": "evaluate"},
+                      {"n": 10, "accuracy": 0.9, "k": 0, "fractions": {"correct": 0.9, "mislocated": 0.1},
+                       "condition": {"kind": "none", "k": 0}})
+    html = build_report([masked, plain], tmp_path / "out")["html"].read_text()
+    (labels, fracs), kw = drawn[-1]
+    assert labels[0].startswith("ev-none") and kw["reference"] == 0.9  # the unmasked bar first, and a line
+    assert "dashed line: unmasked accuracy 90.0 % (ev-none)" in html
+    drawn.clear()
+    build_report([masked], tmp_path / "out2")
+    assert drawn[-1][1].get("reference") is None  # nothing unmasked to compare with: no line
+    on = {"model": {"path": "/m/tiny"}, "data": {"path": "/d/refs.jsonl"}}
+    ev = _finished(tmp_path / "ev", {"command": "evaluate", **on},
+                   {"n": 10, "accuracy": 0.2, "k": 3, "fractions": fr, "condition": {"kind": "top_k", "k": 3}})
+    other = _finished(tmp_path / "sw-other", {"command": "sweep", "model": {"path": "/m/tiny"},
+                                              "data": {"path": "/d/other.jsonl"}}, {"k": [0], "baseline_accuracy": 0.5})
+    sw = _finished(tmp_path / "sw", {"command": "sweep", **on}, {"k": [0, 3], "baseline_accuracy": 0.85})
+    html = build_report([ev, other, sw], tmp_path / "out3")["html"].read_text()
+    assert drawn[-1][1]["reference"] == 0.85  # the sweep on the same model and data, not the other one
+    assert "dashed line: unmasked accuracy 85.0 % (sw, same model and data)" in html
+
+
+def test_dpo_pairs_show_one_example_per_drop_reason_and_old_runs_their_counts(tmp_path):
+    from vrh import dpo
+    from vrh.report.build import build_sections
+    from vrh.report.document import Table
+    from vrh.report.pairs import DROP_MEANING
+
+    assert set(DROP_MEANING) == {dpo.DROP_CHOSEN_INCORRECT, dpo.DROP_SAME_ANSWER}
+
+    def decision(i, kept, reason=None):
+        return {"id": f"s{i}", "kept": kept, "drop_reason": reason, "chosen_text": f"[{i}, 0, 9, 9]",
+                "chosen_outcome": "correct" if reason != "chosen_incorrect" else "mislocated", "chosen_iou": 0.8,
+                "rejected_text": f"[{i}, 5, 9, 9]", "rejected_outcome": "mislocated", "rejected_iou": 0.1}
+
+    decisions = ([decision(i, True) for i in range(4)] + [decision(4, False, "chosen_incorrect"),
+                 decision(5, False, "chosen_incorrect"), decision(6, False, "rejected_same_as_chosen")])
+    new = _finished(tmp_path / "dpo", {"command": "dpo-pairs"}, {
+        "n_samples": 7, "n_pairs": 4, "n_dropped": 3, "dropped": {"chosen_incorrect": 2, "rejected_same_as_chosen": 1},
+        "negative_policy": "vrh", "k": 3, "decisions": decisions})
+    old = _finished(tmp_path / "old", {"command": "dpo-pairs"}, {"n_samples": 2, "n_pairs": 1, "n_dropped": 1})
+    secs = build_sections(load_runs([new, old]), None)
+    sec = next(s for s in secs if s.title == "DPO preference pairs")
+    examples = next(b for b in sec.blocks[1].blocks if isinstance(b, Table) and b.columns[0] == "sample")
+    assert [r[0] for r in examples.rows] == ["s0", "s1", "s2", "s4", "s6"]
+    assert [r[4] for r in examples.rows][-2:] == ["dropped: chosen_incorrect", "dropped: rejected_same_as_chosen"]
+    assert examples.rows[0][2] == "[0, 0, 9, 9] (correct, IoU 0.80)" and "one per drop reason" in examples.caption
+    old_blocks = sec.blocks[2].blocks
+    assert "old records no per-sample decisions: no examples to show." in [getattr(b, "text", "") for b in old_blocks]
+    assert not any(s.title == "Other runs" for s in secs)
 
 
 def test_compare_section_names_the_variant_of_each_method():

@@ -165,7 +165,7 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
     from vrh.commands._common import load
     from vrh.console import console
     from vrh.detection import run_detection
-    from vrh.evaluation import load_task_samples, select_eval_samples
+    from vrh.evaluation import GROUNDING_HINT, load_task_samples, select_eval_samples
     from vrh.kcurves import conditions_table, random_control_report, sweep_conditions
     from vrh.options import DetectOptions, config_record
     from vrh.runner import run_conditions
@@ -173,15 +173,13 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
 
     t0 = time.time()
     task = get_task("grounding")
-    _, data_id = load_task_samples(cfg.data, "grounding")  # fail on a bad --data before loading the model
+    # fail on a bad --data before loading the model
+    _, data_id = load_task_samples(cfg.data, "grounding", hint=GROUNDING_HINT)
     lm = load(cfg, lm)
     ks = sorted({k for k in cfg.ks if k > 0})
     total = lm.num_layers * lm.num_heads
     for k in ks:  # before detection: a k with no room for k random heads outside the top-k can never run
-        cond.check_k(k, lm.num_layers, lm.num_heads, "--ks")
-        if 2 * k > total:
-            raise ValueError(f"--ks {k}: the random control needs {k} heads outside the top-{k}, but the model has "
-                             f"only {total} heads; use k <= {total // 2}")
+        cond.check_room(k, lm.num_layers, lm.num_heads, "--ks")
     run = runs.RunFolder(cfg.out, resume=cfg.resume, overwrite=cfg.overwrite)
     # written before detection, so a resumed run with other settings is refused before anything is redone
     run.write_config({"command": NAME, "config": config_record(cfg), "model": lm.describe(), "data": data_id,

@@ -50,9 +50,11 @@ class Config(ModelOptions, MaskOptions, GenerationOptions, RunOptions):
                                                     help="score thresholds of the sparsity figure")
 
 
-def default_ks(k: int, num_heads_total: int) -> tuple[int, ...]:
+def default_ks(k: int, num_layers: int, num_heads: int) -> tuple[int, ...]:
     """0, 1, k/2, k and 2k, less any k that leaves no room for k random heads outside the top-k."""
-    return tuple(sorted(kk for kk in {0, 1, max(1, k // 2), k, 2 * k} if 2 * kk <= num_heads_total))
+    from vrh.conditions import random_room
+
+    return tuple(sorted(kk for kk in {0, 1, max(1, k // 2), k, 2 * k} if kk <= random_room(kk, num_layers, num_heads)))
 
 
 def is_demo_run(path: str | Path) -> bool:
@@ -75,7 +77,7 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
 
     from vrh import runs
     from vrh.commands._common import load
-    from vrh.conditions import check_k
+    from vrh.conditions import check_room
     from vrh.console import console
     from vrh.detection import run_detection
     from vrh.evaluation import select_eval_samples
@@ -95,11 +97,9 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
     k = cfg.k if cfg.k is not None else max(1, round(0.1 * total))
     if k < 1:
         raise ValueError(f"--k must be >= 1 (the headline masks heads), got {k}")
-    ks = tuple(sorted(set(cfg.ks or default_ks(k, total)) | {0, k}))
+    ks = tuple(sorted(set(cfg.ks or default_ks(k, lm.num_layers, lm.num_heads)) | {0, k}))
     for kk, opt in [(k, "--k"), *((kk, "--ks") for kk in ks)]:  # refused before --out is touched
-        check_k(kk, lm.num_layers, lm.num_heads, opt)
-        if 2 * kk > total:
-            raise ValueError(f"{opt} {kk}: no room for {kk} random heads outside the top {kk} of {total} heads")
+        check_room(kk, lm.num_layers, lm.num_heads, opt)
     replace = not cfg.resume and not cfg.overwrite and is_demo_run(out)
     run = runs.RunFolder(out, overwrite=cfg.overwrite or replace, resume=cfg.resume)
     if replace:

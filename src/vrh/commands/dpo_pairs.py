@@ -67,12 +67,10 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
                           label=f"top{cfg.k}")
     control = None
     if cfg.random_negatives:
+        cond.check_room(cfg.k, L, H, outside=detected.heads, exclude_layers=cfg.exclude_layers)
         control = cond.random_controls(L, H, cfg.k, [dpo.negative_seed(cfg.seed, i) for i in range(len(samples))],
                                        outside=detected.heads, exclude_layers=cfg.exclude_layers, method=src.scorer,
                                        mask_mode=cfg.mask_mode, label="random:s{seed}")
-        if not control.conditions:
-            raise ValueError(f"--random-negatives: {control.warnings[0]}; use a smaller --k (or fewer "
-                             "--exclude-layers)")
         for w in control.warnings:
             console.print(f"[yellow]warning:[/yellow] {w}")
     policy = "random" if cfg.random_negatives else "vrh"

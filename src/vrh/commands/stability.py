@@ -63,7 +63,7 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
     from vrh.conditions import none
     from vrh.console import console
     from vrh.evaluation import select_eval_samples
-    from vrh.heads import top_k
+    from vrh.heads import check_grid, top_k
     from vrh.kcurves import conditions_table, random_control_report
     from vrh.options import config_record
     from vrh.runner import run_conditions
@@ -95,9 +95,7 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
         data = cfg.data or runs.read_detection_split(cfg.heads).data_path
         samples, data_info = select_eval_samples(data, task.name, cfg.n_eval, [cfg.heads], disjoint=True)
         lm = load(cfg, lm)
-        if tuple(per_sample.shape[1:]) != (lm.num_layers, lm.num_heads):
-            raise ValueError(f"--heads {cfg.heads} scored a model with {tuple(per_sample.shape[1:])} (layers, heads); "
-                             f"--model {cfg.model} has ({lm.num_layers}, {lm.num_heads})")
+        check_grid(per_sample.shape[1:], lm.num_layers, lm.num_heads, f"--heads {cfg.heads}", f"--model {cfg.model}")
         conditions = [none(cfg.mask_mode)]
         if skip is None:
             tc, control = st.token_choice_conditions(hs.scores(st.RAND1_SCORER), hs.scores(st.OUT_SCORER), cfg.k,

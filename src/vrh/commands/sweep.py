@@ -36,6 +36,7 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
     from vrh.conditions import head_source
     from vrh.console import console
     from vrh.evaluation import select_eval_samples
+    from vrh.heads import check_grid
     from vrh.kcurves import run_sweep
     from vrh.options import config_record
     from vrh.tasks import task_from_settings
@@ -47,9 +48,7 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
                                 "not a head list")
     samples, data_info = select_eval_samples(cfg.data, cfg.task, cfg.n, [cfg.heads], cfg.disjoint)
     lm = load(cfg, lm)
-    if tuple(src.scores.shape) != (lm.num_layers, lm.num_heads):
-        raise ValueError(f"--heads {cfg.heads} scored a model with {tuple(src.scores.shape)} (layers, heads); this "
-                         f"model has ({lm.num_layers}, {lm.num_heads})")
+    check_grid(src.scores.shape, lm.num_layers, lm.num_heads, f"--heads {cfg.heads}")
     result = run_sweep(lm, task, samples, src.scores, cfg.out, ks=cfg.ks, seeds=cfg.seeds, method=src.scorer,
                        source=src.path, exclude_layers=cfg.exclude_layers, mask_mode=cfg.mask_mode,
                        batch_size=cfg.batch_size, max_new_tokens=cfg.max_new_tokens, overwrite=cfg.overwrite,

@@ -44,14 +44,6 @@ class Config(ModelOptions, DataOptions, EvalOptions, MaskOptions, GenerationOpti
             raise ValueError("--seeds: transfer needs at least one random seed")
 
 
-def check_same_grid(run_dir: str, shape: tuple[int, ...], num_layers: int, num_heads: int, model: str) -> None:
-    """Refuse a transfer between different decoder grids (clear message with both shapes)."""
-    if tuple(shape) != (num_layers, num_heads):
-        raise ValueError(f"cannot transfer heads: {run_dir} scored a model with {tuple(shape)} (layers, heads) but "
-                         f"model B ({model}) has ({num_layers}, {num_heads}); transfer needs the same layer x head "
-                         "grid (same language backbone)")
-
-
 def _run_source(spec: str, scorer: str | None, option: str):
     from vrh.conditions import head_source
 
@@ -97,6 +89,7 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
     from vrh.compare import finite_or_none, map_similarity
     from vrh.console import console
     from vrh.evaluation import select_eval_samples
+    from vrh.heads import check_grid
     from vrh.kcurves import conditions_table, random_control_report
     from vrh.options import config_record
     from vrh.runner import run_conditions
@@ -110,9 +103,9 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
                                              [p for p in (cfg.heads_b, cfg.heads) if p], cfg.disjoint)
     lm = load(cfg, lm)
     L, H = lm.num_layers, lm.num_heads
-    for src in (src_a, src_b):
+    for option, src in (("--heads", src_a), ("--heads-b", src_b)):
         if src is not None:
-            check_same_grid(src.path, src.scores.shape, L, H, lm.path)
+            check_grid(src.scores.shape, L, H, f"{option} {src.path}", f"model B ({lm.path})")
 
     transferred = cond.top_k(src_a.scores, cfg.k, method=src_a.scorer, mask_mode=cfg.mask_mode,
                              label="transferred", source=src_a.path)
@@ -126,10 +119,9 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
     # random heads lie outside every detected set of the test: A's top-k and, when given, B's own top-k (so a
     # random set never masks one of B's retrieval heads, which would lower the floor between unrelated models)
     outside = {*transferred.heads, *(conds[2].heads if src_b is not None else ())}
+    cond.check_room(cfg.k, L, H, outside=outside, exclude_layers=cfg.exclude_layers)
     rc = cond.random_controls(L, H, cfg.k, cfg.seeds, outside=sorted(outside), exclude_layers=cfg.exclude_layers,
                               method=src_a.scorer, mask_mode=cfg.mask_mode, label="random:s{seed}")
-    if not rc.conditions:
-        raise ValueError(f"--k: {rc.warnings[0]}; use a smaller k (or fewer --exclude-layers)")
     conds += rc.conditions
     control = random_control_report([rc])
     for w in control["warnings"]:

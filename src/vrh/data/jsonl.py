@@ -58,6 +58,7 @@ BOX_FORMATS = PIXEL_BOX_FORMATS + tuple(SCALED_BOX_FORMATS)
 MIN_SIDE_FOR_NORM_CHECK = 16  # px; on smaller images a box within 0-1 px may be real
 BOUNDS_TOLERANCE = 1.0  # pixels a GT box may stick out of the image (rounding in annotation tools)
 ANSWER_TYPES = ("exact", "choice", "number")  # how a VQA answer is judged; see vrh.tasks.vqa.judge_answer
+_BOX_ALIASES = ("bbox", "bbox_2d", "bounding_box", "boxes", "gt_box")  # other datasets' names for `box`: hinted
 _KNOWN = ("id", "image", "task", "expression", "box", "box_format", "question", "answer", "answer_type")
 # What a gold answer of each type must look like, and the rule in words for the error message.
 _GOLD_FORMS = {
@@ -289,7 +290,9 @@ def _parse_line(rec: Any, folder: Path, check_images: bool) -> Sample:
     if grounding and "answer_type" in rec:
         raise ValueError("'answer_type' applies to vqa samples only")
     if grounding and rec.get("box") is None:
-        raise ValueError("grounding sample needs 'box'" + (" (it is null)" if "box" in rec else ""))
+        alias = next((k for k in _BOX_ALIASES if k in rec), None)
+        raise ValueError("grounding sample needs 'box'" + (" (it is null)" if "box" in rec else "")
+                         + (f"; this line has {alias!r}: vrh's field is 'box', with its 'box_format'" if alias else ""))
     has_box = rec.get("box") is not None
 
     size = None
@@ -351,7 +354,7 @@ def load_dataset(path: str | os.PathLike, *, limit: int | None = None, check_ima
                 try:
                     rec = json.loads(line)
                 except json.JSONDecodeError as e:
-                    raise ValueError(f"invalid JSON ({e.msg} at column {e.colno})") from None
+                    raise ValueError(f"invalid JSON at column {e.colno}: {e.msg}") from None
                 sample = _parse_line(rec, path.parent, check_images)
                 if sample.id in first_line:
                     raise ValueError(f"duplicate id {sample.id!r} (first on line {first_line[sample.id]})")

@@ -8,9 +8,12 @@ results, head scores, samples, overlays), and writes into ``out_dir``:
 * ``report.md`` with its figures as PNGs in ``out_dir/figures/``, for reading in a repository.
 
 Every file is first written under a temporary name and renamed into place only once all of them were
-written, so a report that fails midway (a full disk) leaves the previous report as it was. Figures are
-built with matplotlib's mathtext and TeX off (:data:`vrh.report.style.PLAIN_TEXT`): run names and
-expressions are user text, and a ``$`` in one must not be parsed as math (or fail the whole report).
+written, so a report that fails midway (a full disk) leaves the previous report as it was. Once the new
+report is in place, the PNGs directly in ``figures/`` that it does not link are removed: they are the
+previous report's, and figures that no longer match the report mislead whoever browses the folder
+(nothing else in ``out_dir`` is touched). Figures are built with matplotlib's mathtext and TeX off
+(:data:`vrh.report.style.PLAIN_TEXT`): run names and expressions are user text, and a ``$`` in one must
+not be parsed as math (or fail the whole report).
 
 A run whose results were not written did not finish: it is marked INCOMPLETE in the summary and in a
 warning at the top, and a report of nothing but unfinished runs is refused (ValueError). Results of a newer
@@ -22,8 +25,11 @@ Runs are dispatched on the config's ``command``. Sections (each left out when no
 Summary (+ provenance), Head scores and sparsity (``detect``), k-curves and Tab. A1-style tables
 (``sweep``), Outcome breakdown (``sweep``, ``evaluate``), Attention overlays (``detect`` with
 ``overlays.npz``), Transfer, Stability, Method comparison, Emergence during training (``emergence``: an
-organism's training log, :mod:`vrh.report.emergence`), Other runs (any other command: its results.json
-keys and scalar values).
+organism's training log, :mod:`vrh.report.emergence`), DPO preference pairs (``dpo-pairs``,
+:mod:`vrh.report.pairs`), Other runs (any other command: its results.json keys and scalar values).
+
+A run folder that names sub-runs (a demo) brings them into the report (:func:`vrh.report.load.load_runs`),
+and a demo's finding is the first line under the title: what a reader opens the report for.
 
 Expected ``results.json`` of commands still being written -- match these, every key is optional
 (accuracies are fractions in [0, 1]):
@@ -65,7 +71,7 @@ from pathlib import Path
 
 import matplotlib
 
-from vrh.report import characterize, emergence, sections
+from vrh.report import characterize, emergence, pairs, sections
 from vrh.report.document import Section, Text, figures, render_html, render_markdown
 from vrh.report.kchoice import KChoice, report_k
 from vrh.report.load import load_runs
@@ -85,7 +91,7 @@ def build_sections(runs, k: int | KChoice | None) -> list[Section]:
         parts = [characterize.demo_section(runs), sections.summary_section(runs), sections.scores_section(runs, kc),
                  sections.kcurve_section(runs), sections.outcome_section(runs), sections.overlay_section(runs, kc),
                  characterize.transfer_section(runs), characterize.stability_section(runs),
-                 characterize.compare_section(runs), emergence.emergence_section(runs),
+                 characterize.compare_section(runs), emergence.emergence_section(runs), pairs.dpo_section(runs),
                  characterize.other_section(runs)]
     return [p for p in parts if p is not None]
 
@@ -114,14 +120,26 @@ def build_report(run_dirs: Sequence[str | Path], out_dir: str | Path, *, k: int 
     out_dir.mkdir(parents=True, exist_ok=True)
     kc = report_k(runs, k)
     secs = build_sections(runs, kc)
-    intro = [Text(f"{len(runs)} run folder(s): " + ", ".join(f"{r.name} ({r.command})" for r in runs) + ". "
+    intro = [*characterize.headline_lines(runs),  # the finding first, then what the page covers
+             Text(f"{len(runs)} run folder(s): " + ", ".join(f"{r.name} ({r.command}"
+                                                           + (f", part of {r.part_of})" if r.part_of else ")")
+                                                           for r in runs) + ". "
                   "Heads are (layer, head), 0-based. Accuracies in %."), *report_notices(runs), *k_notice(kc, runs)]
     html_path, md_path, fig_dir = out_dir / HTML_NAME, out_dir / MD_NAME, out_dir / FIG_DIR
     md, figs = render_markdown(title, intro, secs, FIG_DIR)
     fig_dir.mkdir(exist_ok=True)
     _write_all({**{fig_dir / name: png for name, png in figs.items()}, md_path: md.encode("utf-8"),
                 html_path: render_html(title, intro, secs).encode("utf-8")})
+    _remove_stale_figures(fig_dir, set(figs))
     return {"html": html_path, "md": md_path, "figures": fig_dir}
+
+
+def _remove_stale_figures(fig_dir: Path, keep: set[str]) -> None:
+    """Remove the ``*.png`` files directly in ``fig_dir`` that the report just written does not link (a
+    previous report's); never a subfolder, never another kind of file."""
+    for path in fig_dir.glob("*.png"):
+        if path.name not in keep and path.is_file():
+            path.unlink()
 
 
 def k_notice(kc: KChoice, runs) -> list[Text]:

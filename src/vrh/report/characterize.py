@@ -10,19 +10,35 @@ from __future__ import annotations
 
 import numpy as np
 
-from vrh import runs as run_contract
 from vrh.report import plots
 from vrh.report.document import Fig, Section, Table, Text, slug
-from vrh.report.load import Run, at, describe_model, is_num, num, pct, pm, short
+from vrh.report.load import Run, at, is_num, model_pair, num, pct, pm, short
 from vrh.report.notes import random_control_blocks
-from vrh.report.sections import thresholds_text
+from vrh.report.sections import recorded_sparsity, sparsity_thresholds
 from vrh.report.style import RANDOM_COLOR, VRH_COLOR, VRH_LIGHT
 from vrh.runs import RESULTS
-from vrh.sparsity import DEFAULT_THRESHOLDS, sparsity_summary
+from vrh.sparsity import sparsity_summary
 
 ACCURACY_KEYS = ("baseline_accuracy", "random_accuracy_mean", "own_heads_accuracy", "transferred_heads_accuracy")
 
-KNOWN = {"detect", "evaluate", "sweep", "transfer", "stability", "compare", "demo", "emergence"}
+KNOWN = {"detect", "evaluate", "sweep", "transfer", "stability", "compare", "demo", "emergence", "dpo-pairs"}
+
+
+def headline_lines(runs: list[Run]) -> list[Text]:
+    """Each demo's finding in one sentence, for the top of the page: grounding accuracy with the top-k VRHs
+    masked vs k random heads vs unmasked (then VQA), every number from the demo's results. A demo without
+    its masked accuracy (one that did not finish) has no finding to state."""
+    out = []
+    for run in (r for r in runs if r.command == "demo" and is_num(r.res.get("vrh_masked_accuracy"))):
+        r, vqa = run.res, run.res.get("vqa") if isinstance(run.res.get("vqa"), dict) else {}
+        k = r.get("k", "?")
+        text = (f"{run.name} (grounding): top-{k} VRHs masked → {pct(r.get('vrh_masked_accuracy'))}% vs {k} random "
+                f"heads {pct(r.get('random_masked_accuracy_mean'))}% (unmasked {pct(r.get('baseline_accuracy'))}%)")
+        if vqa:
+            text += (f"; VQA: {pct(vqa.get('vrh_masked_accuracy'))}% vs {pct(vqa.get('random_masked_accuracy_mean'))}% "
+                     f"(unmasked {pct(vqa.get('baseline_accuracy'))}%)")
+        out.append(Text(text + "."))
+    return out
 
 
 def demo_section(runs: list[Run]) -> Section | None:
@@ -35,7 +51,6 @@ def demo_section(runs: list[Run]) -> Section | None:
         r = run.res
         k, total = r.get("k"), r.get("num_heads_total")
         vqa = r.get("vqa") or {}
-        sp = r.get("sparsity") or {}
         rows = [["grounding, unmasked", pct(r.get("baseline_accuracy")), ""],
                 [f"grounding, top-{k} VRHs masked", pct(r.get("vrh_masked_accuracy")),
                  f"parse failures {pct(r.get('vrh_parse_failure_rate'))} %"],
@@ -49,42 +64,31 @@ def demo_section(runs: list[Run]) -> Section | None:
                    + " ".join(f"({l},{h})" for l, h in r.get("top_k_heads") or [])))
         s.add(Table(["condition", "accuracy (%)", "note"], rows))
         s.add(*random_control_blocks(run))
-        s.add(*_demo_sparsity(run, runs, sp))
+        s.add(*_demo_sparsity(run, runs))
     return s
 
 
-def _demo_sparsity(run: Run, runs: list[Run], recorded: dict) -> list:
-    """The demo's sparsity at the page's one pair of thresholds (:data:`vrh.sparsity.DEFAULT_THRESHOLDS`),
-    recomputed from its detection's scores; the demo's own record may use other thresholds, and two
-    definitions of "sparse" on one page contradict each other."""
-    det = next((r for r in runs if r.command == "detect" and r.path.resolve().parent == run.path.resolve()
-                and r.head_scores), None)
-    scores = (det.head_scores or {}).get("scores") if det else None
-    if scores is None and "detect" in (run.config.get("subruns") or []):
-        try:
-            scores = run_contract.read_head_scores(run.path / "detect").to_json().get("scores")
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            scores = None
-    if scores is not None:
-        sp = sparsity_summary(np.asarray(scores, dtype=float), DEFAULT_THRESHOLDS)
-        fr, counts = sp["fraction_above"], sp["count_above"]
+def _demo_sparsity(run: Run, runs: list[Run]) -> list:
+    """The demo's sparsity as it recorded it (the thresholds its results and console use, named); for a demo
+    that recorded none, recomputed from its detection sub-run at the report's defaults, saying so."""
+    th = sparsity_thresholds(run, runs)
+    if recorded_sparsity(run):  # th.values are the demo's own
+        fr, counts, where = recorded_sparsity(run), recorded_sparsity(run, "count_above"), ""
     else:
-        fr = {float(t): v for t, v in (recorded.get("fraction_above") or {}).items()}
-        counts = {float(t): v for t, v in (recorded.get("count_above") or {}).items()}
-        if not fr:
+        det = next((r for r in runs if r.command == "detect" and r.part_of == run.name and r.head_scores
+                    and r.head_scores.get("scores") is not None), None)
+        if det is None:
             return []
-        if set(fr) != set(DEFAULT_THRESHOLDS):
-            return [Text(f"{run.name}: sparsity was recorded at thresholds {', '.join(f'{t:g}' for t in fr)}, not "
-                         f"this report's {thresholds_text()}, and the detection scores are not readable here; "
-                         "see the head-score section.", muted=True)]
+        sp = sparsity_summary(np.asarray(det.head_scores["scores"], dtype=float), th.values)
+        fr, counts, where = sp["fraction_above"], sp["count_above"], f", computed from {det.name}'s scores"
     return [Table(["sparsity: heads scoring above", "heads (%)", "count"],
-                  [[f"{t:g}", pct(fr[t]), num(counts.get(t), "d")] for t in DEFAULT_THRESHOLDS],
-                  f"{run.name}: thresholds {thresholds_text()}, as in the head-score section")]
+                  [[f"{t:g}", pct(fr.get(t)), num(counts.get(t), "d")] for t in th.values],
+                  f"{run.name}: {th.describe()}{where}")]
 
 
 def _pair(r: dict) -> str:
-    """``A → B`` with checkpoint paths shortened to their folder names."""
-    return f"{describe_model(r.get('model_a', '?'))} → {describe_model(r.get('model_b', '?'))}"
+    """``A → B`` with checkpoint paths shortened to their folder names (:func:`vrh.report.load.model_pair`)."""
+    return " → ".join(model_pair(r.get("model_a", "?"), r.get("model_b", "?")))
 
 
 def _per_k(r: dict) -> bool:

@@ -8,6 +8,12 @@ commands. So loading never raises on a run's *content*: an unreadable results or
 Every artefact is read with the typed readers of :mod:`vrh.runs` (the run-folder contract); this package
 never names an artefact file itself (a test enforces it). Whether a run finished follows the contract too:
 the results file is written last, so a folder without it did not finish (:attr:`Run.finished`).
+
+Which runs a report covers (:func:`load_runs`): a run whose config or results names sub-runs (``vrh demo``'s
+``subruns``, later a study's) stands for them too, so ``vrh report runs/demo`` reports everything the demo
+made. Each folder is read once, however it was reached (given twice, given beside the run that names it, or
+named by two runs): a report that shows one run twice reads as two results. Sub-runs are read only inside
+the folder of the run naming them, as overlay images are: a results file can name any path.
 """
 
 from __future__ import annotations
@@ -43,6 +49,8 @@ class Run:
     head_scores: dict[str, Any] | None = None  # runs.HeadScores.to_json(), for rendering
     problems: list[str] = field(default_factory=list)
     finished: bool = True
+    part_of: str | None = None  # name of the run that named this one as a sub-run
+    times_given: int = 1  # how often the user passed this folder (reported once)
 
     @property
     def command(self) -> str:
@@ -114,15 +122,23 @@ class Run:
     @property
     def random_control(self) -> dict[str, Any] | None:
         """The ``random_control`` block (:func:`vrh.kcurves.random_control_report`), normalised to
-        ``{"per_k": [...], "warnings": [...]}``; None when the run drew no random heads or predates it."""
+        ``{"per_k": [...], "warnings": [...]}``; None when the run drew no random heads or predates it.
+
+        A run of several tasks (the demo) nests one block per task, ``{"grounding": {...}, "vqa": {...}}``:
+        its entries are tagged with their ``task`` and its warnings prefixed by it."""
         rc = self.res.get("random_control")
-        if isinstance(rc, list):  # a bare per-k list
-            rc = {"per_k": rc, "warnings": [w for e in rc if isinstance(e, dict) for w in e.get("warnings") or []]}
-        if not isinstance(rc, dict):
-            return None
-        per_k = [e for e in rc.get("per_k") or [] if isinstance(e, dict)]
-        warnings = [str(w) for w in rc.get("warnings") or []]
-        return {"per_k": per_k, "warnings": warnings}
+        nested = isinstance(rc, dict) and rc and not {"per_k", "warnings"} & set(rc)
+        if nested and all(isinstance(v, (dict, list)) for v in rc.values()):
+            parts = [(str(task), _control(block)) for task, block in rc.items()]
+            return {"per_k": [{**e, "task": task} for task, block in parts for e in block["per_k"]],
+                    "warnings": [f"{task}: {w}" for task, block in parts for w in block["warnings"]]}
+        return _control(rc) if isinstance(rc, (dict, list)) else None
+
+    @property
+    def subruns(self) -> list[str]:
+        """The sub-run folders (relative names) that config and results name, each once, config's first."""
+        named = [*(self.config.get("subruns") or []), *(self.res.get("subruns") or [])]
+        return list(dict.fromkeys(str(n) for n in named if isinstance(n, str) and n))
 
     def progress(self) -> str:
         """What an unfinished run has written so far: sample records, by condition kind."""
@@ -139,6 +155,14 @@ class Run:
         return out
 
 
+def _control(rc: dict | list) -> dict[str, list]:
+    """One task's random-control block (or a bare per-k list) as ``{"per_k": [...], "warnings": [...]}``."""
+    if isinstance(rc, list):
+        rc = {"per_k": rc, "warnings": [w for e in rc if isinstance(e, dict) for w in e.get("warnings") or []]}
+    return {"per_k": [e for e in rc.get("per_k") or [] if isinstance(e, dict)],
+            "warnings": [str(w) for w in rc.get("warnings") or []]}
+
+
 def describe_model(model: Any) -> str:
     """Short model label: the checkpoint folder's name (+ model type), whatever form config.json holds."""
     if isinstance(model, dict):
@@ -148,6 +172,26 @@ def describe_model(model: Any) -> str:
     if model is None:
         return "–"
     return Path(str(model)).name or str(model)
+
+
+def model_pair(a: Any, b: Any) -> tuple[str, str]:
+    """Labels of two models (a transfer's A and B): their folder names (:func:`describe_model`), or, where
+    those agree (``/ckpt/a/model`` and ``/ckpt/b/model``), their paths past the common folder. Never the
+    absolute path: it says where the user keeps checkpoints, not which model ran.
+
+    >>> model_pair("/home/me/runs/v5/organism_a", "/home/me/runs/vC/organism_c")
+    ('organism_a', 'organism_c')
+    >>> model_pair("/x/a/model", "/x/b/model")
+    ('a/model', 'b/model')
+    """
+    na, nb = describe_model(a), describe_model(b)
+    pa, pb = (Path(str(m.get("path") or m.get("name") or "") if isinstance(m, dict) else str(m)).parts for m in (a, b))
+    if na != nb or pa == pb:
+        return na, nb
+    i = 0
+    while i < min(len(pa), len(pb)) and pa[i] == pb[i]:
+        i += 1
+    return "/".join(pa[i:]) or na, "/".join(pb[i:]) or nb
 
 
 def _finished(run: Run) -> bool:
@@ -197,17 +241,61 @@ def load_run(path: str | Path, name: str | None = None) -> Run:
 
 
 def load_runs(paths: list[str | Path]) -> list[Run]:
-    """Runs in the order given; folders sharing a name are labelled ``parent/name``."""
-    paths = [Path(p) for p in paths]
-    names = [p.resolve().name for p in paths]
-    out = []
-    for p, n in zip(paths, names):
-        if names.count(n) > 1:
-            n = f"{p.resolve().parent.name}/{n}"
-        while any(r.name == n for r in out):
+    """Runs in the order given, each folder once (by resolved path; :attr:`Run.times_given` counts the
+    repeats), every run followed by the sub-runs it names, recursively. A path given that is not a run folder
+    raises FileNotFoundError; a named sub-run that cannot be read is a problem of the run naming it. Folders
+    sharing a name are labelled ``parent/name``."""
+    out: dict[Path, Run] = {}  # resolved path -> run, in report order
+    parents: dict[Path, Path] = {}  # resolved path of a sub-run -> that of the (first) run naming it
+
+    def add(path: Path, parent: Path | None) -> None:
+        key = path.resolve()
+        if parent is not None and key not in parents:
+            parents[key] = parent
+        if key in out:
+            return
+        run = out[key] = load_run(path)  # not a run folder: FileNotFoundError
+        for name in run.subruns:
+            if not _inside(path / name, key):
+                run.problems.append(f"sub-run {name!r} is no folder inside {run.name}; not read")
+                continue
+            try:
+                add(path / name, key)
+            except FileNotFoundError as e:  # named by the run, not by the user: reported, not raised
+                run.problems.append(f"sub-run {name!r} not found ({e})")
+
+    given = Counter(Path(p).resolve() for p in paths)  # the user's repeats, not a sub-run also given
+    for p in paths:
+        add(Path(p), None)
+    for key, n in given.items():
+        out[key].times_given = n
+    _label(out)
+    for key, parent in parents.items():
+        if key in out and parent in out:
+            out[key].part_of = out[parent].name
+    return [*out.values()]
+
+
+def _inside(path: Path, root: Path) -> bool:
+    """``path`` lies strictly inside ``root`` once ``..`` and symlinks are followed."""
+    try:
+        resolved = path.resolve()
+    except (OSError, ValueError, RuntimeError):  # a NUL byte; a symlink loop (RuntimeError before 3.13)
+        return False
+    return resolved != root and resolved.is_relative_to(root)
+
+
+def _label(loaded: dict[Path, Run]) -> None:
+    """Unique display names: the folder's name, ``parent/name`` where names repeat, primes as a last resort
+    (two folders whose last two parts agree)."""
+    names = [p.name for p in loaded]
+    taken: list[str] = []
+    for p, run in loaded.items():
+        n = f"{p.parent.name}/{p.name}" if names.count(p.name) > 1 else p.name
+        while n in taken:
             n += "'"
-        out.append(load_run(p, n))
-    return out
+        taken.append(n)
+        run.name = n
 
 
 # --- formatting shared by every section ---------------------------------------------------------------

@@ -1,8 +1,9 @@
 """What the reader must not miss: unfinished runs, results written by a newer vrh, random controls that
 are not random.
 
-These are the ways a report can mislead without looking broken: a half-written run whose partial numbers
-read like final ones, a schema whose keys this version misreads, and a "random heads" baseline whose seeds
+These are the ways a report can mislead without looking broken (plus one muted line on a folder given
+twice, so that the reader knows why it shows once): a half-written run whose partial numbers read like
+final ones, a schema whose keys this version misreads, and a "random heads" baseline whose seeds
 all drew the same heads (e.g. k = 16 of 32 heads with the top 16 excluded leaves exactly one set), which
 then is one more fixed head set, not a control. Each becomes a warning block placed where the affected
 numbers are shown.
@@ -16,7 +17,8 @@ from vrh.report.load import Run
 
 
 def report_notices(runs: list[Run]) -> list[Text]:
-    """Warnings for the top of the report: unfinished runs and runs of a newer results schema."""
+    """Warnings for the top of the report: unfinished runs and runs of a newer results schema; and, muted,
+    folders given more than once (reported once)."""
     out = []
     unfinished = [r for r in runs if not r.finished]
     if unfinished:
@@ -29,17 +31,21 @@ def report_notices(runs: list[Run]) -> list[Text]:
                         f"{run_contract.SCHEMA_VERSION}, which this report reads): "
                         + ", ".join(f"{r.name} (version {r.schema_version})" for r in newer)
                         + "; some values may be missing or misread: upgrade vrh to report them.", warn=True))
+    out += [Text(f"{r.name} was given {r.times_given} times and is reported once.", muted=True)
+            for r in runs if r.times_given > 1]
     return out
 
 
 def distinct_sets_line(rc: dict) -> str:
-    """``k=1: 3 distinct random head sets from 3 seeds; ...`` from a ``random_control`` block."""
+    """``k=1: 3 distinct random head sets from 3 seeds; ...`` from a ``random_control`` block; entries of a
+    run of several tasks (:attr:`Run.random_control`) start with their task: ``grounding k=1: ...``."""
     parts = []
     for e in rc["per_k"]:
         drawn = e.get("seeds_drawn") or []
         requested = e.get("seeds_requested") or drawn
         n = e.get("n_distinct_sets")
-        part = (f"k={e.get('k', '?')}: {n if n is not None else '?'} distinct random head set(s) from "
+        task = f"{e['task']} " if e.get("task") else ""
+        part = (f"{task}k={e.get('k', '?')}: {n if n is not None else '?'} distinct random head set(s) from "
                 f"{len(drawn)} seed(s)")
         if len(drawn) < len(requested):
             part += f" ({len(requested) - len(drawn)} of {len(requested)} requested seeds not drawable)"

@@ -155,8 +155,11 @@ def k_curve(ks: Sequence[int], vrh: Sequence[float | None], random_runs: Sequenc
     return to_png(fig)
 
 
-def outcome_bars(labels: Sequence[str], fractions: Sequence[Mapping[str, float] | None], *, title: str) -> bytes:
-    """Stacked outcome fractions per condition (Fig. 8a): correct / mislocated (or wrong) / parse failure."""
+def outcome_bars(labels: Sequence[str], fractions: Sequence[Mapping[str, float] | None], *, title: str,
+                 reference: float | None = None) -> bytes:
+    """Stacked outcome fractions per condition (Fig. 8a): correct / mislocated (or wrong) / parse failure.
+    ``reference``: the unmasked accuracy, drawn as a dashed line across the bars (correct is the bottom
+    segment, so each bar's drop is the gap below the line)."""
     order = [o for o in OUTCOME_COLORS if any(f and o in f for f in fractions)]
     order += sorted({k for f in fractions if f for k in f} - set(order))
     fig = new_figure(max(4.5, 1.2 + 0.55 * len(labels)), 4.2)
@@ -168,6 +171,8 @@ def outcome_bars(labels: Sequence[str], fractions: Sequence[Mapping[str, float] 
         ax.bar(x, vals, bottom=bottom, color=OUTCOME_COLORS.get(o, OTHER_COLORS[j % len(OTHER_COLORS)]),
                label=OUTCOME_LABELS.get(o, o), edgecolor="white", linewidth=0.5, width=0.7)
         bottom += vals
+    if is_num(reference):
+        ax.axhline(reference, color=BASELINE_COLOR, linestyle="--", linewidth=1, label="unmasked accuracy")
     ax.set_xticks(x, labels, rotation=35 if len(labels) > 4 else 0, ha="right" if len(labels) > 4 else "center",
                   fontsize=8)
     _pct_axis(ax, "share of samples (%)")

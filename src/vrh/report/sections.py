@@ -9,10 +9,17 @@ An attention overlay embeds only an image the run names (:func:`overlay_image`):
 the sample, or a file inside the run folder. A samples record can name any path (``/etc/passwd``,
 ``../private/photo.png``); such an image, and a missing or unreadable one, is left out of the overlay and
 named in one line under the section, never raised.
+
+Sparsity is stated at the thresholds a run recorded (:func:`sparsity_thresholds`): the demo records its own
+in ``results.json`` (its console prints the same), and a page that recomputed them at other thresholds
+would disagree with the run's other outputs. A detection made as part of such a run uses that run's
+thresholds; a run that recorded none gets the paper's (:data:`vrh.sparsity.DEFAULT_THRESHOLDS`), and the
+page says so next to the numbers.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +28,7 @@ from vrh.data import load_dataset
 from vrh.report import overlay, plots
 from vrh.report.document import Fig, Section, Table, Text, slug
 from vrh.report.kchoice import KChoice
-from vrh.report.load import Run, at, is_num, num, pct, pm, sample_kind, short
+from vrh.report.load import Run, at, is_num, model_pair, num, pct, pm, sample_kind, short
 from vrh.report.notes import random_control_blocks
 from vrh.sparsity import DEFAULT_THRESHOLDS, sparsity_summary
 
@@ -29,10 +36,57 @@ MAX_OVERLAYS = 4  # samples drawn per detection run; more adds bytes, not insigh
 
 
 def thresholds_text(thresholds=DEFAULT_THRESHOLDS) -> str:
-    """``0.001 (non-negligible) and 0.005 (high)``: the one definition of sparsity used on the whole page
-    (:data:`vrh.sparsity.DEFAULT_THRESHOLDS`, the paper's Fig. 5 thresholds)."""
-    names = ["non-negligible", "high"]
+    """``0.001 (non-negligible) and 0.005 (high)`` for the paper's Fig. 5 thresholds
+    (:data:`vrh.sparsity.DEFAULT_THRESHOLDS`), which have those names; other thresholds by value only."""
+    names = ["non-negligible", "high"] if tuple(thresholds) == DEFAULT_THRESHOLDS else []
     return " and ".join(f"{t:g}" + (f" ({names[i]})" if i < len(names) else "") for i, t in enumerate(thresholds))
+
+
+def recorded_sparsity(run: Run, key: str = "fraction_above") -> dict[float, object]:
+    """``threshold -> value`` of the sparsity ``run`` recorded in its results (``sparsity.<key>``, a
+    :func:`vrh.sparsity.sparsity_summary`), thresholds as numbers again (JSON keeps keys as strings)."""
+    sp = run.res.get("sparsity")
+    recorded = sp.get(key) if isinstance(sp, dict) else None
+    out = {}
+    for t, v in (recorded.items() if isinstance(recorded, dict) else []):
+        try:
+            t = float(t)
+        except (TypeError, ValueError):
+            continue
+        if is_num(t):
+            out[t] = v
+    return out
+
+
+def recorded_thresholds(run: Run) -> tuple[float, ...] | None:
+    """The sparsity thresholds ``run`` recorded, ascending; None when it recorded none."""
+    return tuple(sorted(recorded_sparsity(run))) or None
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    values: tuple[float, ...]
+    note: str  # whose they are, for the page: "recorded by demo", "det recorded none: ..."
+    recorded: bool
+
+    def describe(self) -> str:
+        """``thresholds 0.05 and 0.1, recorded by demo`` (or the defaults, and why)."""
+        return f"thresholds {thresholds_text(self.values)}{', ' if self.recorded else '; '}{self.note}"
+
+
+def sparsity_thresholds(run: Run, runs: list[Run]) -> Thresholds:
+    """The thresholds to state ``run``'s sparsity at: its own recorded ones, else those of the run it is
+    part of (nearest first), else the paper's defaults, saying that the run recorded none."""
+    by_name = {r.name: r for r in runs}
+    seen, owner = set(), run
+    while owner is not None and owner.name not in seen:
+        seen.add(owner.name)
+        found = recorded_thresholds(owner)
+        if found:
+            return Thresholds(found, f"recorded by {owner.name}", True)
+        owner = by_name.get(owner.part_of) if owner.part_of else None
+    return Thresholds(DEFAULT_THRESHOLDS, f"{run.name} recorded no sparsity thresholds: the report's defaults, the "
+                                          "paper's Fig. 5", False)
 
 
 def _outcome_accuracy(records: list[dict]) -> float | None:
@@ -66,7 +120,7 @@ def _mask_label(run: Run) -> str:
 def summary_row(run: Run) -> list[str]:
     r, cmd = run.res, run.command
     data = run.config.get("data") if isinstance(run.config.get("data"), dict) else {}
-    n = r.get("n") if is_num(r.get("n")) else data.get("n")
+    n = next((v for v in (r.get("n"), r.get("n_eval"), data.get("n")) if is_num(v)), None)  # compare: n_eval
     acc = r.get("accuracy", r.get("baseline_accuracy"))
     note = ""
     if cmd == "detect":
@@ -81,7 +135,8 @@ def summary_row(run: Run) -> list[str]:
     elif cmd == "sweep":
         note = f"unmasked; k = {r.get('k', '?')}, seeds {r.get('random', {}).get('seeds', '?')}"
     elif cmd == "transfer":
-        note = f"heads of {r.get('model_a', '?')} masked in {r.get('model_b', '?')}, unmasked accuracy"
+        a, b = model_pair(r.get("model_a", "?"), r.get("model_b", "?"))
+        note = f"heads of {a} masked in {b}, unmasked accuracy"
     elif cmd == "stability":
         n = max(r["n_values"]) if r.get("n_values") else n
         note = "n = largest scoring-set size"
@@ -89,6 +144,10 @@ def summary_row(run: Run) -> list[str]:
         n = r.get("n_eval", n)
         note = (f"unmasked, held-out grounding split; heads detected on {num(r.get('n_detect'), 'd')} other "
                 f"samples; headline k = {r.get('k', '?')} of {r.get('num_heads_total', '?')} heads")
+    elif cmd == "dpo-pairs":
+        n, acc = r.get("n_samples", n), r.get("chosen_accuracy")
+        note = (f"{num(r.get('n_pairs'), 'd')} pairs kept of {num(n, 'd')} samples ({num(r.get('n_dropped'), 'd')} "
+                "dropped); accuracy of the unmasked (chosen) answers")
     elif cmd == "emergence":  # an organism's training log: the last phase's last causal test
         final = r.get("final") if isinstance(r.get("final"), dict) else {}
         acc = final.get("acc")
@@ -143,11 +202,13 @@ def scores_section(runs: list[Run], kc: KChoice) -> Section | None:
     if not dets:
         return None
     s = Section("Head scores and sparsity")
+    ths = [sparsity_thresholds(run, runs) for run in dets]
     s.add(Text("Score of every (layer, head), 0-based, from the primary scorer of each detection run; the "
                "ringed cells are the top-k heads that masking removes. Sparsity follows Fig. 5: the share of "
-               f"heads scoring above {thresholds_text()}; every sparsity figure on this page uses these "
-               "thresholds."))
-    for run in dets:
+               "heads scoring above a threshold, at the thresholds the run (or the run it is part of) recorded, "
+               "stated with each table" + ("." if all(th.recorded for th in ths) else
+                                           f"; where none were recorded, the paper's {thresholds_text()}.")))
+    for run, th in zip(dets, ths):
         hs = run.head_scores
         scores = np.asarray(hs["scores"], dtype=float)
         kk = kc.for_heads(scores.size)
@@ -157,25 +218,26 @@ def scores_section(runs: list[Run], kc: KChoice) -> Section | None:
         sub = Section(run.name, level=3)
         sub.add(Fig(f"{slug(run.name)}-heatmap", plots.score_heatmap(scores, title=title, top=ranking[:kk]),
                     f"Layer x head VRH scores; ringed: the {kc.caption(scores.size)}."))
-        sub.add(Fig(f"{slug(run.name)}-histogram", plots.score_histogram(scores, title=title),
+        sub.add(Fig(f"{slug(run.name)}-histogram", plots.score_histogram(scores, title=title, thresholds=th.values),
                     "Distribution of head scores, both axes logarithmic; vertical lines: the sparsity "
-                    f"thresholds {thresholds_text()}."))
-        sp = sparsity_summary(scores, DEFAULT_THRESHOLDS)
+                    f"{th.describe()}."))
+        sp = sparsity_summary(scores, th.values)
         rows = [[f"heads above {t:g}", f"{pct(sp['fraction_above'][t])} %", str(sp["count_above"][t])]
-                for t in DEFAULT_THRESHOLDS]
+                for t in th.values]
         rows += [["max score", num(sp["max"]), ""], ["median score", num(sp["median"]), ""],
                  [f"share of total score in top 1% ({sp['top1pct_heads']} heads)", f"{pct(sp['top1pct_share'])} %", ""]]
-        sub.add(Table(["sparsity", "value", "count"], rows, f"{sp['num_layers']} layers x {sp['num_heads']} heads"))
+        sub.add(Table(["sparsity", "value", "count"], rows,
+                      f"{sp['num_layers']} layers x {sp['num_heads']} heads; {th.describe()}"))
         if ranking:
             sub.add(Text(f"Top-{kk} heads (layer, head): " + " ".join(f"({l},{h})" for l, h in ranking[:kk])))
         variants = hs.get("variants") or {}
         if len(variants) > 1:
             vrows = []
             for name, v in variants.items():
-                vsp = sparsity_summary(v.get("scores") or [[np.nan]], DEFAULT_THRESHOLDS)
-                vrows.append([name, *(pct(vsp["fraction_above"][t]) for t in DEFAULT_THRESHOLDS),
+                vsp = sparsity_summary(v.get("scores") or [[np.nan]], th.values)
+                vrows.append([name, *(pct(vsp["fraction_above"][t]) for t in th.values),
                               num(vsp["max"]), pct(vsp["top1pct_share"]), pct(_overlap(v.get("ranking"), ranking, kk))])
-            sub.add(Table(["scorer", *(f"> {t:g} (%)" for t in DEFAULT_THRESHOLDS), "max", "top-1% share (%)",
+            sub.add(Table(["scorer", *(f"> {t:g} (%)" for t in th.values), "max", "top-1% share (%)",
                            f"top-{kk} overlap with primary (%)"], vrows, "Scorer variants of this run"))
         if hs.get("skipped"):
             sub.add(Text(f"{len(hs['skipped'])} samples skipped (e.g. {hs['skipped'][0]}).", muted=True))
@@ -252,16 +314,47 @@ def outcome_section(runs: list[Run]) -> Section | None:
                       "Random bars average the seeds."))
     evals = [r for r in runs if r.command == "evaluate" and r.results]
     if evals:
+        unmasked = [r for r in evals if _mask_label(r) == "no masking"]
+        evals = unmasked + [r for r in evals if r not in unmasked]  # the reference bar first
+        ref, ref_from = _unmasked_reference(evals, runs)
         labels = [f"{r.name}\n{_mask_label(r)}" for r in evals]
         fracs = [_fractions(r.res) for r in evals]
         if any(fracs):
-            s.add(Fig("evaluate-outcomes", plots.outcome_bars(labels, fracs, title="Masked evaluations"),
-                      "One bar per evaluate run."))
+            s.add(Fig("evaluate-outcomes", plots.outcome_bars(labels, fracs, title="Masked evaluations", reference=ref),
+                      "One bar per evaluate run" + (f"; dashed line: unmasked accuracy {pct(ref)} % ({ref_from})."
+                                                    if ref is not None else
+                                                    "; no unmasked run of the same model and data to compare with.")))
         s.add(Table(["run", "masked", "n", "accuracy (%)", "mislocated / wrong (%)", "parse failure (%)", "mean IoU"],
                     [[r.name, _mask_label(r), num(r.res.get("n"), "d"), pct(r.res.get("accuracy")),
                       pct((_fractions(r.res) or {}).get("mislocated", (_fractions(r.res) or {}).get("wrong"))),
                       pct(r.res.get("parse_failure_rate")), num(r.res.get("mean_iou"), ".3f")] for r in evals]))
     return s if len(s.blocks) > 1 else None
+
+
+def _model_and_data(run: Run) -> tuple[str, str] | None:
+    """The model and dataset paths a run's config records, or None when it lacks either."""
+    model, data = run.config.get("model"), run.config.get("data")
+    model = model.get("path") if isinstance(model, dict) else model
+    data = data.get("path") if isinstance(data, dict) else data
+    return (str(model), str(data)) if model and data else None
+
+
+def _unmasked_reference(evals: list[Run], runs: list[Run]) -> tuple[float | None, str]:
+    """The unmasked accuracy to draw under evaluate runs' bars, and where it comes from: an unmasked evaluate
+    run among them; else a baseline an evaluate run recorded; else the baseline of another run (a sweep, a
+    demo's sub-run) on the same model and data as every masked evaluate run. (None, "") when there is none."""
+    for r in evals:
+        if _mask_label(r) == "no masking" and is_num(r.res.get("accuracy")):
+            return r.res["accuracy"], r.name
+    for r in evals:
+        if is_num(r.res.get("baseline_accuracy")):
+            return r.res["baseline_accuracy"], f"recorded by {r.name}"
+    keys = {_model_and_data(r) for r in evals}
+    if len(keys) == 1 and None not in keys:
+        for r in runs:
+            if r.command != "evaluate" and _model_and_data(r) in keys and is_num(r.res.get("baseline_accuracy")):
+                return r.res["baseline_accuracy"], f"{r.name}, same model and data"
+    return None, ""
 
 
 # --- attention overlays -------------------------------------------------------------------------------

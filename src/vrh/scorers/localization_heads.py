@@ -40,9 +40,9 @@ from vrh.scoring import (
     AccumulatingScorer,
     Index,
     SampleInfo,
-    _check_rows,
-    _take,
     as_index,
+    check_rows,
+    take,
 )
 
 ELBOW_CUTS = ("index", "value")
@@ -168,7 +168,7 @@ def localization_heads_sample(rows: torch.Tensor, visual: Index, grid: tuple[int
     >>> localization_heads_sample(A, [1, 2, 3, 4], (2, 2), [0], elbow="value").flatten().tolist()  # sum >= .2
     [1.0, 0.0, 1.0]
     """
-    _check_rows(rows)
+    check_rows(rows)
     if elbow not in ELBOW_CUTS:
         raise ValueError(f"localization_heads option 'elbow' must be one of {', '.join(ELBOW_CUTS)}, got {elbow!r}")
     L, H = rows.shape[:2]
@@ -179,7 +179,7 @@ def localization_heads_sample(rows: torch.Tensor, visual: Index, grid: tuple[int
     q = as_index(queries, rows.shape[2])
     if q.numel() == 0 or v.numel() == 0:
         return torch.zeros(L, H)
-    img = _take(_take(rows, 2, q), 3, v).float().mean(2).cpu()  # (L, H, |Q|, V) -> (L, H, V)
+    img = take(take(rows, 2, q), 3, v).float().mean(2).cpu()  # (L, H, |Q|, V) -> (L, H, V)
     sums = img.double().sum(-1).reshape(L * H)  # (L*H,) flat head order l * H + h
     order, i = elbow_point(sums, elbow_axes)
     if elbow == "index":

@@ -28,7 +28,7 @@ from collections.abc import Mapping
 import torch
 
 from vrh.scorers.registry import Option, register_scorer
-from vrh.scoring import AccumulatingScorer, Index, SampleInfo, _check_rows, _take, as_index, lcs_ratio  # noqa: F401 (re-exported)
+from vrh.scoring import AccumulatingScorer, Index, SampleInfo, as_index, check_rows, lcs_ratio, take  # noqa: F401 (re-exported)
 
 KEY_SETS = ("prompt", "visual")
 ROWS = ("own", "producer")
@@ -51,13 +51,13 @@ def ocr_heads_hits(rows: torch.Tensor, keys: Index, candidates: Index, queries: 
     >>> ocr_heads_hits(A, keys=[1], candidates=[1, 2], queries=[0, 1]).tolist()  # among visual keys
     [[[1.0, 0.0]]]
     """
-    _check_rows(rows)
+    check_rows(rows)
     S = rows.shape[-1]
     k, cand = as_index(keys, S), as_index(candidates, S)
     q = as_index(queries, rows.shape[2])
     if cand.numel() == 0 or q.numel() == 0:
         return torch.zeros(*rows.shape[:2], q.numel())  # (L, H, |Q|)
-    sub = _take(_take(rows, 2, q), 3, cand).cpu()  # (L, H, |Q|, |C|)
+    sub = take(take(rows, 2, q), 3, cand).cpu()  # (L, H, |Q|, |C|)
     best = cand[sub.argmax(-1)]  # (L, H, |Q|) key positions; first maximum on ties
     return torch.isin(best, k).float()
 
@@ -147,7 +147,7 @@ class OCRHeadsScorer(AccumulatingScorer):
 
     def update(self, sample_rows: torch.Tensor, sample_info: SampleInfo,
                extra: Mapping[str, torch.Tensor] | None = None) -> None:
-        _check_rows(sample_rows)
+        check_rows(sample_rows)
         q = self._queries(sample_info)
         self._count_empty(sample_rows, sample_info.key_positions, q)
         score, n = ocr_heads_sample(sample_rows, sample_info.key_positions, self._candidates(sample_rows, sample_info),

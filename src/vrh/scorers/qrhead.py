@@ -33,11 +33,11 @@ from vrh.scoring import (
     AccumulatingScorer,
     Index,
     SampleInfo,
-    _check_rows,
-    _take,
     as_index,
+    check_rows,
     query_mean,
     region_sum,
+    take,
 )
 
 OUTLIER_AXES = ("keys", "queries")
@@ -50,7 +50,7 @@ def _key_profile(rows: torch.Tensor, keys: Index, queries: Index) -> torch.Tenso
     q = as_index(queries, rows.shape[2])
     if q.numel() == 0:
         return torch.zeros(*rows.shape[:2], k.numel(), dtype=torch.float64)  # (L, H, |K|)
-    sel = _take(_take(rows, 2, q), 3, k).double().cpu()  # (L, H, |Q|, |K|)
+    sel = take(take(rows, 2, q), 3, k).double().cpu()  # (L, H, |Q|, |K|)
     return sel.mean(2)  # (L, H, |Q|, |K|) -> (L, H, |K|)
 
 
@@ -90,14 +90,14 @@ def qrhead_sample(rows: torch.Tensor, keys: Index, in_queries: Index, null_rows:
     >>> qrhead_sample(A, [1], [0, 1], N, null_queries=[0])         # one key: std NaN -> nothing kept
     tensor([[0.]])
     """
-    _check_rows(rows)
+    check_rows(rows)
     if outliers not in OUTLIER_AXES:
         raise ValueError(f"qrhead option 'outliers' must be one of {', '.join(OUTLIER_AXES)}, got {outliers!r}")
     if calibrate:
         if null_rows is None or null_queries is None:
             raise ValueError("qrhead needs the null-query ('N/A') rows and their query indices for calibration; "
                              "pass null_rows/null_queries (SampleInfo.queries['null_in']) or calibrate=False")
-        _check_rows(null_rows)
+        check_rows(null_rows)
         if null_rows.shape[:2] != rows.shape[:2]:
             raise ValueError(f"null rows have {tuple(null_rows.shape[:2])} heads, rows {tuple(rows.shape[:2])}")
     nk = keys if null_keys is None else null_keys
@@ -116,7 +116,7 @@ def qrhead_sample(rows: torch.Tensor, keys: Index, in_queries: Index, null_rows:
 def _token_outliers(rows, keys, in_queries, null_rows, null_keys, null_queries, outlier_z, calibrate):
     """``outliers="queries"``: outlier removal over expression tokens, mean over the kept ones."""
     q = as_index(in_queries, rows.shape[2])
-    tok = region_sum(_take(rows, 2, q), keys).double().cpu()  # (L, H, |Q_in|)
+    tok = region_sum(take(rows, 2, q), keys).double().cpu()  # (L, H, |Q_in|)
     if q.numel() == 0:
         base = torch.zeros(rows.shape[:2], dtype=torch.float64)  # (L, H)
     else:
@@ -127,7 +127,7 @@ def _token_outliers(rows, keys, in_queries, null_rows, null_keys, null_queries, 
     if not calibrate:
         return base.float()
     nq = as_index(null_queries, null_rows.shape[2])
-    null = query_mean(region_sum(_take(null_rows, 2, nq), null_keys)).double().cpu()  # (L, H)
+    null = query_mean(region_sum(take(null_rows, 2, nq), null_keys)).double().cpu()  # (L, H)
     return (base - null).float()
 
 

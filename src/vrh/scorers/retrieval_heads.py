@@ -26,7 +26,7 @@ from collections.abc import Mapping
 import torch
 
 from vrh.scorers.registry import Option, register_scorer
-from vrh.scoring import AccumulatingScorer, Index, SampleInfo, _check_rows, _take, argmax_in_region, as_index
+from vrh.scoring import AccumulatingScorer, Index, SampleInfo, argmax_in_region, as_index, check_rows, take
 
 NORMS = ("keys", "queries")
 
@@ -48,7 +48,7 @@ def retrieval_heads_sample(rows: torch.Tensor, keys: Index, out_queries: Index, 
     >>> retrieval_heads_sample(A, keys=[1], out_queries=[0, 1], norm="queries")  # 1 hit / 2 tokens
     tensor([[0.5000]])
     """
-    _check_rows(rows)
+    check_rows(rows)
     if norm not in NORMS:
         raise ValueError(f"norm must be one of {', '.join(NORMS)}, got {norm!r}")
     k = as_index(keys, rows.shape[-1])
@@ -56,7 +56,7 @@ def retrieval_heads_sample(rows: torch.Tensor, keys: Index, out_queries: Index, 
     denom = k.numel() if norm == "keys" else q.numel()
     if denom == 0 or q.numel() == 0:
         return torch.zeros(rows.shape[:2])  # (L, H); the reference's unfound needle (-1, -1) never hits
-    hits = argmax_in_region(_take(rows, 2, q), k, among=None)  # (L, H, |Q_out|)
+    hits = argmax_in_region(take(rows, 2, q), k, among=None)  # (L, H, |Q_out|)
     return (hits.double().sum(-1) / denom).float().cpu()  # (L, H)
 
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 import torch
 
 from vrh.scorers.registry import Option, register_scorer
-from vrh.scoring import AccumulatingScorer, Index, SampleInfo, _check_rows, _take, as_index, query_mean, region_sum
+from vrh.scoring import AccumulatingScorer, Index, SampleInfo, as_index, check_rows, query_mean, region_sum, take
 
 
 def vera_sample(rows: torch.Tensor, keys: Index, visual: Index, queries: Index) -> torch.Tensor:
@@ -26,11 +26,11 @@ def vera_sample(rows: torch.Tensor, keys: Index, visual: Index, queries: Index) 
     >>> vera_sample(A, keys=[1], visual=[1, 2], queries=[0, 1])  # (0.3/0.5 + 0)/2
     tensor([[0.3000]])
     """
-    _check_rows(rows)
+    check_rows(rows)
     S = rows.shape[-1]
     v = as_index(visual, S)
     k = v[torch.isin(v, as_index(keys, S))]  # K intersect V
-    sel = _take(rows, 2, as_index(queries, rows.shape[2]))  # (L, H, |Q_s|, S)
+    sel = take(rows, 2, as_index(queries, rows.shape[2]))  # (L, H, |Q_s|, S)
     k_mass = region_sum(sel, k).double()  # (L, H, |Q_s|)
     v_mass = region_sum(sel, v).double()  # (L, H, |Q_s|)
     ratio = torch.where(v_mass > 0, k_mass / v_mass.clamp_min(1e-30), torch.zeros_like(k_mass))

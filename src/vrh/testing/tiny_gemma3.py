@@ -48,7 +48,7 @@ def gemma3_processor(*, tower: int = TOWER, tokens: int = TOKENS):
 def _tiny_gemma3(seed: int, overrides_json: str):
     from transformers import Gemma3Config, Gemma3ForConditionalGeneration
 
-    from vrh.testing.tiny_models import _finish, _text_cfg
+    from vrh.testing.tiny_models import finish_tiny_model, tiny_text_config
 
     ov = json.loads(overrides_json)
     text_ov, vision_ov = ov.pop("text_config", {}), ov.pop("vision_config", {})
@@ -58,7 +58,7 @@ def _tiny_gemma3(seed: int, overrides_json: str):
     vision.update(vision_ov)
     processor = gemma3_processor(tower=vision["image_size"], tokens=tokens)
     tok = processor.tokenizer
-    text = _text_cfg(tok, text_ov, model_type="gemma3_text", head_dim=16, query_pre_attn_scalar=16,
+    text = tiny_text_config(tok, text_ov, model_type="gemma3_text", head_dim=16, query_pre_attn_scalar=16,
                      sliding_window=12, layer_types=["sliding_attention", "full_attention"])
     ids = {k: tok.convert_tokens_to_ids(t) for k, t in [
         ("boi_token_index", "<start_of_image>"), ("eoi_token_index", "<end_of_image>"),
@@ -66,7 +66,7 @@ def _tiny_gemma3(seed: int, overrides_json: str):
     config = Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=tokens, **ids, **ov)
     torch.manual_seed(seed)
     model = Gemma3ForConditionalGeneration._from_config(config, attn_implementation="sdpa", dtype=torch.float32)
-    return _finish(model, tok), processor
+    return finish_tiny_model(model, tok), processor
 
 
 def tiny_gemma3(seed: int = 0, **overrides):

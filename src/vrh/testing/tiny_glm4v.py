@@ -41,7 +41,7 @@ def _tiny_glm(family: str, seed: int, overrides_json: str):
     from transformers import Glm4vImageProcessorPil
 
     from vrh.adapters.base import image_only
-    from vrh.testing.tiny_models import _finish, _text_cfg
+    from vrh.testing.tiny_models import finish_tiny_model, tiny_text_config
 
     model_cls, config_cls, proc_cls = (getattr(transformers, n) for n in {
         "glm4v": ("Glm4vForConditionalGeneration", "Glm4vConfig", "Glm4vProcessor"),
@@ -52,7 +52,7 @@ def _tiny_glm(family: str, seed: int, overrides_json: str):
     tok = glm_tokenizer()
     # GLM rotates half of each head (partial_rotary_factor 0.5): 16 / 2 = 8 dims = 4 frequencies over (t, h, w)
     rope = {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5, "mrope_section": [2, 1, 1]}
-    text = _text_cfg(tok, text_ov, model_type="glm4v_text", rope_parameters=rope)
+    text = tiny_text_config(tok, text_ov, model_type="glm4v_text", rope_parameters=rope)
     for k in ("bos_token_id", "eos_token_id"):  # Glm4vTextConfig declares neither
         text.pop(k)
     vision = dict(model_type="glm4v_vision", depth=1, hidden_size=32, intermediate_size=64, num_heads=2,
@@ -68,7 +68,7 @@ def _tiny_glm(family: str, seed: int, overrides_json: str):
     ip = Glm4vImageProcessorPil(patch_size=14, merge_size=2, temporal_patch_size=2,
                                 size={"shortest_edge": 4 * 28 * 28, "longest_edge": max_pixels})
     processor = image_only(proc_cls)(image_processor=ip, tokenizer=tok, chat_template=tok.chat_template)
-    return _finish(model, tok), processor
+    return finish_tiny_model(model, tok), processor
 
 
 def tiny_glm4v(seed: int = 0, **overrides):

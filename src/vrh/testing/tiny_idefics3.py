@@ -54,7 +54,7 @@ def idefics3_processor(tokenizer, *, frame: int = FRAME, longest_edge: int | Non
 def _tiny_idefics3(seed: int, overrides_json: str):
     from transformers import Idefics3Config, Idefics3ForConditionalGeneration
 
-    from vrh.testing.tiny_models import _finish, _text_cfg
+    from vrh.testing.tiny_models import finish_tiny_model, tiny_text_config
 
     ov = json.loads(overrides_json)
     text_ov, vision_ov = ov.pop("text_config", {}), ov.pop("vision_config", {})
@@ -63,7 +63,7 @@ def _tiny_idefics3(seed: int, overrides_json: str):
     vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
                   image_size=FRAME, patch_size=PATCH)
     vision.update(vision_ov)
-    text = _text_cfg(tok, text_ov, model_type="llama")
+    text = tiny_text_config(tok, text_ov, model_type="llama")
     scale = ov.pop("scale_factor", SCALE)
     tokens_per_frame = (vision["image_size"] // vision["patch_size"] // scale) ** 2
     config = Idefics3Config(text_config=text, vision_config=vision, scale_factor=scale,
@@ -72,7 +72,7 @@ def _tiny_idefics3(seed: int, overrides_json: str):
     model = Idefics3ForConditionalGeneration._from_config(config, attn_implementation="sdpa", dtype=torch.float32)
     processor = idefics3_processor(tok, frame=vision["image_size"], longest_edge=longest_edge,
                                    tokens_per_frame=tokens_per_frame)
-    return _finish(model, tok), processor
+    return finish_tiny_model(model, tok), processor
 
 
 def tiny_idefics3(seed: int = 0, **overrides):

@@ -57,13 +57,13 @@ def internvl_processor(tokenizer, *, tile: int = 448, tokens_per_tile: int = 256
 def _tiny_internvl(seed: int, overrides_json: str):
     from transformers import InternVLConfig, InternVLForConditionalGeneration
 
-    from vrh.testing.tiny_models import _finish, _text_cfg
+    from vrh.testing.tiny_models import finish_tiny_model, tiny_text_config
 
     ov = json.loads(overrides_json)
     text_ov, vision_ov = ov.pop("text_config", {}), ov.pop("vision_config", {})
     tile, max_patches = ov.pop("tile", 112), ov.pop("max_patches", 12)
     tok = internvl_tokenizer()
-    text = _text_cfg(tok, text_ov, model_type="qwen2")
+    text = tiny_text_config(tok, text_ov, model_type="qwen2")
     vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
                   image_size=tile, patch_size=14)
     vision.update(vision_ov)
@@ -74,7 +74,7 @@ def _tiny_internvl(seed: int, overrides_json: str):
     torch.manual_seed(seed)
     model = InternVLForConditionalGeneration._from_config(config, attn_implementation="sdpa", dtype=torch.float32)
     processor = internvl_processor(tok, tile=tile, tokens_per_tile=tokens_per_tile, max_patches=max_patches)
-    return _finish(model, tok), processor
+    return finish_tiny_model(model, tok), processor
 
 
 def tiny_internvl(seed: int = 0, **overrides):

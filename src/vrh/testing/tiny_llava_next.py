@@ -28,7 +28,7 @@ def _tiny_llava_next(seed: int, overrides_json: str):
     from transformers import (LlavaNextConfig, LlavaNextForConditionalGeneration, LlavaNextImageProcessorPil,
                               LlavaNextProcessor)
 
-    from vrh.testing.tiny_models import LLAVA_SPECIAL_TOKENS, _finish, _text_cfg, build_tokenizer
+    from vrh.testing.tiny_models import LLAVA_SPECIAL_TOKENS, build_tokenizer, finish_tiny_model, tiny_text_config
 
     ov = json.loads(overrides_json)
     text_ov, vision_ov = ov.pop("text_config", {}), ov.pop("vision_config", {})
@@ -38,7 +38,7 @@ def _tiny_llava_next(seed: int, overrides_json: str):
     vision = dict(model_type="clip_vision_model", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                   num_attention_heads=2, image_size=TILE, patch_size=PATCH, projection_dim=32)
     vision.update(vision_ov)
-    text = _text_cfg(tok, text_ov, model_type="mistral", sliding_window=None)
+    text = tiny_text_config(tok, text_ov, model_type="mistral", sliding_window=None)
     config = LlavaNextConfig(text_config=text, vision_config=vision,
                              image_token_index=tok.convert_tokens_to_ids("<image>"), image_grid_pinpoints=pinpoints,
                              vision_feature_select_strategy="default", vision_feature_layer=-2,
@@ -50,7 +50,7 @@ def _tiny_llava_next(seed: int, overrides_json: str):
     processor = LlavaNextProcessor(image_processor=ip, tokenizer=tok, patch_size=vision["patch_size"],
                                    vision_feature_select_strategy="default", num_additional_image_tokens=1,
                                    chat_template=tok.chat_template)
-    return _finish(model, tok), processor
+    return finish_tiny_model(model, tok), processor
 
 
 def tiny_llava_next(seed: int = 0, **overrides):

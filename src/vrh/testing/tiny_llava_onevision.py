@@ -37,7 +37,7 @@ def _tiny_llava_onevision(seed: int, overrides_json: str):
                               LlavaOnevisionImageProcessorPil, LlavaOnevisionProcessor)
 
     from vrh.adapters.base import image_only
-    from vrh.testing.tiny_models import _finish, _text_cfg, build_tokenizer
+    from vrh.testing.tiny_models import build_tokenizer, finish_tiny_model, tiny_text_config
 
     ov = json.loads(overrides_json)
     text_ov, vision_ov = ov.pop("text_config", {}), ov.pop("vision_config", {})
@@ -48,7 +48,7 @@ def _tiny_llava_onevision(seed: int, overrides_json: str):
     vision = dict(model_type="siglip_vision_model", hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                   num_attention_heads=2, image_size=TILE, patch_size=PATCH)
     vision.update(vision_ov)
-    text = _text_cfg(tok, text_ov, model_type="qwen2")
+    text = tiny_text_config(tok, text_ov, model_type="qwen2")
     g = vision["image_size"] // vision["patch_size"]  # tokens per tile side
     config = LlavaOnevisionConfig(text_config=text, vision_config=vision, image_grid_pinpoints=pinpoints,
                                   image_token_index=tok.convert_tokens_to_ids("<image>"),
@@ -63,7 +63,7 @@ def _tiny_llava_onevision(seed: int, overrides_json: str):
     processor = image_only(LlavaOnevisionProcessor)(image_processor=ip, tokenizer=tok, num_image_tokens=g * g,
                                                     vision_feature_select_strategy="full", vision_aspect_ratio=aspect,
                                                     chat_template=tok.chat_template)
-    return _finish(model, tok), processor
+    return finish_tiny_model(model, tok), processor
 
 
 def tiny_llava_onevision(seed: int = 0, **overrides):

@@ -111,7 +111,7 @@ _TEXT = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_att
              num_key_value_heads=2, max_position_embeddings=2048)
 
 
-def _finish(model: torch.nn.Module, tokenizer) -> torch.nn.Module:
+def finish_tiny_model(model: torch.nn.Module, tokenizer) -> torch.nn.Module:
     """Common tail: eval, float32, generation ids consistent with the tokenizer."""
     model = model.float().eval()
     gc = model.generation_config
@@ -139,7 +139,9 @@ def _qwen_processor(proc_cls, tok, *, patch_size: int, min_pixels: int, max_pixe
     return image_only(proc_cls)(image_processor=ip, tokenizer=tok, chat_template=tok.chat_template)
 
 
-def _text_cfg(tok, overrides: dict[str, Any], **family) -> dict[str, Any]:
+def tiny_text_config(tok, overrides: dict[str, Any], **family) -> dict[str, Any]:
+    """The tiny language model's config: the shared sizes, the tokenizer's ids, then ``family``'s keys
+    (model type, rope, ...), then a test's ``overrides``."""
     cfg = dict(_TEXT, vocab_size=len(tok), pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
                bos_token_id=tok.bos_token_id)
     cfg.update(family)
@@ -172,14 +174,14 @@ def _tiny_qwen(family: str, seed: int, overrides_json: str):
                       patch_size=16, num_position_embeddings=64, deepstack_visual_indexes=[0])
         rope = dict(rope, mrope_interleaved=True)
     vision.update(vision_ov)
-    text = _text_cfg(tok, text_ov, rope_parameters=rope, **({"head_dim": 16} if family == "qwen3_vl" else {}))
+    text = tiny_text_config(tok, text_ov, rope_parameters=rope, **({"head_dim": 16} if family == "qwen3_vl" else {}))
     factor = patch * 2
     config = ccls(text_config=text, vision_config=vision, **_qwen_ids(tok), **ov)
     torch.manual_seed(seed)
     model = cls._from_config(config, attn_implementation="sdpa", dtype=torch.float32)
     processor = _qwen_processor(pcls, tok, patch_size=patch, min_pixels=min_pixels or 4 * factor * factor,
                                 max_pixels=max_pixels)
-    return _finish(model, tok), processor
+    return finish_tiny_model(model, tok), processor
 
 
 def tiny_qwen2_vl(seed: int = 0, **overrides):
@@ -208,7 +210,7 @@ def _tiny_llava(seed: int, overrides_json: str):
     vision = dict(model_type="clip_vision_model", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                   num_attention_heads=2, image_size=image_size, patch_size=16, projection_dim=32)
     vision.update(vision_ov)
-    text = _text_cfg(tok, text_ov, model_type="llama")
+    text = tiny_text_config(tok, text_ov, model_type="llama")
     n_tokens = (image_size // vision["patch_size"]) ** 2
     config = LlavaConfig(text_config=text, vision_config=vision, image_token_index=tok.convert_tokens_to_ids("<image>"),
                          image_seq_length=n_tokens, vision_feature_select_strategy="default",
@@ -220,7 +222,7 @@ def _tiny_llava(seed: int, overrides_json: str):
     processor = LlavaProcessor(image_processor=ip, tokenizer=tok, patch_size=vision["patch_size"],
                                vision_feature_select_strategy="default", num_additional_image_tokens=1,
                                chat_template=tok.chat_template)
-    return _finish(model, tok), processor
+    return finish_tiny_model(model, tok), processor
 
 
 def tiny_llava(seed: int = 0, **overrides):

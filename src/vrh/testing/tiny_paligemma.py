@@ -38,7 +38,7 @@ def paligemma_processor(*, tower: int = TOWER, patch: int = PATCH):
 def _tiny_paligemma(seed: int, overrides_json: str):
     from transformers import PaliGemmaConfig, PaliGemmaForConditionalGeneration
 
-    from vrh.testing.tiny_models import _finish, _text_cfg
+    from vrh.testing.tiny_models import finish_tiny_model, tiny_text_config
 
     ov = json.loads(overrides_json)
     text_ov, vision_ov = ov.pop("text_config", {}), ov.pop("vision_config", {})
@@ -47,7 +47,7 @@ def _tiny_paligemma(seed: int, overrides_json: str):
     vision.update(vision_ov)
     processor = paligemma_processor(tower=vision["image_size"], patch=vision["patch_size"])
     tok = processor.tokenizer
-    text = _text_cfg(tok, text_ov, model_type="gemma2", head_dim=16, query_pre_attn_scalar=16,
+    text = tiny_text_config(tok, text_ov, model_type="gemma2", head_dim=16, query_pre_attn_scalar=16,
                      sliding_window=24, layer_types=["sliding_attention", "full_attention"],
                      attn_logit_softcapping=50.0, final_logit_softcapping=30.0)
     config = PaliGemmaConfig(text_config=text, vision_config=vision, image_token_index=processor.image_token_id,
@@ -55,7 +55,7 @@ def _tiny_paligemma(seed: int, overrides_json: str):
                              hidden_size=text["hidden_size"], **ov)
     torch.manual_seed(seed)
     model = PaliGemmaForConditionalGeneration._from_config(config, attn_implementation=ATTN, dtype=torch.float32)
-    return _finish(model, tok), processor
+    return finish_tiny_model(model, tok), processor
 
 
 def tiny_paligemma(seed: int = 0, **overrides):
