@@ -3,7 +3,7 @@
 Why: vrh claims that (b) capturing the attention rows detection needs costs about a plain (a) sdpa forward
 over prompt + answer, where the prior methods' (c) eager ``output_attentions=True`` materializes every
 ``[B, H, N, N]`` map; that masking heads barely slows greedy ``generate``; that several masking
-conditions sharing one batch (:func:`vrh.masking.mask_heads_per_row`) beat running them one by one; and
+conditions sharing one batch (:func:`vrh.core.masking.mask_heads_per_row`) beat running them one by one; and
 that one-pass detection (rows captured during the answering ``generate``, ``detect_heads(one_pass=True)``)
 costs about one plain ``generate`` (``detect_vs_generate``; the two-pass detection's ratio is printed next to
 it). Each
@@ -15,7 +15,7 @@ Model: a random-init Qwen2.5-VL whose language model has the ``--size`` shape (`
 generate runs are **LM only**: the sequence is text tokens around N stand-ins for visual tokens (the vision
 tower's cost is the same on every side of each ratio, and on CPU it would dominate). The
 batched-conditions run goes through the real path (processor, tiny vision tower, images, the grounding
-task, :func:`vrh.runner.run_conditions` with ``batch_conditions`` on and off), once per ``--cond-samples``
+task, :func:`vrh.experiments.runner.run_conditions` with ``batch_conditions`` on and off), once per ``--cond-samples``
 value: 2 samples per condition (the JSON ratio: one condition alone fills 2 of 16 rows, as with few
 samples or the per-sample head sets of ``stability`` / ``dpo-pairs``) and 16 (batches already full; no
 arithmetic is saved, so on a compute-bound CPU expect about 1).
@@ -32,7 +32,7 @@ Peak memory (capture vs forward vs eager) is the peak above the level just befor
 The detection run goes through the real path too (a ``--generate-tokens`` visual-token image, the grounding
 task, ``detect_heads`` with the ``out/sum/mean`` scorer, no overlays) against ``generate_answers`` on the
 same sample, every answer forced to ``--max-new-tokens`` (the last one an EOS, as real answers end: a cut
-answer costs one-pass detection one more decode step, see :mod:`vrh.generation_capture`).
+answer costs one-pass detection one more decode step, see :mod:`vrh.core.generation_capture`).
 
 The last line printed is one JSON object (keys as in issue 16)::
 
@@ -177,8 +177,8 @@ class PeakMemory:
 
 def forward_fn(model, mode: str, inputs, rows):
     """One teacher-forced pass over prompt + answer in ``mode``; returns what the mode hands back."""
-    from vrh.adapters import get_adapter
-    from vrh.capture import capture_attention_rows
+    from vrh.models.adapters import get_adapter
+    from vrh.core.capture import capture_attention_rows
 
     adapter = get_adapter("qwen2_5_vl")
 
@@ -278,9 +278,9 @@ def measure_memory(args, mode: str, n: int, model) -> dict:
 
 def bench_generate(args, model) -> dict:
     """Greedy generate of one sample, unmasked vs masked (``--k`` random heads), same number of tokens."""
-    from vrh.adapters import get_adapter
-    from vrh.heads import random_heads
-    from vrh.masking import mask_heads
+    from vrh.models.adapters import get_adapter
+    from vrh.core.heads import random_heads
+    from vrh.core.masking import mask_heads
 
     adapter = get_adapter("qwen2_5_vl")
     s = SIZES[args.size]
@@ -316,11 +316,11 @@ def bench_conditions(args, model) -> dict[int, dict[str, list[float]]]:
     """
     from PIL import Image, ImageDraw
 
-    from vrh import conditions as cond
-    from vrh.adapters import get_adapter
+    from vrh.experiments import conditions as cond
+    from vrh.models.adapters import get_adapter
     from vrh.data import Sample
-    from vrh.inference import LoadedModel
-    from vrh.runner import run_conditions
+    from vrh.models.loading import LoadedModel
+    from vrh.experiments.runner import run_conditions
     from vrh.tasks import get_task
 
     os.environ.setdefault("VRH_NO_PROGRESS", "1")
@@ -376,10 +376,11 @@ def bench_detect(args, model) -> dict[str, list[float]]:
     a teacher-forced capture forward over prompt + answer), interleaved; every answer --max-new-tokens long."""
     from PIL import Image, ImageDraw
 
-    from vrh.adapters import get_adapter
+    from vrh.models.adapters import get_adapter
     from vrh.data import Sample
-    from vrh.detection import detect_heads
-    from vrh.inference import LoadedModel, generate_answers
+    from vrh.experiments.detection import detect_heads
+    from vrh.models.loading import LoadedModel
+    from vrh.models.generation import generate_answers
     from vrh.tasks import get_task
 
     os.environ.setdefault("VRH_NO_PROGRESS", "1")

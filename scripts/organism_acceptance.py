@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from vrh import runs
-from vrh.inference import resolve_model_path
+from vrh.models.loading import resolve_model_path
 
 SPARSITY_THRESHOLD = "0.1"  # the score threshold stated for the sparsity figure (docs/organism.md)
 

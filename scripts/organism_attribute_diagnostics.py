@@ -23,7 +23,7 @@ import os
 
 import torch
 
-from vrh import grounding
+from vrh.data import boxes as grounding
 from vrh.organism import world
 from vrh.organism.batches import train_batch
 from vrh.organism.evaluate import generate_answers

@@ -15,7 +15,7 @@ import json
 
 import torch
 
-from vrh import grounding
+from vrh.data import boxes as grounding
 from vrh.organism import world
 from vrh.organism.evaluate import generate_answers
 from vrh.organism.train import Organisms, TrainConfig, heldout

@@ -39,7 +39,7 @@ model_dir() {
 import sys
 from pathlib import Path
 
-from vrh.inference import resolve_model_path
+from vrh.models.loading import resolve_model_path
 
 try:
     path = Path(resolve_model_path(sys.argv[1]))

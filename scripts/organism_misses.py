@@ -14,7 +14,7 @@ import argparse
 import collections
 from pathlib import Path
 
-from vrh.grounding import iou
+from vrh.data.boxes import iou
 from vrh.organism import world
 from vrh.runs import read_jsonl
 

@@ -157,7 +157,7 @@ def test_killed_evaluate_resumes_with_nothing_lost_or_repeated(tmp_path, kill_mi
 
 
 def test_model_argument_forms(tmp_path):
-    from vrh.inference import load_model, resolve_model_path
+    from vrh.models.loading import load_model, resolve_model_path
 
     with pytest.raises(FileNotFoundError, match="does not exist"):
         load_model(str(tmp_path / "missing"))
@@ -169,9 +169,9 @@ def test_model_argument_forms(tmp_path):
 
 
 def test_bad_detection_input_fails_before_the_model_loads(tmp_path, tiny_dataset, capsys, monkeypatch):
-    import vrh.inference
+    import vrh.models.loading
 
-    monkeypatch.setattr(vrh.inference, "load_model", lambda *a, **k: pytest.fail("the model was loaded"))
+    monkeypatch.setattr(vrh.models.loading, "load_model", lambda *a, **k: pytest.fail("the model was loaded"))
     out = tmp_path / "d"
     assert main(["detect", "--model", "x", "--data", tiny_dataset, "--scorers", "nosuch", "--out", str(out)]) == 2
     assert "nosuch" in capsys.readouterr().err and not out.exists()
@@ -241,12 +241,12 @@ def test_a_cuda_device_on_a_cpu_only_torch_is_one_line(tmp_path, tiny_checkpoint
 
 
 def test_ctrl_c_is_one_line_saying_how_to_resume(tmp_path, tiny_checkpoint, tiny_dataset, capsys, monkeypatch):
-    import vrh.runner
+    import vrh.experiments.runner
 
     def interrupted(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(vrh.runner, "run_conditions", interrupted)
+    monkeypatch.setattr(vrh.experiments.runner, "run_conditions", interrupted)
     out = tmp_path / "ev"
     assert main(["evaluate", "--model", tiny_checkpoint, "--data", tiny_dataset, "--out", str(out)]) == 130
     err = capsys.readouterr().err.strip().splitlines()

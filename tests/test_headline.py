@@ -5,13 +5,13 @@ pipeline (world data, detection split, detection, conditions, runner) at a size 
 change that silently breaks capture, scoring, masking or the judge fails here.
 """
 
-from vrh import conditions as cond
+from vrh.experiments import conditions as cond
 from vrh.commands.demo import DEMO_WORLD_SEED
-from vrh.detection import detect_heads, detection_split
-from vrh.inference import load_model
-from vrh.options import DetectOptions
+from vrh.experiments.detection import detect_heads, detection_split
+from vrh.models.loading import load_model
+from vrh.infra.options import DetectOptions
 from vrh.organism.world import write_split
-from vrh.runner import run_conditions
+from vrh.experiments.runner import run_conditions
 from vrh.tasks import get_task
 
 N_DETECT, N_EVAL, K = 48, 40, 3
@@ -19,7 +19,7 @@ GEN = dict(batch_size=48, max_new_tokens=24)  # the demo's answer length
 
 
 def test_top3_heads_carry_grounding_and_random_heads_do_not(tmp_path, monkeypatch):
-    import vrh.evaluation
+    import vrh.experiments.evaluation
 
     lm = load_model("organism")
     data = write_split(tmp_path, N_DETECT + N_EVAL, DEMO_WORLD_SEED, "grounding")
@@ -33,7 +33,7 @@ def test_top3_heads_carry_grounding_and_random_heads_do_not(tmp_path, monkeypatc
     assert not set(rnd.heads) & set(top.heads)
 
     masked: dict[tuple, int] = {}  # head set the runner really masked -> rows answered under it
-    real_mask = vrh.evaluation.mask_heads_per_row
+    real_mask = vrh.experiments.evaluation.mask_heads_per_row
 
     def recording_mask(model, adapter, row_heads, **kw):
         for heads in row_heads:
@@ -41,7 +41,7 @@ def test_top3_heads_carry_grounding_and_random_heads_do_not(tmp_path, monkeypatc
             masked[key] = masked.get(key, 0) + 1
         return real_mask(model, adapter, row_heads, **kw)
 
-    monkeypatch.setattr(vrh.evaluation, "mask_heads_per_row", recording_mask)
+    monkeypatch.setattr(vrh.experiments.evaluation, "mask_heads_per_row", recording_mask)
     res = run_conditions(lm, get_task("grounding"), held_out, [cond.none(), top, rnd], **GEN)
     assert masked == {(): N_EVAL, top.heads: N_EVAL, rnd.heads: N_EVAL}
 

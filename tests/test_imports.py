@@ -96,13 +96,13 @@ def test_command_modules_import_only_options_at_module_level():
             continue
         for node in ast.parse(path.read_text()).body:
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("vrh"):
-                assert node.module == "vrh.options", f"{path.name} imports {node.module} at module level"
+                assert node.module == "vrh.infra.options", f"{path.name} imports {node.module} at module level"
             if isinstance(node, ast.Import):
                 assert not any(a.name.startswith(("vrh", "torch")) for a in node.names), path.name
 
 
 def test_the_cli_imports_without_torch():
-    """``vrh --help`` builds every parser (--mask-mode's choices come from vrh.masking) without torch."""
+    """``vrh --help`` builds every parser (--mask-mode's choices come from vrh.core.masking) without torch."""
     import subprocess
     import sys
 

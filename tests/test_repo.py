@@ -43,7 +43,7 @@ def test_no_tracked_file_is_a_training_checkpoint():
 
 
 def test_the_wheel_ships_only_the_organism_commands_load_by_default():
-    from vrh.inference import organism_path
+    from vrh.models.loading import organism_path
 
     setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     assert setuptools["include-package-data"] is False  # package-data is the whole list

@@ -87,7 +87,7 @@ def test_overwrite_refuses_a_model_checkpoint_folder(tmp_path):
     """A model folder has a config.json too (this one the organism's): --overwrite must not delete it."""
     import shutil
 
-    from vrh.inference import organism_path
+    from vrh.models.loading import organism_path
 
     model = tmp_path / "model"
     shutil.copytree(organism_path(), model)

@@ -16,7 +16,7 @@ FAST = dict(max_new_tokens=8, batch_size=4)
 
 @pytest.fixture(scope="package")
 def tiny_lm(tiny_checkpoint):
-    from vrh.inference import load_model
+    from vrh.models.loading import load_model
 
     return load_model(tiny_checkpoint)
 
@@ -37,9 +37,9 @@ def det_run(tmp_path_factory, tiny_checkpoint, tiny_dataset, tiny_lm):
 def crash_after(monkeypatch):
     """``restore = crash_after(n)``: answering the (n+1)-th batch raises KeyboardInterrupt (a run killed
     mid-way, after n batches were judged and appended); ``restore()`` puts the real function back."""
-    import vrh.evaluation
+    import vrh.experiments.evaluation
 
-    real = vrh.evaluation.answer_and_judge
+    real = vrh.experiments.evaluation.answer_and_judge
 
     def install(n: int):
         calls = {"n": 0}
@@ -50,7 +50,7 @@ def crash_after(monkeypatch):
                 raise KeyboardInterrupt("simulated crash")
             return real(*args, **kwargs)
 
-        monkeypatch.setattr(vrh.evaluation, "answer_and_judge", crashing)
-        return lambda: monkeypatch.setattr(vrh.evaluation, "answer_and_judge", real)
+        monkeypatch.setattr(vrh.experiments.evaluation, "answer_and_judge", crashing)
+        return lambda: monkeypatch.setattr(vrh.experiments.evaluation, "answer_and_judge", real)
 
     return install

@@ -10,8 +10,8 @@ import torch
 
 from vrh import runs
 from vrh.commands import compare
-from vrh.heads import top_k
-from vrh.options import add_options, parse_config
+from vrh.core.heads import top_k
+from vrh.infra.options import add_options, parse_config
 
 FAST = dict(max_new_tokens=8, batch_size=2)
 METHODS = ("out/sum/mean", "in/sum/mean", "qrhead")  # 2 design-space variants + 1 baseline
@@ -95,7 +95,7 @@ def test_compare_writes_a_complete_run(cmp_run):
 
 def test_interrupted_compare_resumes_without_loss_or_duplicates(tmp_path, monkeypatch, crash_after, cmp_run, tiny_checkpoint,
                                                                 tiny_dataset, tiny_lm):
-    import vrh.detection
+    import vrh.experiments.detection
 
     out = tmp_path / "cmp"
     restore = crash_after(5)
@@ -105,7 +105,7 @@ def test_interrupted_compare_resumes_without_loss_or_duplicates(tmp_path, monkey
 
     # resume: the finished detection is reused (not redone), only missing samples are generated
     restore()
-    monkeypatch.setattr(vrh.detection, "detect_heads", lambda *a, **k: pytest.fail("detection was redone"))
+    monkeypatch.setattr(vrh.experiments.detection, "detect_heads", lambda *a, **k: pytest.fail("detection was redone"))
     with pytest.raises(FileExistsError, match="--resume"):
         compare.run(_config(tiny_checkpoint, tiny_dataset, out), tiny_lm)
     res = compare.run(_config(tiny_checkpoint, tiny_dataset, out, resume=True), tiny_lm)

@@ -8,7 +8,7 @@ import pytest
 
 from vrh import runs
 from vrh.commands import demo
-from vrh.options import add_options, parse_config
+from vrh.infra.options import add_options, parse_config
 
 SMALL = dict(n_detect=8, n_eval=8, n_vqa=4, batch_size=4)
 HEADLINE_KEYS = ("baseline_accuracy", "k", "num_heads_total", "vrh_masked_accuracy", "random_masked_accuracy_mean",
@@ -36,7 +36,7 @@ def comparable(result):
 
 @pytest.fixture(scope="module")
 def organism():
-    from vrh.inference import load_model
+    from vrh.models.loading import load_model
 
     return load_model("organism")
 
@@ -110,7 +110,7 @@ def test_a_foreign_non_empty_folder_is_refused(tmp_path, organism):
 
 
 def test_interrupted_demo_resumes(tmp_path, monkeypatch, crash_after, finished, organism, no_report):
-    import vrh.detection
+    import vrh.experiments.detection
 
     out = tmp_path / "demo"
 
@@ -125,7 +125,7 @@ def test_interrupted_demo_resumes(tmp_path, monkeypatch, crash_after, finished, 
     def no_detection(*args, **kwargs):
         raise AssertionError("the finished detection should be reused")
 
-    monkeypatch.setattr(vrh.detection, "detect_heads", no_detection)
+    monkeypatch.setattr(vrh.experiments.detection, "detect_heads", no_detection)
     again = demo.run(demo.Config(out=str(out), resume=True, **SMALL), organism)
     assert (out / "detect" / runs.HEAD_SCORES).read_text() == detected
     lines = runs.read_samples(out / "sweep_grounding")

@@ -7,10 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from vrh import dpo, evaluation, grounding, runner, runs
+from vrh import runs
+from vrh.experiments import preference_pairs as dpo
+from vrh.experiments import evaluation
+from vrh.data import boxes as grounding
+from vrh.experiments import runner
 from vrh.commands import dpo_pairs
 from vrh.data import load_dataset
-from vrh.options import add_options, parse_config
+from vrh.infra.options import add_options, parse_config
 
 FAST = dict(max_new_tokens=8, batch_size=4)
 

@@ -7,8 +7,8 @@ import json
 import sys
 from pathlib import Path
 
-from vrh.adapters import registered_adapters
-from vrh.adapters.refusals import REFUSALS
+from vrh.models.adapters import registered_adapters
+from vrh.models.adapters.refusals import REFUSALS
 from vrh.cli import main
 from vrh.commands import models
 
@@ -49,14 +49,14 @@ def test_text_listing_names_types_conventions_and_reasons(capsys):
 
 def test_custom_adapter_is_listed_with_its_attributes(tmp_path, capsys):
     plugin = tmp_path / "my_models_plugin.py"
-    plugin.write_text("from vrh.adapters.llava import LlavaAdapter\n\n"
+    plugin.write_text("from vrh.models.adapters.llava import LlavaAdapter\n\n"
                       "class Mine(LlavaAdapter):\n"
                       "    name = 'mine'\n    model_types = ('mine_vlm',)\n"
                       "    token_layout = 'one token per 14-px patch of the 336-px crop, row-major'\n")
     rows = {r["name"]: r for r in _json(capsys, "--adapter", f"{plugin}:Mine")}
     mine = rows["mine"]
     assert mine["status"] == "custom" and mine["model_types"] == ["mine_vlm"] and mine["source"].endswith(":Mine")
-    from vrh.adapters.llava import LlavaAdapter
+    from vrh.models.adapters.llava import LlavaAdapter
 
     assert mine["token_layout"].startswith("one token per 14-px")  # its own
     assert mine["box_convention"] == LlavaAdapter.box_convention  # inherited from the adapter it extends
@@ -78,4 +78,4 @@ def test_command_module_imports_only_stdlib_and_options_at_module_level():
     names += [n.module for n in top if isinstance(n, ast.ImportFrom)]
     for name in names:
         root = name.split(".")[0]
-        assert name in ("__future__", "vrh.options") or root in sys.stdlib_module_names, name
+        assert name in ("__future__", "vrh.infra.options") or root in sys.stdlib_module_names, name

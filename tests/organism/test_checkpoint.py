@@ -6,7 +6,7 @@ import torch
 
 from vrh import runs
 from vrh.cli import main
-from vrh.inference import load_model
+from vrh.models.loading import load_model
 from vrh.organism import world
 from vrh.organism.batches import answer_of, prompt_batch
 from vrh.organism.processor import snap

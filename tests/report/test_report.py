@@ -12,7 +12,9 @@ import re
 import numpy as np
 import pytest
 
-from vrh import conditions, kcurves, runs
+from vrh import runs
+from vrh.experiments import conditions
+from vrh.experiments import kcurves
 from vrh.report import build_report, report_main
 from vrh.report.document import figures
 from vrh.report.load import load_runs
@@ -237,7 +239,7 @@ def test_real_sweep_results_format_renders(tmp_path):
 
     from vrh.report.load import load_run
     from vrh.report.sections import kcurve_section, outcome_section
-    from vrh.runner import ConditionResults
+    from vrh.experiments.runner import ConditionResults
     from vrh.tasks import get_task
 
     task = get_task("grounding")

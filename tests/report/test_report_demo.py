@@ -20,7 +20,7 @@ SMALL = dict(n_detect=8, n_eval=8, n_vqa=4, batch_size=4)  # as tests/commands/t
 
 @pytest.fixture(scope="module")
 def organism():
-    from vrh.inference import load_model
+    from vrh.models.loading import load_model
 
     return load_model("organism")
 

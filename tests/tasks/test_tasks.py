@@ -9,7 +9,7 @@ from typing import ClassVar
 import pytest
 from PIL import Image
 
-from vrh import grounding
+from vrh.data import boxes as grounding
 from vrh.data import Sample
 from vrh.tasks import GroundingTask, Task, VQATask, get_task, register_task, task_from_settings, task_names
 from vrh.tasks import base
@@ -20,7 +20,7 @@ VQA_KEYS = {"id", "task", "image", "pred_text", "question", "answer", "answer_ty
 
 
 class FakeAdapter:
-    """The three adapter methods tasks use. Boxes are read with vrh.grounding.parse_box and shifted by
+    """The three adapter methods tasks use. Boxes are read with vrh.data.boxes.parse_box and shifted by
     meta["dx"], so a test can see that the judge hands the adapter its meta and the image size."""
 
     def __init__(self):

@@ -28,11 +28,11 @@ def check_data_parallel(cfg: Any) -> None:
     """Under torchrun / accelerate (more than one process), refuse a command that does not shard its work.
 
     A command declares ``DATA_PARALLEL = True`` in its module when its samples are split across ranks and
-    its run folder is merged by rank 0 (:mod:`vrh.distributed`); any other command would run whole on every
+    its run folder is merged by rank 0 (:mod:`vrh.infra.distributed`); any other command would run whole on every
     rank and write the same folder from several processes."""
     import sys
 
-    from vrh.distributed import world
+    from vrh.infra.distributed import world
 
     w = world()
     if not w.active:
@@ -52,8 +52,8 @@ def load(cfg: Any, lm: Any = None, model: str | None = None):
     check_data_parallel(cfg)
     if lm is not None:
         return lm
-    from vrh.distributed import rank_device
-    from vrh.inference import load_model
+    from vrh.infra.distributed import rank_device
+    from vrh.models.loading import load_model
 
     configure_threads(cfg)
     return load_model(model or cfg.model, device=rank_device(cfg.device), dtype=cfg.dtype,

@@ -7,7 +7,7 @@ feeding every scorer, plus the extra passes a scorer asks for) on the same sampl
 method's top-k heads on the same disjoint held-out set. k random heads drawn outside the ``--default``
 method's top-k, over several seeds, are the control (built and folded as in ``vrh sweep``).
 
-All conditions go through one :func:`vrh.runner.run_conditions` call, which evaluates each distinct head
+All conditions go through one :func:`vrh.experiments.runner.run_conditions` call, which evaluates each distinct head
 set once and tags its records for every (method, k) that selects it -- on small models many methods agree.
 
 Writes ``RUN/detect/`` (a full detection run), ``RUN/config.json``, ``RUN/samples.jsonl`` (one line per
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vrh.options import (DataOptions, DetectOptions, GenerationOptions, MaskOptions, ModelOptions, RunOptions, ints,
+from vrh.infra.options import (DataOptions, DetectOptions, GenerationOptions, MaskOptions, ModelOptions, RunOptions, ints,
                          names, option)
 
 NAME = "compare"
@@ -75,7 +75,7 @@ class Config(ModelOptions, DataOptions, DetectOptions, MaskOptions, GenerationOp
 
 def fold(res: Any, method_scores: dict[str, Any], ks: list[int], default: str, seeds: tuple[int, ...]
          ) -> dict[str, Any]:
-    """The comparison from the runner's summaries (``res``: :class:`vrh.runner.ConditionResults`)::
+    """The comparison from the runner's summaries (``res``: :class:`vrh.experiments.runner.ConditionResults`)::
 
         {"k": [...], "methods": {name: {"accuracy": [...], "parse_failure_rate": [...], "n_positive_heads": n}},
          "random": {"mean": [...], "std": [...], "accuracy": [[per seed] per k], "seeds": [...],
@@ -87,9 +87,9 @@ def fold(res: Any, method_scores: dict[str, Any], ks: list[int], default: str, s
     ``method_scores`` maps method name -> ``[L, H]`` scores, in the order the table lists them (the default
     first).
     """
-    from vrh.compare import FIG7_K, finite_or_none, map_similarity
-    from vrh.kcurves import fold_curves
-    from vrh.runner import ConditionResults
+    from vrh.experiments.method_comparison import FIG7_K, finite_or_none, map_similarity
+    from vrh.experiments.kcurves import fold_curves
+    from vrh.experiments.runner import ConditionResults
 
     top = {(c.method, c.k): res.summary(c.label) for c in res.conditions if c.kind == "top_k"}
     methods = {name: {"accuracy": [top[name, k]["accuracy"] for k in ks],
@@ -160,15 +160,15 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
     import time
     from dataclasses import fields
 
-    from vrh import conditions as cond
+    from vrh.experiments import conditions as cond
     from vrh import runs
     from vrh.commands._common import load
-    from vrh.console import console
-    from vrh.detection import run_detection
-    from vrh.evaluation import GROUNDING_HINT, load_task_samples, select_eval_samples
-    from vrh.kcurves import conditions_table, random_control_report, sweep_conditions
-    from vrh.options import DetectOptions, config_record
-    from vrh.runner import run_conditions
+    from vrh.infra.console import console
+    from vrh.experiments.detection import run_detection
+    from vrh.experiments.evaluation import GROUNDING_HINT, load_task_samples, select_eval_samples
+    from vrh.experiments.kcurves import conditions_table, random_control_report, sweep_conditions
+    from vrh.infra.options import DetectOptions, config_record
+    from vrh.experiments.runner import run_conditions
     from vrh.tasks import get_task
 
     t0 = time.time()

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vrh.options import (GenerationOptions, MaskOptions, ModelOptions, RunOptions, ints, option,
+from vrh.infra.options import (GenerationOptions, MaskOptions, ModelOptions, RunOptions, ints, option,
                          optional_int, redefault)
 
 NAME = "demo"
@@ -52,7 +52,7 @@ class Config(ModelOptions, MaskOptions, GenerationOptions, RunOptions):
 
 def default_ks(k: int, num_layers: int, num_heads: int) -> tuple[int, ...]:
     """0, 1, k/2, k and 2k, less any k that leaves no room for k random heads outside the top-k."""
-    from vrh.conditions import random_room
+    from vrh.experiments.conditions import random_room
 
     return tuple(sorted(kk for kk in {0, 1, max(1, k // 2), k, 2 * k} if kk <= random_room(kk, num_layers, num_heads)))
 
@@ -77,14 +77,14 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
 
     from vrh import runs
     from vrh.commands._common import load
-    from vrh.conditions import check_room
-    from vrh.console import console
-    from vrh.detection import run_detection
-    from vrh.evaluation import select_eval_samples
-    from vrh.kcurves import run_sweep
-    from vrh.options import DetectOptions, config_record
+    from vrh.experiments.conditions import check_room
+    from vrh.infra.console import console
+    from vrh.experiments.detection import run_detection
+    from vrh.experiments.evaluation import select_eval_samples
+    from vrh.experiments.kcurves import run_sweep
+    from vrh.infra.options import DetectOptions, config_record
     from vrh.organism.world import write_split
-    from vrh.sparsity import sparsity_summary
+    from vrh.experiments.sparsity import sparsity_summary
     from vrh.tasks import get_task
 
     t0 = time.time()
@@ -181,7 +181,7 @@ def _report(out: Path, k: int) -> Path:
 
 
 def _print_summary(r: dict[str, Any]) -> None:
-    from vrh.console import console, print_table
+    from vrh.infra.console import console, print_table
 
     pct = lambda x: f"{100 * x:.1f}%" if x is not None else "-"  # noqa: E731
     rows = [

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from vrh.options import DataOptions, DetectOptions, GenerationOptions, ModelOptions, RunOptions
+from vrh.infra.options import DataOptions, DetectOptions, GenerationOptions, ModelOptions, RunOptions
 
 NAME = "detect"
 HELP = "score every LM head on grounding samples and rank them"
-DATA_PARALLEL = True  # torchrun / accelerate launch shard its samples (vrh.distributed)
+DATA_PARALLEL = True  # torchrun / accelerate launch shard its samples (vrh.infra.distributed)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -18,12 +18,12 @@ class Config(ModelOptions, DataOptions, DetectOptions, GenerationOptions, RunOpt
 
 
 def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
-    """Writes a detection run folder (:func:`vrh.detection.run_detection`); returns head_scores.json."""
+    """Writes a detection run folder (:func:`vrh.experiments.detection.run_detection`); returns head_scores.json."""
     from dataclasses import fields
 
     from vrh.commands._common import load
-    from vrh.detection import check_scorers, detection_split, run_detection
-    from vrh.options import DetectOptions
+    from vrh.experiments.detection import check_scorers, detection_split, run_detection
+    from vrh.infra.options import DetectOptions
 
     opts = DetectOptions(**{f.name: getattr(cfg, f.name) for f in fields(DetectOptions)})
     check_scorers(opts.scorers, opts.seed)  # bad input fails before the model loads

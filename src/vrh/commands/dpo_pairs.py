@@ -3,9 +3,9 @@
 ``chosen`` is the unmasked model's answer (condition ``none``), ``rejected`` the answer with the top-k
 detected heads masked (``top{k}``) or, with ``--random-negatives``, with k random heads drawn per sample
 (``random:s{seed}``, seed ``--seed * 1000003 + i``, outside the detected set and ``--exclude-layers``).
-Every answer goes through :func:`vrh.runner.run_conditions` (tagged records in ``samples.jsonl``, so
+Every answer goes through :func:`vrh.experiments.runner.run_conditions` (tagged records in ``samples.jsonl``, so
 ``--resume`` redoes only what is missing); ``pairs.jsonl`` is rebuilt from those records at the end. The
-pair format, the keep rule and the training command live in :mod:`vrh.dpo`.
+pair format, the keep rule and the training command live in :mod:`vrh.experiments.preference_pairs`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from vrh.options import GenerationOptions, MaskOptions, ModelOptions, RunOptions, ints, option, optional_int
+from vrh.infra.options import GenerationOptions, MaskOptions, ModelOptions, RunOptions, ints, option, optional_int
 
 NAME = "dpo-pairs"
 HELP = "build DPO preference pairs: unmasked answers (chosen) vs answers with the VRHs masked (rejected)"
@@ -44,14 +44,15 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
     import time
     from collections import Counter
 
-    from vrh import conditions as cond
-    from vrh import dpo, runs
+    from vrh.experiments import conditions as cond
+    from vrh import runs
+    from vrh.experiments import preference_pairs as dpo
     from vrh.commands._common import load
-    from vrh.conditions import head_source
-    from vrh.console import console
-    from vrh.kcurves import conditions_table, random_control_report
-    from vrh.options import config_record
-    from vrh.runner import run_conditions
+    from vrh.experiments.conditions import head_source
+    from vrh.infra.console import console
+    from vrh.experiments.kcurves import conditions_table, random_control_report
+    from vrh.infra.options import config_record
+    from vrh.experiments.runner import run_conditions
     from vrh.tasks import get_task
 
     t0 = time.time()

@@ -9,12 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from vrh.options import (DataOptions, EvalOptions, GenerationOptions, MaskOptions, ModelOptions, RunOptions,
+from vrh.infra.options import (DataOptions, EvalOptions, GenerationOptions, MaskOptions, ModelOptions, RunOptions,
                          option)
 
 NAME = "evaluate"
 HELP = "answer with heads masked and measure accuracy (IoU >= 0.5)"
-DATA_PARALLEL = True  # torchrun / accelerate launch shard its samples (vrh.distributed)
+DATA_PARALLEL = True  # torchrun / accelerate launch shard its samples (vrh.infra.distributed)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -29,8 +29,8 @@ class Config(ModelOptions, DataOptions, EvalOptions, MaskOptions, GenerationOpti
 
 def resolve_condition(cfg: Config, num_layers: int, num_heads: int):
     """The one masking condition of this evaluation, and where its heads came from."""
-    from vrh import conditions as cond
-    from vrh.conditions import head_source
+    from vrh.experiments import conditions as cond
+    from vrh.experiments.conditions import head_source
 
     src = head_source(cfg.mask_heads, cfg.scorer, num_layers, num_heads)
     if src.kind == "none":
@@ -56,11 +56,11 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
 
     from vrh import runs
     from vrh.commands._common import load
-    from vrh.conditions import head_source
-    from vrh.console import console
-    from vrh.evaluation import select_eval_samples
-    from vrh.options import config_record
-    from vrh.runner import run_conditions
+    from vrh.experiments.conditions import head_source
+    from vrh.infra.console import console
+    from vrh.experiments.evaluation import select_eval_samples
+    from vrh.infra.options import config_record
+    from vrh.experiments.runner import run_conditions
     from vrh.tasks import task_from_settings
 
     t0 = time.time()

@@ -38,7 +38,7 @@ def format_rows(rows: list[dict]) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    from vrh.adapters import adapter_class, list_families
+    from vrh.models.adapters import adapter_class, list_families
 
     extra = (adapter_class(args.adapter),) if args.adapter else ()
     rows = list_families(extra)

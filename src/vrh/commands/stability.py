@@ -3,8 +3,8 @@
 The sample-size curve (Fig. 8c) is computed from a detection run's per-sample maps alone (no model). With
 ``--model``, the token-choice comparison (Fig. 8b: top-k of ``rand1/sum/mean`` vs ``out/sum/mean`` vs
 random heads) and, with ``--accuracy-draws``, the top-k of the first draws at each n are masked on the
-run's held-out samples -- all in one :func:`vrh.runner.run_conditions` call, so identical head sets are
-evaluated once and ``--resume`` continues an interrupted run. The math lives in :mod:`vrh.stability`.
+run's held-out samples -- all in one :func:`vrh.experiments.runner.run_conditions` call, so identical head sets are
+evaluated once and ``--resume`` continues an interrupted run. The math lives in :mod:`vrh.experiments.stability`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from vrh.options import (GenerationOptions, MaskOptions, ModelOptions, RunOptions, ints, option,
+from vrh.infra.options import (GenerationOptions, MaskOptions, ModelOptions, RunOptions, ints, option,
                          optional_int)
 
 NAME = "stability"
@@ -58,16 +58,16 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
     import torch
 
     from vrh import runs
-    from vrh import stability as st
+    from vrh.experiments import stability as st
     from vrh.commands._common import load
-    from vrh.conditions import none
-    from vrh.console import console
-    from vrh.evaluation import select_eval_samples
-    from vrh.heads import check_grid, top_k
-    from vrh.kcurves import conditions_table, random_control_report
-    from vrh.options import config_record
-    from vrh.runner import run_conditions
-    from vrh.scorers import make_scorer
+    from vrh.experiments.conditions import none
+    from vrh.infra.console import console
+    from vrh.experiments.evaluation import select_eval_samples
+    from vrh.core.heads import check_grid, top_k
+    from vrh.experiments.kcurves import conditions_table, random_control_report
+    from vrh.infra.options import config_record
+    from vrh.experiments.runner import run_conditions
+    from vrh.scoring import make_scorer
     from vrh.tasks import get_task
 
     t0 = time.time()

@@ -2,7 +2,7 @@
 Fig. 4, Tab. A1), over several k and random seeds, with the failure decomposition of every condition.
 
 ``samples.jsonl`` gets one line per (condition, sample), tagged ``none`` / ``top{k}`` / ``random{k}:s{seed}``;
-``results.json`` holds the k-curves (:func:`vrh.kcurves.run_sweep`). A k outside [0, L * H], or one that
+``results.json`` holds the k-curves (:func:`vrh.experiments.kcurves.run_sweep`). A k outside [0, L * H], or one that
 leaves fewer than k heads outside the top-k for the random control, is refused up front.
 """
 
@@ -11,12 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from vrh.options import (DataOptions, EvalOptions, GenerationOptions, MaskOptions, ModelOptions, RunOptions, ints,
+from vrh.infra.options import (DataOptions, EvalOptions, GenerationOptions, MaskOptions, ModelOptions, RunOptions, ints,
                          option)
 
 NAME = "sweep"
 HELP = "accuracy vs k: top-k detected heads vs k random heads over seeds"
-DATA_PARALLEL = True  # torchrun / accelerate launch shard its samples (vrh.distributed)
+DATA_PARALLEL = True  # torchrun / accelerate launch shard its samples (vrh.infra.distributed)
 
 DEFAULT_KS = (0, 1, 3, 5, 10, 20, 50)
 
@@ -33,12 +33,12 @@ class Config(ModelOptions, DataOptions, EvalOptions, MaskOptions, GenerationOpti
 
 def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
     from vrh.commands._common import load
-    from vrh.conditions import head_source
-    from vrh.console import console
-    from vrh.evaluation import select_eval_samples
-    from vrh.heads import check_grid
-    from vrh.kcurves import run_sweep
-    from vrh.options import config_record
+    from vrh.experiments.conditions import head_source
+    from vrh.infra.console import console
+    from vrh.experiments.evaluation import select_eval_samples
+    from vrh.core.heads import check_grid
+    from vrh.experiments.kcurves import run_sweep
+    from vrh.infra.options import config_record
     from vrh.tasks import task_from_settings
 
     task = task_from_settings(cfg.task, {"tau": cfg.tau, "clip": cfg.clip_boxes})

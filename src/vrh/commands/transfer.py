@@ -8,7 +8,7 @@ outside A's heads would let a random set hit B's own retrieval heads whenever th
 unrelated models, and the "random" floor would then measure B's heads.) If A's heads
 (``transferred``) hurt B about as much as B's own, the heads live in the shared language backbone rather
 than in one VLM's vision stack. The score-map agreement (Spearman, Kendall tau-b, top-k and top-20
-overlap, :func:`vrh.compare.map_similarity`) says the same without running B.
+overlap, :func:`vrh.experiments.method_comparison.map_similarity`) says the same without running B.
 
 Transfer only makes sense between models with the same decoder grid: a different (layers, heads) shape is
 refused up front with both shapes in the message. Samples are held out from both detection runs.
@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from vrh.options import (DataOptions, EvalOptions, GenerationOptions, MaskOptions, ModelOptions, RunOptions, ints,
+from vrh.infra.options import (DataOptions, EvalOptions, GenerationOptions, MaskOptions, ModelOptions, RunOptions, ints,
                          option)
 
 NAME = "transfer"
@@ -45,7 +45,7 @@ class Config(ModelOptions, DataOptions, EvalOptions, MaskOptions, GenerationOpti
 
 
 def _run_source(spec: str, scorer: str | None, option: str):
-    from vrh.conditions import head_source
+    from vrh.experiments.conditions import head_source
 
     src = head_source(spec, scorer, option=option)
     if src.kind != "run":
@@ -62,7 +62,7 @@ def _model_name(run_dir: str) -> str | None:
 
 
 def fold(res: Any, k: int) -> dict[str, Any]:
-    """Accuracies and outcome fractions per condition (``res``: :class:`vrh.runner.ConditionResults`);
+    """Accuracies and outcome fractions per condition (``res``: :class:`vrh.experiments.runner.ConditionResults`);
     random ones as mean / std / list over seeds."""
     import numpy as np
 
@@ -83,16 +83,16 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
     """Writes a transfer run folder; returns results.json."""
     import time
 
-    from vrh import conditions as cond
+    from vrh.experiments import conditions as cond
     from vrh import runs
     from vrh.commands._common import load
-    from vrh.compare import finite_or_none, map_similarity
-    from vrh.console import console
-    from vrh.evaluation import select_eval_samples
-    from vrh.heads import check_grid
-    from vrh.kcurves import conditions_table, random_control_report
-    from vrh.options import config_record
-    from vrh.runner import run_conditions
+    from vrh.experiments.method_comparison import finite_or_none, map_similarity
+    from vrh.infra.console import console
+    from vrh.experiments.evaluation import select_eval_samples
+    from vrh.core.heads import check_grid
+    from vrh.experiments.kcurves import conditions_table, random_control_report
+    from vrh.infra.options import config_record
+    from vrh.experiments.runner import run_conditions
     from vrh.tasks import task_from_settings
 
     t0 = time.time()

@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vrh.grounding import Box, xywh_to_xyxy
+from vrh.data.boxes import Box, xywh_to_xyxy
 
 TASKS = ("grounding", "vqa", "point")  # point: a question asked as it is, answered by a point inside `mask`
 PIXEL_BOX_FORMATS = ("xyxy", "xywh")

@@ -1,5 +1,5 @@
 """What an exported organism folder holds besides ``save_pretrained``'s files: ``vrh.json``, the settings
-the LLaVA adapter (:mod:`vrh.adapters.llava`) reads so that vrh prompts the organism exactly as it was
+the LLaVA adapter (:mod:`vrh.models.adapters.llava`) reads so that vrh prompts the organism exactly as it was
 trained (same token ids; proven in ``tests/organism/test_checkpoint.py``).
 
 The processor's chat template wraps the user text as ``USER: <image> {text} ASSISTANT:`` (image first, as in

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from vrh import runs
-from vrh.heads import random_heads, top_k
+from vrh.core.heads import random_heads, top_k
 from vrh.organism import world
 from vrh.organism.batches import train_batch
 from vrh.organism.evaluate import grounding_accuracy

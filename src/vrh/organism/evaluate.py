@@ -1,6 +1,6 @@
 """Held-out evaluation of an organism during training: greedy answers, IoU >= 0.5, optionally with heads
-masked. Parsing, IoU, VQA judging and masking are vrh's own (:mod:`vrh.grounding`,
-:func:`vrh.tasks.judge_answer`, :func:`vrh.masking.mask_heads`), so training-time numbers are measured
+masked. Parsing, IoU, VQA judging and masking are vrh's own (:mod:`vrh.data.boxes`,
+:func:`vrh.tasks.judge_answer`, :func:`vrh.core.masking.mask_heads`), so training-time numbers are measured
 exactly as ``vrh evaluate`` measures them.
 """
 
@@ -11,9 +11,9 @@ from typing import Any
 
 import torch
 
-from vrh import grounding
-from vrh.adapters import get_adapter
-from vrh.masking import mask_heads
+from vrh.data import boxes as grounding
+from vrh.models.adapters import get_adapter
+from vrh.core.masking import mask_heads
 from vrh.organism.batches import prompt_batch
 from vrh.organism.processor import ImageSpec
 from vrh.tasks.vqa import judge_answer

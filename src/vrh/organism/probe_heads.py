@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from transformers import LlavaForConditionalGeneration
 
-from vrh.heads import random_heads, top_k
+from vrh.core.heads import random_heads, top_k
 from vrh.organism import world
 from vrh.organism.batches import train_batch
 from vrh.organism.evaluate import grounding_accuracy

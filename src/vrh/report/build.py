@@ -18,7 +18,7 @@ not be parsed as math (or fail the whole report).
 A run whose results were not written did not finish: it is marked INCOMPLETE in the summary and in a
 warning at the top, and a report of nothing but unfinished runs is refused (ValueError). Results of a newer
 schema than :data:`vrh.runs.SCHEMA_VERSION` get a warning; runs without ``schema_version`` are version 1.
-A ``random_control`` block (:func:`vrh.kcurves.random_control_report`) is shown next to the run's figure:
+A ``random_control`` block (:func:`vrh.experiments.kcurves.random_control_report`) is shown next to the run's figure:
 how many distinct random head sets were evaluated, and its warnings (e.g. every seed drew the same heads).
 
 Runs are dispatched on the config's ``command``. Sections (each left out when no run feeds it):
@@ -191,7 +191,7 @@ def report_main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
         args = p.parse_args(None if args is None else list(args))
     paths = build_report(args.runs, args.out, k=getattr(args, "k", None),
                          title=getattr(args, "title", None) or "Visual Retrieval Heads report")
-    from vrh.console import console
+    from vrh.infra.console import console
 
     console.print(f"report: {paths['html']} (self-contained), {paths['md']} + {paths['figures']}/")
     return 0

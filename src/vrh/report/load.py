@@ -30,7 +30,7 @@ from typing import Any
 from vrh import runs
 
 # sample-record kinds written by sweeps before conditions were typed ("vrh": a sweep's top-k, "method": a
-# comparison's top-k of a named method), as the kinds of vrh.conditions.KINDS
+# comparison's top-k of a named method), as the kinds of vrh.experiments.conditions.KINDS
 _OLD_KINDS = {"vrh": "top_k", "method": "top_k"}
 
 
@@ -121,7 +121,7 @@ class Run:
 
     @property
     def random_control(self) -> dict[str, Any] | None:
-        """The ``random_control`` block (:func:`vrh.kcurves.random_control_report`), normalised to
+        """The ``random_control`` block (:func:`vrh.experiments.kcurves.random_control_report`), normalised to
         ``{"per_k": [...], "warnings": [...]}``; None when the run drew no random heads or predates it.
 
         A run of several tasks (the demo) nests one block per task, ``{"grounding": {...}, "vqa": {...}}``:

@@ -2,7 +2,7 @@
 
 What a reader of a DPO dataset needs before training on it: how many pairs survived and why the others were
 dropped (a chosen answer that was wrong would teach the wrong box; a rejected answer equal to the chosen
-one carries no preference, :func:`vrh.dpo.drop_reason`), how often each policy was right, and a few
+one carries no preference, :func:`vrh.experiments.preference_pairs.drop_reason`), how often each policy was right, and a few
 examples to see what "rejected" looks like. The examples come from the run's per-sample ``decisions`` in its
 results, joined by id with its sample records for the expression; kept and dropped ones are both shown, so
 that each drop reason has a face. Every value is optional: an older run without decisions shows its counts.
@@ -16,7 +16,7 @@ from vrh.report.load import Run, is_num, num, pct, short
 from vrh.report.notes import random_control_blocks
 
 MAX_EXAMPLES = 5
-# what each of vrh.dpo's drop reasons (DROP_*) means; named here, not imported: vrh.dpo loads torch, and a
+# what each of vrh.experiments.preference_pairs's drop reasons (DROP_*) means; named here, not imported: vrh.experiments.preference_pairs loads torch, and a
 # report never needs it (a test keeps the two in step; a reason not listed here shows without a meaning)
 DROP_MEANING = {"chosen_incorrect": "the unmasked answer was not correct: DPO would reinforce a wrong box",
                 "rejected_same_as_chosen": "masking did not change the answer: no preference to learn"}

@@ -32,7 +32,7 @@ PARSE_FAILURE = "parse_failure"  # the answer did not contain anything the judge
 
 
 class TaskAdapter(Protocol):
-    """What a task needs from a model-family adapter (:class:`vrh.adapters.Adapter` provides it)."""
+    """What a task needs from a model-family adapter (:class:`vrh.models.adapters.Adapter` provides it)."""
 
     def grounding_prompt(self, expression: str) -> str: ...
 

@@ -1,8 +1,8 @@
 """Grounding (referring expressions): the model answers a box; correct when IoU with the GT >= ``tau``.
 
 Parsing the box is the adapter's job (each family writes boxes in its own frame and format, see
-:mod:`vrh.grounding`); this task only asks for the prompt, reads the box back in original-image pixels
-and scores it with :func:`vrh.grounding.judge`.
+:mod:`vrh.data.boxes`); this task only asks for the prompt, reads the box back in original-image pixels
+and scores it with :func:`vrh.data.boxes.judge`.
 
 Scoring protocol: as lmms-eval's RefCOCO evaluation (``refcoco_bbox_rec``) computes IoU and Acc@0.5 by
 default, the predicted box is scored **as written, not clipped to the image**: a box that overflows the
@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from vrh import grounding
+from vrh.data import boxes as grounding
 from vrh.data import Sample
 from vrh.tasks.base import Task, TaskAdapter, register_task
 

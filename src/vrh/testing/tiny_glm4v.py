@@ -40,7 +40,7 @@ def _tiny_glm(family: str, seed: int, overrides_json: str):
     import transformers
     from transformers import Glm4vImageProcessorPil
 
-    from vrh.adapters.base import image_only
+    from vrh.models.adapters.base import image_only
     from vrh.testing.tiny_models import finish_tiny_model, tiny_text_config
 
     model_cls, config_cls, proc_cls = (getattr(transformers, n) for n in {

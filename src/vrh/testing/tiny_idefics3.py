@@ -86,7 +86,7 @@ def idefics3_pixels(batch, b: int, processor) -> list:
     row-major, then the global frame), zero frames padding the batch; a frame gives ``image_seq_len = n x n``
     tokens, token k its ``(k // n, k % n)`` cell (the ViT's row-major patches, merged s x s row-major by the
     connector's pixel shuffle: test_idefics3.py proves the order through the model). The reader the shared
-    adapter suite's pixel-content test (``tests/adapters/pixels.py``) uses for Idefics3 / SmolVLM."""
+    adapter suite's pixel-content test (``tests/models/adapters/pixels.py``) uses for Idefics3 / SmolVLM."""
     import math
 
     import numpy as np

@@ -45,7 +45,7 @@ def internvl_processor(tokenizer, *, tile: int = 448, tokens_per_tile: int = 256
     ``tokens_per_tile=256`` are the released checkpoints' settings."""
     from transformers import GotOcr2ImageProcessorPil, InternVLProcessor
 
-    from vrh.adapters.base import image_only
+    from vrh.models.adapters.base import image_only
 
     ip = GotOcr2ImageProcessorPil(size={"height": tile, "width": tile}, crop_to_patches=False, min_patches=1,
                                   max_patches=max_patches, image_mean=IMAGENET_MEAN, image_std=IMAGENET_STD)

@@ -84,7 +84,7 @@ def token_sources(processor, image_hw: tuple[int, int]) -> list[tuple[int, int, 
 def llava_next_pixels(batch, b: int, processor) -> list:
     """Per visual token of sample ``b``: the ``[P, P, C]`` input pixels it is computed from, in 0-255
     (normalisation undone), or None for a newline token (it shows no pixels). The reader the shared adapter
-    suite's pixel-content test (``tests/adapters/pixels.py``) uses for LLaVA-NeXT's 5-D ``pixel_values``."""
+    suite's pixel-content test (``tests/models/adapters/pixels.py``) uses for LLaVA-NeXT's 5-D ``pixel_values``."""
     import numpy as np
 
     ip, p = processor.image_processor, int(processor.patch_size)

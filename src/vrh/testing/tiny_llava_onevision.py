@@ -36,7 +36,7 @@ def _tiny_llava_onevision(seed: int, overrides_json: str):
     from transformers import (LlavaOnevisionConfig, LlavaOnevisionForConditionalGeneration,
                               LlavaOnevisionImageProcessorPil, LlavaOnevisionProcessor)
 
-    from vrh.adapters.base import image_only
+    from vrh.models.adapters.base import image_only
     from vrh.testing.tiny_models import build_tokenizer, finish_tiny_model, tiny_text_config
 
     ov = json.loads(overrides_json)
@@ -97,7 +97,7 @@ def llava_onevision_pixels(batch, b: int, processor) -> list:
     (normalisation undone), or None for a newline token (it shows no pixels). A grid the model shrinks
     bilinearly has no such patch per token (each blends up to 2 x 2 patches): this reader refuses it, and
     test_llava_onevision.py proves that layout by the blended patch centres instead. The reader the shared
-    adapter suite's pixel-content test (``tests/adapters/pixels.py``) uses for LLaVA-OneVision."""
+    adapter suite's pixel-content test (``tests/models/adapters/pixels.py``) uses for LLaVA-OneVision."""
     import numpy as np
 
     ip = processor.image_processor

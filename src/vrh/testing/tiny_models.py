@@ -132,7 +132,7 @@ def _qwen_ids(tok) -> dict[str, int]:
 def _qwen_processor(proc_cls, tok, *, patch_size: int, min_pixels: int, max_pixels: int):
     from transformers import Qwen2VLImageProcessorPil
 
-    from vrh.adapters.base import image_only
+    from vrh.models.adapters.base import image_only
 
     ip = Qwen2VLImageProcessorPil(patch_size=patch_size, merge_size=2, temporal_patch_size=2,
                                   min_pixels=min_pixels, max_pixels=max_pixels)

@@ -8,7 +8,7 @@ import io
 import pytest
 from PIL import Image
 
-from vrh.adapters import get_adapter
+from vrh.models.adapters import get_adapter
 from vrh.data.sources import RowContext, get_source, source_names
 from vrh.data.sources.choices import CHOICE_SUFFIX
 from vrh.data.sources.images import ImageStore

@@ -169,7 +169,7 @@ def _progress(total: int | None, description: str, enabled: bool):
     """A progress bar when the total is known (parquet footers), else a no-op counter."""
     from contextlib import nullcontext
 
-    from vrh.console import progress
+    from vrh.infra.console import progress
 
     if enabled and total:
         return progress(total, description)

@@ -1,0 +1,122 @@
+"""Stability of detection (paper Sec. 5.4, Fig. 8b-c): how many scoring samples, and which output tokens.
+
+Sample size (Fig. 8c) needs no model: a detection run keeps every per-sample ``[L, H]`` map
+(``sample_scores.npz``), so the top-k found with only ``n`` samples is the scorer's own Omega
+(:func:`vrh.scoring.functions.aggregate`) over ``n`` of those maps. :func:`overlap_curve` resamples each ``n``
+``bootstrap`` times (without replacement, seeds ``seed + b``) and compares with the top-k of all N maps by
+:func:`vrh.experiments.method_comparison.topk_overlap`; ``n > N`` cannot be drawn without replacement and is dropped with a note.
+The reference is re-aggregated from the same maps (not read from ``head_scores.json``) so the curve reaches
+exactly 1.0 at ``n = N``.
+
+Token choice (Fig. 8b) needs the model: :func:`token_choice_conditions` masks the top-k of
+``rand1/sum/mean`` (one random answer token per sample) vs ``out/sum/mean`` (all answer tokens) vs k random
+heads drawn outside out's top-k, and :func:`draw_conditions` the top-k of the first draws at each ``n``
+(the accuracy form of Fig. 8c). Both are plain :class:`~vrh.experiments.conditions.Condition` lists for
+:func:`vrh.experiments.runner.run_conditions`; :func:`fold_token_choice` and :func:`fold_draw_accuracy` read its
+summaries back into the results keys the report reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from vrh.experiments import conditions as cond
+from vrh.experiments.method_comparison import topk_overlap
+from vrh.experiments.conditions import Condition, RandomControl
+from vrh.core.heads import Head, top_k
+from vrh.experiments.runner import ConditionResults
+from vrh.scoring.functions import aggregate
+
+DEFAULT_N_VALUES = (1, 2, 5, 10, 20, 50, 100, 200)
+OUT_SCORER, RAND1_SCORER = "out/sum/mean", "rand1/sum/mean"
+TOKEN_CHOICE_SCORERS = (RAND1_SCORER, OUT_SCORER)
+
+
+def draw(n_total: int, n: int, seed: int) -> np.ndarray:
+    """``n`` distinct sample indices of ``n_total`` (sorted), reproducible from ``seed``.
+
+    >>> draw(5, 5, seed=0).tolist()
+    [0, 1, 2, 3, 4]
+    """
+    return np.sort(np.random.default_rng(seed).choice(n_total, size=n, replace=False))
+
+
+def overlap_curve(per_sample: torch.Tensor, omega: str, m: int, k: int, n_values: Sequence[int], bootstrap: int,
+                  seed: int) -> dict[str, Any]:
+    """Top-k overlap with the all-sample ranking for each ``n`` (mean/std over ``bootstrap`` draws).
+
+    ``per_sample`` is ``[N, L, H]``. Returns the results keys (``n_values`` kept, ``n_values_dropped``,
+    ``topk_overlap`` per draw, its ``_mean`` / ``_std``, ``notes``) plus ``reference`` (the ``[L, H]``
+    all-sample scores) and ``heads`` (the top-k of every draw, ``[n][b]``) for the caller to pop.
+    """
+    N, L, H = per_sample.shape
+    if not 1 <= k <= L * H:
+        raise ValueError(f"--k {k} exceeds the {L * H} heads ({L} layers x {H} heads) of this detection run"
+                         if k > L * H else f"--k must be >= 1, got {k}")
+    reference = aggregate(per_sample, omega, m)  # (L, H)
+    kept = sorted({n for n in n_values if n <= N})
+    dropped = sorted({n for n in n_values if n > N})
+    overlaps: list[list[float]] = []
+    heads: list[list[list[Head]]] = []
+    for n in kept:
+        row, row_heads = [], []
+        for b in range(bootstrap):
+            scores = aggregate(per_sample[torch.from_numpy(draw(N, n, seed + b))], omega, m)  # (L, H)
+            row.append(topk_overlap(scores, reference, k))
+            row_heads.append(top_k(scores, k))
+        overlaps.append(row)
+        heads.append(row_heads)
+    return {"n_values": kept, "n_values_dropped": dropped, "topk_overlap": overlaps,
+            "topk_overlap_mean": [float(np.mean(r)) for r in overlaps],
+            "topk_overlap_std": [float(np.std(r)) for r in overlaps], "reference": reference, "heads": heads,
+            "notes": [f"n={n} > N={N} scored samples: cannot draw without replacement, dropped" for n in dropped]}
+
+
+def token_choice_conditions(rand1: torch.Tensor, out: torch.Tensor, k: int, seeds: Sequence[int], *,
+                            exclude_layers: Sequence[int] = (), mask_mode: str = "zero", source: str | None = None
+                            ) -> tuple[list[Condition], RandomControl]:
+    """Fig. 8b's conditions from the two ``[L, H]`` score maps: ``rand1`` / ``out`` (their top-k) and one
+    ``random:s{seed}`` per seed (k heads outside out's top-k), with what the random draw could do."""
+    L, H = out.shape
+    r1 = cond.top_k(rand1, k, method=RAND1_SCORER, mask_mode=mask_mode, label="rand1", source=source)
+    o = cond.top_k(out, k, method=OUT_SCORER, mask_mode=mask_mode, label="out", source=source)
+    rc = cond.random_controls(L, H, k, seeds, outside=o.heads, exclude_layers=exclude_layers, method=OUT_SCORER,
+                              mask_mode=mask_mode, label="random:s{seed}")
+    return [r1, o, *rc.conditions], rc
+
+
+def draw_conditions(heads: Sequence[Sequence[Sequence[Head]]], n_values: Sequence[int], k: int, draws: int, *,
+                    method: str, seed: int, mask_mode: str = "zero", source: str | None = None) -> list[Condition]:
+    """``draw:n{n}:b{b}``: the top-k of the first ``draws`` bootstrap draws at each ``n`` (``heads[n][b]`` as
+    returned by :func:`overlap_curve`); ``seed`` is the draw's sample seed ``seed + b``."""
+    return [Condition(label=f"draw:n{n}:b{b}", kind="top_k", heads=tuple(row[b]), k=k, method=method,
+                      seed=seed + b, mask_mode=mask_mode, source=source)
+            for n, row in zip(n_values, heads) for b in range(min(draws, len(row)))]
+
+
+def fold_draw_accuracy(res: ConditionResults, n_values: Sequence[int], draws: int) -> dict[str, list[float]]:
+    """``accuracy_mean`` / ``accuracy_std`` per ``n`` over its ``draw:n{n}:b{b}`` conditions."""
+    accs = [[res.summary(f"draw:n{n}:b{b}")["accuracy"] for b in range(draws)] for n in n_values]
+    return {"accuracy_mean": [float(np.mean(a)) for a in accs], "accuracy_std": [float(np.std(a)) for a in accs]}
+
+
+def fold_token_choice(res: ConditionResults, k: int) -> dict[str, Any]:
+    """The ``token_choice`` block (report keys) from the summaries of ``none``, ``rand1``, ``out`` and the
+    ``random:s*`` conditions; random accuracy is None when no random set could be drawn."""
+    by = {c.label: (c, s) for c, s in res.by_condition()}
+    (r1c, r1), (oc, o), (_, base) = by["rand1"], by["out"], by["none"]
+    rnd = [(c, s) for c, s in res.by_condition() if c.kind == "random"]
+    accs = [s["accuracy"] for _, s in rnd]
+    return {"rand1_accuracy": r1["accuracy"], "out_accuracy": o["accuracy"],
+            "random_accuracy": float(np.mean(accs)) if accs else None,
+            "random_accuracy_std": float(np.std(accs)) if accs else None,
+            "baseline_accuracy": base["accuracy"],
+            "rand1_out_topk_overlap": len(set(r1c.heads) & set(oc.heads)) / k,
+            "rand1_heads": [list(h) for h in r1c.heads], "out_heads": [list(h) for h in oc.heads],
+            "random_seeds": [c.seed for c, _ in rnd], "random_heads": [[list(h) for h in c.heads] for c, _ in rnd],
+            "fractions": {"baseline": base["fractions"], "rand1": r1["fractions"], "out": o["fractions"],
+                          "random": [s["fractions"] for _, s in rnd]}}

@@ -1,0 +1,184 @@
+"""Terminal output: progress bars for every loop a user waits for, and small summary tables."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Callable, Iterator
+
+from rich.console import Console
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TaskProgressColumn, TextColumn,
+                           TimeElapsedColumn, TimeRemainingColumn)
+from rich.text import Text
+from rich.table import Table
+
+# soft_wrap: a message is one line however long (a log cut at 80 columns, with trailing blanks, breaks grep)
+console = Console(stderr=True, soft_wrap=True)
+
+
+LOG_EVERY_FRACTION = 0.1  # without a terminal, a progress line every 10% of the work ...
+LOG_EVERY_S = 30.0  # ... or every 30 s, whichever comes first
+
+
+def _interactive() -> bool:
+    """Whether stderr can show a live bar (a terminal, or a notebook, which rich renders as a widget)."""
+    return console.is_terminal or console.is_jupyter
+
+
+def _stderr_line(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)  # sys.stderr looked up now, so redirection and capsys apply
+
+
+def _clock_text(seconds: float) -> str:
+    """``H:MM:SS``, the form rich's bar columns use.
+
+    >>> _clock_text(12.7), _clock_text(3725)
+    ('0:00:12', '1:02:05')
+    """
+    return str(timedelta(seconds=int(max(seconds, 0.0))))
+
+
+def rate_text(done: int, seconds: float) -> str:
+    """Items per second, to three significant digits; ``?`` before anything finished.
+
+    >>> rate_text(120, 15.0), rate_text(3, 40.0), rate_text(0, 5.0)
+    ('8/s', '0.075/s', '?/s')
+    """
+    return f"{done / seconds:.3g}/s" if done > 0 and seconds > 0 else "?/s"
+
+
+class LineProgress:
+    """Progress as plain lines for logs (CI, ``nohup``, a redirected stderr), where a live bar is noise.
+
+    A line is written when the done count crosses the next tenth of ``total`` or ``every_s`` seconds
+    after the previous line (checked on each ``advance``; nothing runs in the background), and once more
+    by :meth:`close` unless the last line already showed the final count::
+
+        sweep grounding: 120/400 generations (30%) 0:00:12 elapsed, 10/s, ETA 0:00:28
+    """
+
+    def __init__(self, total: int, description: str, *, unit: str = "samples",
+                 clock: Callable[[], float] = time.monotonic, write: Callable[[str], None] = _stderr_line,
+                 every_s: float = LOG_EVERY_S):
+        self.total, self.description, self.unit = total, description, unit
+        self.clock, self.write, self.every_s = clock, write, every_s
+        self.done = 0
+        self.start = self.last_time = clock()
+        self.last_done: int | None = None  # done count of the last line written
+
+    def _tenths(self, done: int) -> int:
+        return int(done * 10 // self.total) if self.total > 0 else 0
+
+    def line(self) -> str:
+        elapsed = self.clock() - self.start
+        total, done = self.total, self.done
+        pct = min(100, int(100 * done / total)) if total > 0 else 100
+        if done >= total:
+            eta = "0:00:00"
+        elif done > 0:
+            eta = _clock_text(elapsed / done * (total - done))
+        else:
+            eta = "?"
+        return (f"{self.description}: {done}/{total} {self.unit} ({pct}%) {_clock_text(elapsed)} elapsed, "
+                f"{rate_text(done, elapsed)}, ETA {eta}")
+
+    def _emit(self) -> None:
+        self.write(self.line())
+        self.last_done, self.last_time = self.done, self.clock()
+
+    def advance(self, n: int = 1) -> None:
+        before, self.done = self.done, self.done + n
+        crossed = self._tenths(self.done) > self._tenths(before)
+        if crossed or self.clock() - self.last_time >= self.every_s:
+            self._emit()
+
+    def close(self) -> None:
+        if self.last_done != self.done:
+            self._emit()
+
+
+class _RateColumn(ProgressColumn):
+    """The bar's rate in the task's own unit (rich's speed columns speak bytes)."""
+
+    def render(self, task) -> Text:
+        return Text(f"{task.speed:.3g} {task.fields.get('unit', '')}/s" if task.speed else "?", style="progress.data.speed")
+
+
+def progress_enabled() -> bool:
+    """Whether progress is shown at all: not when ``VRH_NO_PROGRESS`` is set, and only on rank 0 of a
+    data-parallel run (every rank's bar would interleave)."""
+    from vrh.infra.distributed import world
+
+    return not os.environ.get("VRH_NO_PROGRESS") and world().is_main
+
+
+@contextmanager
+def progress(total: int, description: str, *, unit: str = "samples", interactive: bool | None = None,
+             clock: Callable[[], float] = time.monotonic, write: Callable[[str], None] = _stderr_line
+             ) -> Iterator[Callable[..., None]]:
+    """``with progress(n, "detect") as advance: ... advance(k)``; ``unit`` names what is counted.
+
+    A rich bar on a terminal (or notebook); plain :class:`LineProgress` lines when stderr is not one
+    (``interactive`` overrides the check; ``clock`` and ``write`` feed those lines, for tests); silent
+    when VRH_NO_PROGRESS is set and on every rank but 0 of a data-parallel run (:func:`progress_enabled`).
+    The final line is written even when the loop raises, so a log shows how far a failed run got.
+    """
+    if not progress_enabled():
+        yield lambda n=1: None
+        return
+    if not (_interactive() if interactive is None else interactive):
+        lines = LineProgress(total, description, unit=unit, clock=clock, write=write)
+        try:
+            yield lines.advance
+        finally:
+            lines.close()
+        return
+    bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TextColumn("{task.fields[unit]}"), TaskProgressColumn(), _RateColumn(), TimeElapsedColumn(),
+                   TimeRemainingColumn(), console=console, transient=False)
+    with bar:
+        task = bar.add_task(description, total=total, unit=unit)
+        yield lambda n=1: bar.advance(task, n)
+
+
+def quiet_library_progress() -> None:
+    """Silence transformers' and huggingface_hub's own bars ("Loading weights") when vrh shows none, or
+    writes to a log rather than a terminal: one line per message there."""
+    if progress_enabled() and _interactive():
+        return
+    try:
+        import transformers
+
+        transformers.utils.logging.disable_progress_bar()
+    except (ImportError, AttributeError):
+        pass
+    try:
+        from huggingface_hub.utils import disable_progress_bars
+
+        disable_progress_bars()
+    except ImportError:
+        pass
+
+
+def print_table(title: str, columns: list[str], rows: list[list]) -> None:
+    table = Table(title=title)
+    for c in columns:
+        table.add_column(c)
+    for r in rows:
+        table.add_row(*[f"{v:.3f}" if isinstance(v, float) else str(v) for v in r])
+    Console().print(table)
+
+
+def report_skipped(skipped: list[dict], what: str) -> None:
+    """One warning line for samples a run skips (``{"id", "reason"}`` each): how many, the first reason and
+    the ids it names (user text printed as text, never as rich markup)."""
+    from rich.markup import escape
+
+    if not skipped:
+        return
+    ids = ", ".join(repr(str(r["id"]))[:60] for r in skipped[:3]) + (" ..." if len(skipped) > 3 else "")
+    console.print(f"[yellow]{escape(what)}: {len(skipped)} sample(s) skipped[/yellow] ({escape(ids)}): "
+                  f"{escape(str(skipped[0]['reason']))}; listed in results.json")

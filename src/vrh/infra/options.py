@@ -1,0 +1,216 @@
+"""Command options, declared once: a dataclass field with its default and help, from which ``cli.py``
+generates the argparse parser.
+
+Every command's ``Config`` is a keyword-only frozen dataclass assembled from the option groups below
+(model, data, evaluation, masking, run folder) plus its own fields; an option's flag, type, default and help
+text exist only in its field. ``parse_config(Config, namespace)`` builds the config back from parsed
+arguments, so there is no hand mapping between the two. Defaults show in ``--help``.
+
+Example::
+
+    @dataclass(frozen=True, kw_only=True)
+    class Config(ModelOptions, RunOptions):
+        k: int = option(3, help="heads to mask")
+
+    parser = argparse.ArgumentParser(); add_options(parser, Config)
+    cfg = parse_config(Config, parser.parse_args(["--k", "5", "--out", "runs/x"]))
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from vrh.core.masking import mask_mode_names, mask_modes
+
+REQUIRED = dataclasses.MISSING  # an option with no default must be given
+
+
+def option(default: Any = REQUIRED, *, help: str, flag: str | None = None, parse: Callable[[str], Any] | None = None,
+           choices: Sequence[Any] | None = None, metavar: str | None = None, negate: str | None = None,
+           cli: bool = True) -> Any:
+    """A config field that is also a command-line option.
+
+    ``flag``: the option string (default ``--field-name``); ``parse``: text -> value (default: the type of
+    ``default``); ``negate``: for a bool defaulting to True, the flag that turns it off (``--no-disjoint``);
+    ``cli=False``: a setting of the library function only (no flag).
+    """
+    meta = {"help": help, "flag": flag, "parse": parse, "choices": tuple(choices) if choices else None,
+            "metavar": metavar, "negate": negate, "cli": cli}
+    if isinstance(default, (list, dict, set)):
+        raise TypeError("option defaults must be immutable (use a tuple)")
+    return dataclasses.field(default=default, metadata={"vrh_option": meta})
+
+
+def redefault(group: type, name: str, default: Any) -> Any:
+    """``group``'s option ``name`` with another default for one command (e.g. demo's batch size): flag,
+    help and parser stay declared once, in the group."""
+    f = next(f for f in dataclasses.fields(group) if f.name == name)
+    return option(default, **f.metadata["vrh_option"])
+
+
+def ints(text: str) -> tuple[int, ...]:
+    """``"0,1,3"`` -> ``(0, 1, 3)``."""
+    try:
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def names(text: str) -> tuple[str, ...]:
+    """``"a, b"`` -> ``("a", "b")``."""
+    return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
+def optional_int(text: str) -> int | None:
+    return None if text.lower() in ("", "none", "all") else int(text)
+
+
+def _flag(f: dataclasses.Field) -> str:
+    return f.metadata["vrh_option"]["flag"] or "--" + f.name.replace("_", "-")
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, tuple):
+        return ",".join(str(v) for v in value) if value else "none"
+    return "none" if value is None else str(value)
+
+
+def add_options(parser: argparse.ArgumentParser, cls: type) -> None:
+    """Add one argparse option per ``option`` field of the dataclass ``cls``, in declaration order."""
+    for f in _ordered_fields(cls):
+        meta = f.metadata.get("vrh_option")
+        if meta is None or not meta["cli"]:
+            continue
+        required = f.default is REQUIRED
+        says_default = "(default:" in meta["help"]  # the help explains its default (e.g. what None means)
+        help_text = meta["help"] + ("" if required or says_default else f" (default: {_show(f.default)})")
+        help_text = help_text.replace("%", "%%")
+        if isinstance(f.default, bool):
+            if f.default and meta["negate"]:
+                parser.add_argument(meta["negate"], dest=f.name, action="store_false", help=meta["help"])
+            elif not f.default:
+                parser.add_argument(_flag(f), dest=f.name, action="store_true", help=meta["help"])
+            else:
+                raise TypeError(f"{cls.__name__}.{f.name}: a bool option defaulting to True needs negate=")
+            continue
+        parse = meta["parse"] or (type(f.default) if f.default not in (None, REQUIRED) else str)
+        parser.add_argument(_flag(f), dest=f.name, type=parse, required=required, choices=meta["choices"],
+                            default=None if required else f.default, metavar=meta["metavar"], help=help_text)
+
+
+def _ordered_fields(cls: type) -> list[dataclasses.Field]:
+    """Fields in the order a reader expects in --help: option groups in the order the class lists its
+    bases (model, data, ...), then the command's own options."""
+    by_name = {f.name: f for f in dataclasses.fields(cls)}
+    order: list[str] = []
+    for klass in [*cls.__mro__[1:], cls]:
+        for name in getattr(klass, "__annotations__", {}):
+            if name in by_name and name not in order:
+                order.append(name)
+    return [by_name[n] for n in order]
+
+
+def parse_config(cls: type, ns: argparse.Namespace, **overrides: Any):
+    """The ``cls`` config from parsed arguments (every option field), plus ``overrides``."""
+    kwargs = {f.name: getattr(ns, f.name) for f in dataclasses.fields(cls)
+              if "vrh_option" in f.metadata and f.metadata["vrh_option"]["cli"] and hasattr(ns, f.name)}
+    return cls(**kwargs, **overrides)
+
+
+def config_record(cfg: Any, exclude: Sequence[str] = ("resume", "overwrite", "threads")) -> dict[str, Any]:
+    """A config as stored in ``config.json``: everything but how this invocation runs (resume/overwrite,
+    thread count), so a resumed run's config equals the interrupted one's."""
+    return {k: v for k, v in dataclasses.asdict(cfg).items() if k not in exclude}
+
+
+# --- option groups ------------------------------------------------------------------------------------
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelOptions:
+    model: str = option("organism", help="checkpoint folder, hub id, or 'organism' / 'organism:NAME' (the "
+                                         "shipped model organism)")
+    adapter: str | None = option(None, help="adapter to use instead of the one the checkpoint's model type "
+                                            "picks: a name from 'vrh models' or package.module:Class (a custom "
+                                            "adapter, docs/adapters.md)")
+    device: str = option("cpu", help="torch device, e.g. cuda:0")
+    dtype: str = option("float32", choices=DTYPES, help="model weights dtype")
+    device_map: str | None = option(None, metavar="MAP",
+                                    help="spread a model too big for one GPU over several: auto (or balanced, "
+                                         "balanced_low_0, sequential) or a JSON object {module: device}; needs "
+                                         "accelerate; inputs then go to the input embeddings' device and --device "
+                                         "is not used (default: none, the whole model on --device)")
+    threads: int | None = option(None, parse=optional_int, help="torch CPU threads (default: 1 on a CPU device "
+                                                                "with the organism, else torch's choice)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class GenerationOptions:
+    batch_size: int = option(16, help="samples per forward")
+    max_new_tokens: int = option(64, help="greedy answer length limit")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataOptions:
+    data: str = option(help="dataset JSONL in the vrh format (see README, 'Dataset format')")
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvalOptions:
+    task: str = option("grounding", help="task of the evaluated samples: grounding (IoU >= --tau), vqa, or point (a point inside the mask)")
+    n: int | None = option(None, parse=optional_int, help="evaluate the first N held-out samples (default: all of them)")
+    tau: float = option(0.5, help="IoU threshold for a correct box")
+    clip_boxes: bool = option(False, help="clip predicted boxes to the image before IoU (default: scored as written, "
+                                          "as lmms-eval's RefCOCO evaluation does)")
+    disjoint: bool = option(True, negate="--no-disjoint",
+                            help="also evaluate samples the detection run scored (default: only samples it did not score, "
+                                 "paper App. H)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class MaskOptions:
+    mask_mode: str = option("zero", choices=mask_mode_names(),
+                            help="how a masked head is knocked out: "
+                                 + ", or ".join(f"'{m.name}' {m.help}" for m in mask_modes()))
+    exclude_layers: tuple[int, ...] = option((), parse=ints, metavar="L,L",
+                                             help="layers random heads are never drawn from, e.g. 0")
+    scorer: str | None = option(None, help="scorer of the detection run that ranks the heads (default: its primary)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunOptions:
+    out: str = option(help="run folder to write")
+    overwrite: bool = option(False, help="replace the vrh run in a non-empty --out (deletes what that run wrote; "
+                                         "refuses a folder that is not a vrh run)")
+    resume: bool = option(False, help="continue an interrupted run in --out (same settings), redoing only what is "
+                                      "missing")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DetectOptions:
+    n: int = option(200, help="number of detection samples (the rest, or --n-eval of them, is held out)")
+    n_eval: int | None = option(None, parse=optional_int, help="size of the held-out evaluation split "
+                                                              "(default: every sample not used for detection)")
+    scorers: tuple[str, ...] = option(("out/sum/mean",), parse=names, metavar="SPEC,SPEC",
+                                      help="scorers, comma-separated; the first ranks the heads; options after a "
+                                           "colon, e.g. qrhead:calibrate=false (see docs/guide.md)")
+    answer: str = option("model", choices=("model", "gt"),
+                         help="score the model's own greedy answer ('model') or the ground-truth box string ('gt')")
+    min_overlap: float = option(0.0, help="key set: minimum fraction of a visual cell inside the GT box "
+                                          "(0 = any overlap)")
+    seed: int = option(0, help="seed of the detection / evaluation split (and of rand1 token choice)")
+    detect_ids: str | None = option(None, metavar="FILE",
+                                    help="file of sample ids, one per line, to detect on instead of a seeded draw of "
+                                         "--n (default: the seeded draw); the rest is held out")
+    n_overlays: int = option(8, help="samples whose per-head attention maps are kept for overlays")
+    one_pass: bool = option(True, negate="--two-pass",
+                            help="with --answer model: capture the answer's attention rows while generating it "
+                                 "(one generate per sample, no second pass over the prompt; scores the generated "
+                                 "token ids). --two-pass: generate, then re-run prompt + answer text teacher-forced "
+                                 "(the paper's protocol; equal wherever the answer text re-tokenizes to the "
+                                 "generated ids)")

@@ -1,0 +1,467 @@
+"""The run folder being written: artefact names, atomic JSON and JSONL files, the one-writer lock and
+what ``--overwrite`` may remove (the policy is in :mod:`vrh.runs`)."""
+
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import vrh
+from vrh.infra.distributed import World, world
+
+CONFIG = "config.json"
+SAMPLES = "samples.jsonl"
+RESULTS = "results.json"
+HEAD_SCORES = "head_scores.json"
+SAMPLE_SCORES = "sample_scores.npz"  # detection: per-sample [N, L, H] maps, one array per scorer
+OVERLAYS = "overlays.npz"  # detection: per sample id, (L, H, V) mean attention on visual tokens and (V, 4) rects
+PAIRS = "pairs.jsonl"  # dpo-pairs: TRL vision preference pairs
+EMERGENCE = "emergence.jsonl"  # organism training: one record per tracked step (vrh.organism.emergence)
+DETECT_STATE = "detect_state"  # detection, while unfinished: one torch.save file per finished batch
+SHARD_GLOB = "samples.rank*-of-*.jsonl"  # data-parallel runs, while unfinished: one samples file per rank
+ARTEFACTS = (CONFIG, SAMPLES, RESULTS, HEAD_SCORES, SAMPLE_SCORES, OVERLAYS, PAIRS, EMERGENCE)
+LOCK = ".vrh-lock"  # the writer's lock file (pid inside), present while a run holds the folder
+RUN_MARK = "vrh_run"  # config.json key only RunFolder.write_config writes: how a folder proves it is a vrh run
+RUN_FORMAT = 1  # RUN_MARK's value; bump when the folder layout changes
+# What a command writes into its run folder beyond ARTEFACTS and sub-runs (removed by --overwrite)
+COMMAND_FILES = {"demo": ("data", "report"), "compare": ("compare.md", "compare.png")}
+
+# results.json / head_scores.json carry this; bump when a key changes meaning or moves.
+# 2: Condition-tagged samples ("condition" label on every masked record), k always an int in a
+#    condition and a list only where a command sweeps it, "random_control" block with distinct sets.
+SCHEMA_VERSION = 2
+
+
+def git_hash() -> str | None:
+    """Commit of the vrh source tree when it is a git checkout (editable installs), else None."""
+    src = Path(vrh.__file__).resolve().parent
+    try:
+        out = subprocess.run(["git", "-C", str(src), "rev-parse", "HEAD"], capture_output=True, text=True,
+                             timeout=5, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    dirty = subprocess.run(["git", "-C", str(src), "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True, timeout=5, check=False).stdout.strip()
+    return out.stdout.strip() + ("-dirty" if dirty else "")
+
+
+def environment() -> dict[str, Any]:
+    import torch
+    import transformers
+
+    return {
+        "vrh": vrh.__version__,
+        "git_hash": git_hash(),
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "platform": platform.platform(),
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "argv": sys.argv,
+    }
+
+
+# --- plain files --------------------------------------------------------------------------------------
+def write_json(path: str | os.PathLike, obj: Any) -> None:
+    """Atomic JSON write (temp file + rename): readers never see half a file."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=1)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    with open(path) as f:
+        return json.load(f)
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """Records of a JSONL file; a torn last line (crash mid-write) is ignored, any other bad line raises."""
+    lines = Path(path).read_text().splitlines()
+    out = []
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            if i == len(lines) - 1:
+                break
+            raise ValueError(f"{path}:{i + 1}: not valid JSON") from None
+    return out
+
+
+def shard_name(rank: int, size: int) -> str:
+    """The samples file rank ``rank`` of ``size`` appends to in a data-parallel run.
+
+    >>> shard_name(1, 4)
+    'samples.rank1-of-4.jsonl'
+    """
+    return f"samples.rank{rank}-of-{size}.jsonl"
+
+
+def write_jsonl(path: str | os.PathLike, records: Iterable[Mapping[str, Any]]) -> Path:
+    """A whole JSONL file written atomically (temp file + rename): a reader never sees half of it."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in records)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return path
+
+
+def _jsonable(obj: Any) -> Any:
+    """As JSON sees it (tuples become lists), for comparing configs."""
+    return json.loads(json.dumps(obj))
+
+
+# --- the folder being written -------------------------------------------------------------------------
+class RunFolder:
+    """A run folder being written.
+
+    ``overwrite=True`` clears a previous run's folder completely; ``resume=True`` keeps its finished
+    samples (and requires the same config, see :meth:`write_config`). Without either, a non-empty folder
+    is refused with a message naming both flags.
+
+    In a data-parallel run every rank opens the folder (each checks it, rank 0 alone clears it) and
+    appends to its own shard; the writes of whole files are rank 0's (other ranks skip them).
+    """
+
+    def __init__(self, path: str | os.PathLike, *, resume: bool = False, overwrite: bool = False):
+        self.world: World = world()
+        if resume and overwrite:
+            raise ValueError("--resume and --overwrite exclude each other: resume keeps the run, overwrite deletes it")
+        self.path = Path(path)
+        self.resume = resume
+        self._samples = None
+        self._lock: _Lock | None = None
+        self.skipped: list[dict[str, Any]] = []  # samples the run left out (id, reason): results.json lists them
+        if self.path.exists() and not self.path.is_dir():
+            raise FileExistsError(f"--out {self.path} is a file, not a folder")
+        # the lock comes first: no other process may change the folder between this look and the config write
+        self._lock = self._take_lock()
+        try:
+            non_empty = any(c.name != LOCK for c in self.path.iterdir())
+            if non_empty and not (resume or overwrite):
+                raise FileExistsError(f"run folder {self.path} is not empty; pass --overwrite to replace it "
+                                      "or --resume to continue the run in it")
+            if non_empty and overwrite:
+                run_folder_contents(self.path)  # on every rank alike, before any rank waits for another
+            if non_empty and resume and (self.path / CONFIG).exists() and not is_run_folder(self.path):
+                raise FileExistsError(f"{self.path} is not a vrh run folder (its {CONFIG} was not written by vrh); "
+                                      "--resume continues only a vrh run: choose another --out")
+            self.world.barrier()  # every rank has looked at the folder before rank 0 changes it
+            if self.world.is_main and non_empty and overwrite:
+                clear_run_folder(self.path)
+            self.world.barrier()
+        except BaseException:
+            self.release()
+            raise
+        self._samples_name = shard_name(self.world.rank, self.world.size) if self.world.active else SAMPLES
+
+    def _take_lock(self) -> _Lock | None:
+        """Rank 0 creates the folder and locks it; every rank learns whether that worked (data-parallel ranks
+        share rank 0's run, so a refusal reaches them all instead of leaving them at a barrier)."""
+        lock, err = None, None
+        if self.world.is_main:
+            created = not self.path.exists()
+            try:
+                self.path.mkdir(parents=True, exist_ok=True)
+                lock = _Lock.acquire(self.path)
+            except RunFolderInUse as e:
+                err = str(e)
+                if created:  # nothing of ours stays behind
+                    shutil.rmtree(self.path, ignore_errors=True)
+        errs = self.world.all_gather(err) if self.world.active else [err]
+        first = next((e for e in errs if e), None)
+        if first:
+            if lock is not None:
+                lock.release()
+            raise RunFolderInUse(first)
+        return lock
+
+    def release(self) -> None:
+        """Close the samples file and give up the folder's lock (idempotent; ``with`` exit calls it)."""
+        self.close()
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+    def write_config(self, config: dict[str, Any]) -> dict[str, Any]:
+        """Write ``config.json`` (with the :data:`RUN_MARK` that makes the folder a vrh run); on resume, refuse a
+        config that differs, naming the settings that do. A refusal gives up the folder's lock."""
+        try:
+            return self._write_config(config)
+        except BaseException:
+            self.release()
+            raise
+
+    def _write_config(self, config: dict[str, Any]) -> dict[str, Any]:
+        full = {RUN_MARK: RUN_FORMAT, **config, "environment": environment()}
+        if (self.path / CONFIG).exists():
+            old = read_json(self.path / CONFIG)
+            mine = _jsonable({k: v for k, v in full.items() if k not in ("environment", RUN_MARK)})
+            theirs = {k: v for k, v in old.items() if k not in ("environment", RUN_MARK)}
+            diffs = config_differences(theirs, mine)
+            if diffs:  # the user's own settings (config.*) first, one per line
+                diffs.sort(key=lambda d: not d.startswith("config."))
+                raise ValueError(f"cannot resume {self.path}: {len(diffs)} setting(s) differ from the interrupted "
+                                 "run's (rerun with the same settings, or --overwrite to start over):\n  "
+                                 + "\n  ".join(diffs))
+        if self.world.is_main:
+            write_json(self.path / CONFIG, full)
+        return full
+
+    def shard_paths(self) -> list[Path]:
+        """Per-rank samples files of a data-parallel run not merged yet (any world size), sorted."""
+        return sorted(self.path.glob(SHARD_GLOB))
+
+    def finished_samples(self) -> list[dict[str, Any]]:
+        """Records of ``samples.jsonl`` and, after them, of every rank's shard; a record that is in two
+        files (a merge interrupted between writing and deleting) counts once."""
+        p = self.path / SAMPLES
+        out = read_jsonl(p) if p.exists() else []
+        shards = self.shard_paths()
+        if not shards:
+            return out
+        seen = {_record_key(r) for r in out}
+        for shard in shards:
+            for rec in read_jsonl(shard):
+                if _record_key(rec) not in seen:
+                    seen.add(_record_key(rec))
+                    out.append(rec)
+        return out
+
+    def append_sample(self, record: dict[str, Any]) -> None:
+        """Append one finished record to ``samples.jsonl`` (to this rank's shard in a data-parallel run)."""
+        path = self.path / self._samples_name
+        if self._samples is None:
+            # rewrite without a torn last line before appending
+            done = read_jsonl(path) if path.exists() else []
+            with open(path, "w") as f:
+                f.writelines(json.dumps(r) + "\n" for r in done)
+            self._samples = open(path, "a")
+        self._samples.write(json.dumps(record) + "\n")
+        # flushed to the OS per record (a crashed or killed process loses nothing it finished); fsync per
+        # record cost ~0.3 s each on slow disks, so the disk sync happens once, on close
+        self._samples.flush()
+
+    def merge_shards(self) -> None:
+        """Fold every rank's shard into ``samples.jsonl`` (rank 0, atomically, then the shards go).
+
+        A collective in a data-parallel run: every rank calls it, after its last record."""
+        self.close()
+        self.world.barrier()
+        if self.world.is_main and self.shard_paths():
+            self.replace_samples(self.finished_samples())
+        self.world.barrier()
+
+    def replace_samples(self, records: list[dict[str, Any]]) -> None:
+        """Rank 0: ``samples.jsonl`` becomes ``records`` (atomically) and the shards are deleted.
+
+        Detection writes its records in sample order this way after combining the ranks' batches."""
+        if not self.world.is_main:
+            return
+        self.close()
+        write_jsonl(self.path / SAMPLES, list(records))
+        for shard in self.shard_paths():
+            shard.unlink()
+
+    def write(self, name: str, obj: Any) -> Path:
+        """Write the JSON artefact ``name`` (rank 0 only in a data-parallel run)."""
+        if self.world.is_main:
+            write_json(self.path / name, obj)
+        return self.path / name
+
+    def note_skipped(self, skipped: Iterable[Mapping[str, Any]]) -> None:
+        """Samples the run leaves out (``{"id", "reason"}`` each, e.g. a prompt beyond the model's context):
+        :meth:`write_results` lists them under ``skipped_samples``, so no skip goes unreported."""
+        seen = {r["id"] for r in self.skipped}
+        for r in skipped:
+            if r["id"] not in seen:
+                seen.add(r["id"])
+                self.skipped.append(dict(r))
+
+    def write_results(self, results: dict[str, Any]) -> Path:
+        """``results.json`` with the schema version; written last, so its presence marks a finished run.
+        In a data-parallel run the ranks' shards are merged first (every rank must call it)."""
+        self.merge_shards()
+        extra = {"skipped_samples": {"n": len(self.skipped), "samples": self.skipped}} if self.skipped else {}
+        return self.write(RESULTS, {"schema_version": SCHEMA_VERSION, **results, **extra})
+
+    def close(self) -> None:
+        if self._samples is not None:
+            os.fsync(self._samples.fileno())
+            self._samples.close()
+            self._samples = None
+
+    def __enter__(self) -> "RunFolder":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+    def __del__(self) -> None:  # a RunFolder dropped without `with`: its lock file must not outlive it
+        try:
+            self.release()
+        except Exception:  # noqa: BLE001 - interpreter shutdown; the OS drops the lock with the process
+            pass
+
+
+def _record_key(rec: Mapping[str, Any]) -> tuple[Any, Any]:
+    return rec.get("condition"), rec.get("id")
+
+
+class RunFolderInUse(FileExistsError):
+    """Another process holds the run folder's lock."""
+
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: runs are not locked
+    fcntl = None  # type: ignore[assignment]
+
+
+class _Lock:
+    """An exclusive ``flock`` on ``FOLDER/.vrh-lock`` (the holder's pid inside), re-entrant within a process.
+
+    Why flock: the OS drops it when the holder dies (kill -9 included), so a crash never leaves a folder
+    locked; the file left behind by a crash is only a name, locked again by the next run. Release unlinks
+    the file while still holding the lock, so a process that opened it just before must retry on the new
+    file (checked by inode), never share the old one."""
+
+    _held: dict[str, "_Lock"] = {}
+
+    def __init__(self, key: str, path: Path, fd: int):
+        self.key, self.path, self.fd, self.count = key, path, fd, 1
+
+    @classmethod
+    def acquire(cls, folder: Path) -> "_Lock | None":
+        if fcntl is None:
+            return None
+        key = os.path.realpath(folder)
+        if key in cls._held:  # this process already writes it (a command and its library call)
+            cls._held[key].count += 1
+            return cls._held[key]
+        path = folder / LOCK
+        while True:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+                os.close(fd)
+                raise RunFolderInUse(f"run folder {folder} is in use by another vrh process (pid {holder}); wait "
+                                     "for it to finish or stop it, or choose another --out") from None
+            try:
+                same = os.stat(path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)  # locked a file its releasing holder had just unlinked: lock the current one
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        cls._held[key] = lock = cls(key, path, fd)
+        return lock
+
+    def release(self) -> None:
+        self.count -= 1
+        if self.count > 0 or self.fd < 0:
+            return
+        self._held.pop(self.key, None)
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            pass
+        os.close(self.fd)
+        self.fd = -1
+
+
+def is_run_folder(path: str | os.PathLike) -> bool:
+    """Whether ``path`` holds a ``config.json`` that vrh wrote: one with the :data:`RUN_MARK`, or (runs
+    written before the mark) a ``command`` with vrh's ``environment`` record. A model checkpoint's
+    ``config.json`` is neither."""
+    file = Path(path) / CONFIG
+    try:
+        cfg = read_json(file) if file.is_file() else None
+    except (OSError, ValueError):
+        return False
+    if not isinstance(cfg, dict):
+        return False
+    env = cfg.get("environment")
+    legacy = isinstance(cfg.get("command"), str) and isinstance(env, dict) and "vrh" in env and "argv" in env
+    return cfg.get(RUN_MARK) is not None or legacy
+
+
+def run_folder_contents(path: str | os.PathLike) -> list[Path]:
+    """What ``--overwrite`` removes from the vrh run folder ``path``: its artefacts, unmerged shards, detection
+    state, temporary files, sub-runs (each a vrh run folder, checked the same way) and the extra files of the
+    command that wrote it (:data:`COMMAND_FILES`). Refuses (FileExistsError, naming them) a folder that is
+    not a vrh run, or that holds anything else: nothing a run did not write is ever deleted."""
+    path = Path(path)
+    if not is_run_folder(path):
+        raise FileExistsError(f"{path} is not empty and is not a vrh run folder (no {CONFIG} written by vrh); "
+                              "refusing to delete its contents for --overwrite: choose another --out")
+    own = set(COMMAND_FILES.get(str(read_json(path / CONFIG).get("command")), ()))
+    out, foreign = [], []
+    for child in sorted(path.iterdir()):
+        name = child.name
+        if name == LOCK:
+            continue
+        known = (name in ARTEFACTS or name in own or name.endswith((".tmp", ".tmp.npz")) or child.match(SHARD_GLOB)
+                 or (name == DETECT_STATE and child.is_dir() and not child.is_symlink()))
+        if not known and child.is_dir() and not child.is_symlink() and is_run_folder(child):
+            run_folder_contents(child)  # a sub-run must be clean too
+            known = True
+        (out if known else foreign).append(child)
+    if foreign:
+        names = ", ".join(c.name for c in foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        raise FileExistsError(f"--overwrite: {path} holds files no vrh run writes ({names}); refusing to delete "
+                              "them: move them away or choose another --out")
+    return out
+
+
+def clear_run_folder(path: Path) -> None:
+    """Delete what a previous vrh run left in ``path`` (:func:`run_folder_contents`); refuse any other folder."""
+    for child in run_folder_contents(path):
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child)
+        else:
+            child.unlink()
+
+
+def config_differences(old: Mapping[str, Any], new: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """Human-readable differences between two JSON configs: ``"config.k: 3 -> 5"`` per differing leaf.
+
+    >>> config_differences({"a": 1, "b": {"c": 2}}, {"a": 1, "b": {"c": 3}, "d": 0})
+    ['b.c: 2 -> 3', 'd: (absent) -> 0']
+    """
+    out = []
+    for key in sorted(set(old) | set(new), key=str):
+        a, b = old.get(key, "(absent)"), new.get(key, "(absent)")
+        name = f"{prefix}{key}"
+        if isinstance(a, Mapping) and isinstance(b, Mapping):
+            out += config_differences(a, b, name + ".")
+        elif a != b:
+            short = lambda v: (json.dumps(v) if not isinstance(v, str) else v)[:80]  # noqa: E731
+            out.append(f"{name}: {short(a)} -> {short(b)}")
+    return out

@@ -1,0 +1,58 @@
+"""VERA (Pei et al. 2026), adapted to referring-expression grounding (paper Sec. 3.2, Tab. 2).
+Shared conventions: :mod:`vrh.scoring.retrieval_heads`.
+
+The ratio below matched VERA's reference code in the review of issue 14; it was not re-read when the
+other four methods gained reference variants (docs/baselines.md), so no file/line is cited here yet."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+
+from vrh.scoring.registry import Option, register_scorer
+from vrh.scoring.functions import AccumulatingScorer, Index, SampleInfo, as_index, check_rows, query_mean, region_sum, take
+
+
+def vera_sample(rows: torch.Tensor, keys: Index, visual: Index, queries: Index) -> torch.Tensor:
+    """Share of a query's *visual* attention that lands on the evidence region, averaged over queries.
+
+    Original: visual-evidence-retrieval heads in long visual documents score the attention a query puts on
+    the evidence patches relative to all image patches. Adaptation: evidence = ``K`` (intersected with
+    ``V``, so the ratio lies in [0, 1]); query = the last prompt token by default (scorer option). A row
+    with no visual attention scores 0 (0/0 := 0).
+
+    >>> A = torch.tensor([[[[0.5, 0.3, 0.2], [1.0, 0.0, 0.0]]]])  # (1, 1, 2, 3)
+    >>> vera_sample(A, keys=[1], visual=[1, 2], queries=[0, 1])  # (0.3/0.5 + 0)/2
+    tensor([[0.3000]])
+    """
+    check_rows(rows)
+    S = rows.shape[-1]
+    v = as_index(visual, S)
+    k = v[torch.isin(v, as_index(keys, S))]  # K intersect V
+    sel = take(rows, 2, as_index(queries, rows.shape[2]))  # (L, H, |Q_s|, S)
+    k_mass = region_sum(sel, k).double()  # (L, H, |Q_s|)
+    v_mass = region_sum(sel, v).double()  # (L, H, |Q_s|)
+    ratio = torch.where(v_mass > 0, k_mass / v_mass.clamp_min(1e-30), torch.zeros_like(k_mass))
+    return query_mean(ratio)
+
+
+@register_scorer("vera", help="VERA: share of the query's visual attention that lands on the box",
+                 options=(Option("query", str, "last_prompt", "query kind: last_prompt (the token that starts "
+                                                              "generation), out, in or coord",
+                                 choices=("last_prompt", "out", "in", "coord")),))
+class VERAScorer(AccumulatingScorer):
+    """Mean over samples of :func:`vera_sample`. ``query`` picks the query kind: ``"last_prompt"``
+    (default, the token that starts generation) or ``"out"`` (paper Tab. 2 lists VERA under Q^out)."""
+
+    name = "vera"
+
+    def __init__(self, *, query: str = "last_prompt", **kw):
+        super().__init__(**kw)
+        self.query = query
+
+    def update(self, sample_rows: torch.Tensor, sample_info: SampleInfo,
+               extra: Mapping[str, torch.Tensor] | None = None) -> None:
+        q = sample_info.query(self.query)
+        self._count_empty(sample_rows, sample_info.key_positions, q)
+        self._add(vera_sample(sample_rows, sample_info.key_positions, sample_info.visual_positions, q))

@@ -1,0 +1,111 @@
+"""Progress without a terminal: plain lines at a steady cadence, checked with a fake clock (no sleeping)."""
+
+import pytest
+
+from vrh.infra import console as console_mod
+from vrh.infra.console import progress
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 1000.0  # any origin: only differences matter
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture(autouse=True)
+def progress_on(monkeypatch):
+    monkeypatch.delenv("VRH_NO_PROGRESS", raising=False)
+
+
+def run(total, steps, seconds_per_step, description="sweep grounding", stop_after=None):
+    """Advance one item per step, the clock moving ``seconds_per_step`` before each; the lines written."""
+    clock, lines = FakeClock(), []
+    with progress(total, description, interactive=False, clock=clock, write=lines.append) as advance:
+        for i in range(steps if stop_after is None else stop_after):
+            clock.now += seconds_per_step
+            advance()
+    return lines
+
+
+def test_a_line_every_tenth_of_the_work():
+    lines = run(400, 400, 0.125)  # a binary fraction: the fake clock adds up exactly
+    assert len(lines) == 10  # 10%, 20%, ..., 100%; no extra final line repeating 400/400
+    assert lines[2] == "sweep grounding: 120/400 samples (30%) 0:00:15 elapsed, 8/s, ETA 0:00:35"
+    assert lines[-1] == "sweep grounding: 400/400 samples (100%) 0:00:50 elapsed, 8/s, ETA 0:00:00"
+    assert [int(l.split(": ")[1].split("/")[0]) for l in lines] == list(range(40, 401, 40))
+
+
+def test_a_line_every_30_seconds_when_tenths_are_slow():
+    lines = run(1000, 60, 7.0)  # a tenth (100 items) would take 700 s
+    done = [int(l.split(": ")[1].split("/")[0]) for l in lines]
+    # 30 s after the previous line, at 7 s per item: every 5th item (35 s), then the final line
+    assert done == [5, 10, 15, 20, 25, 30, 35, 40, 45, 50, 55, 60]
+    assert lines[0] == "sweep grounding: 5/1000 samples (0%) 0:00:35 elapsed, 0.143/s, ETA 1:56:05"
+
+
+def test_final_line_when_the_loop_stops_early():
+    lines = run(10, 10, 1.0, stop_after=3)
+    assert lines == ["sweep grounding: 1/10 samples (10%) 0:00:01 elapsed, 1/s, ETA 0:00:09",
+                     "sweep grounding: 2/10 samples (20%) 0:00:02 elapsed, 1/s, ETA 0:00:08",
+                     "sweep grounding: 3/10 samples (30%) 0:00:03 elapsed, 1/s, ETA 0:00:07"]
+    lines = run(100, 100, 1.0, stop_after=13)
+    assert lines[-1].startswith("sweep grounding: 13/100 samples (13%)") and len(lines) == 2
+
+
+def test_final_line_written_when_the_loop_raises():
+    lines = []
+    with pytest.raises(RuntimeError):
+        with progress(100, "detect", interactive=False, clock=FakeClock(), write=lines.append) as advance:
+            advance(4)
+            raise RuntimeError("boom")
+    assert lines == ["detect: 4/100 samples (4%) 0:00:00 elapsed, ?/s, ETA 0:00:00"]
+
+
+def test_no_progress_yet_has_unknown_eta():
+    lines = []
+    with progress(5, "detect", interactive=False, clock=FakeClock(), write=lines.append):
+        pass
+    assert lines == ["detect: 0/5 samples (0%) 0:00:00 elapsed, ?/s, ETA ?"]
+
+
+def test_silent_under_vrh_no_progress(monkeypatch):
+    monkeypatch.setenv("VRH_NO_PROGRESS", "1")
+    assert run(10, 10, 100.0) == []
+
+
+def test_terminal_gets_the_bar_not_lines():
+    lines = []
+    with progress(3, "detect", interactive=True, write=lines.append) as advance:
+        advance(3)
+    assert lines == []
+
+
+def test_default_check_sends_lines_to_stderr_when_not_a_terminal(monkeypatch, capsys):
+    monkeypatch.setattr(console_mod, "_interactive", lambda: False)
+    with progress(2, "eval") as advance:
+        advance()
+        advance()
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and err[-1].startswith("eval: 2/2 samples (100%) ") and err[-1].endswith("ETA 0:00:00")
+
+
+def test_lines_name_the_unit():
+    lines = []
+    with progress(2, "sweep vqa", unit="generations", interactive=False, clock=FakeClock(), write=lines.append) as adv:
+        adv(2)
+    assert lines == ["sweep vqa: 2/2 generations (100%) 0:00:00 elapsed, ?/s, ETA 0:00:00"]
+
+
+def test_only_rank_0_shows_progress(monkeypatch):
+    import vrh.infra.distributed
+
+    monkeypatch.setattr(vrh.infra.distributed, "world", lambda: vrh.infra.distributed.World(rank=1, size=2))
+    assert run(10, 10, 1.0) == []
+
+
+def test_a_long_message_is_one_line_in_a_log(capsys):
+    long = "detect: 20 samples scored, 0 skipped -> " + "/very/long/run/folder" * 10
+    console_mod.console.print(long)
+    assert capsys.readouterr().err.splitlines() == [long]
