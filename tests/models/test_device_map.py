@@ -16,7 +16,8 @@ import torch
 from vrh.models.adapters import get_adapter
 from vrh.core.attention import observe_attention, uniform_heads, vrh_attention_forward
 from vrh.core.capture import capture_attention_rows
-from vrh.models.loading import DEVICE_MAPS, LoadedModel, TensorParallelRefused, input_device, load_model, resolve_device_map
+from vrh.models.loading import (DEVICE_MAPS, LoadedModel, TensorParallelRefused, input_device, load_model,
+                                resolve_device_map)
 from vrh.core.masking import mask_heads, mask_heads_per_row
 from vrh.testing.tiny_models import tiny_qwen2_5_vl
 

@@ -5,20 +5,9 @@ import torch
 
 import vrh.scoring.functions as scoring
 from vrh.scoring import make_scorer, scorer_names
-from vrh.scoring.functions import (
-    DEFAULT_VARIANT,
-    VARIANT_NAMES,
-    SampleInfo,
-    Scorer,
-    Variant,
-    VariantScorer,
-    argmax_in_region,
-    per_sample_score,
-    region_sum,
-    select_queries,
-    selection_frequency,
-    top_m_mask,
-)
+from vrh.scoring.functions import (DEFAULT_VARIANT, argmax_in_region, per_sample_score, region_sum,
+                                   selection_frequency, top_m_mask)
+from vrh.scoring.base import VARIANT_NAMES, SampleInfo, Scorer, Variant, VariantScorer, select_queries
 
 
 def test_doctests():

@@ -191,7 +191,7 @@ def _make_scorers(specs: Sequence[str], seed: int) -> dict[str, Any]:
         for method in ("state", "extend"):
             if not callable(getattr(sc, method, None)):
                 raise TypeError(f"scorer {sc.name!r} has no {method}(); derive it from "
-                                "vrh.scoring.functions.AccumulatingScorer so detection can combine batches")
+                                "vrh.scoring.base.AccumulatingScorer so detection can combine batches")
         made[sc.name] = sc
     return made
 

@@ -10,10 +10,13 @@ and the functions shared one package.
 
 from vrh.scoring import design_space, localization_heads, ocr_heads, qrhead, retrieval_heads, vera  # noqa: F401
 from vrh.scoring.functions import (DEFAULT_M, DEFAULT_VARIANT, DEFAULT_ZERO_RULE, NULL_QUERY_PASS, OMEGAS, PHI_FUNCS,
-                                   PHIS, QUERY_KINDS, QUERY_SETS, VARIANT_NAMES, ZERO_RULES, AccumulatingScorer,
-                                   Index, SampleInfo, Scorer, Variant, VariantScorer, aggregate, argmax_in_region,
-                                   as_index, check_rows, lcs_ratio, omega_mean, parse_variant, per_sample_score,
-                                   query_mean, region_sum, select_queries, selection_frequency, take, top_m_mask)
+                                   PHIS, QUERY_KINDS, QUERY_SETS, ZERO_RULES,
+                                   Index, aggregate, argmax_in_region, as_index,
+                                   check_rows, lcs_ratio, omega_mean,
+                                   per_sample_score, query_mean, region_sum,
+                                   selection_frequency, take, top_m_mask)
+from vrh.scoring.base import (VARIANT_NAMES, AccumulatingScorer, SampleInfo, Scorer, Variant, VariantScorer,
+                              parse_variant, select_queries)
 from vrh.scoring.registry import Option, describe_scorers, make_scorer, register_scorer, scorer_names
 
 __all__ = ["AccumulatingScorer", "Option", "SampleInfo", "describe_scorers", "make_scorer", "register_scorer",

@@ -1,20 +1,11 @@
 """The design space of Eq. 1 as one registry entry: every ``QUERY/PHI/OMEGA`` name is a
-:class:`vrh.scoring.functions.VariantScorer` (the functions themselves live in :mod:`vrh.scoring.functions`)."""
+:class:`vrh.scoring.base.VariantScorer` (the functions themselves live in :mod:`vrh.scoring.functions`)."""
 
 from __future__ import annotations
 
 from vrh.scoring.registry import Option, register_scorer
-from vrh.scoring.functions import (
-    DEFAULT_M,
-    DEFAULT_ZERO_RULE,
-    OMEGAS,
-    PHIS,
-    QUERY_SETS,
-    VARIANT_NAMES,
-    ZERO_RULES,
-    Variant,
-    VariantScorer,
-)
+from vrh.scoring.functions import DEFAULT_M, DEFAULT_ZERO_RULE, OMEGAS, PHIS, QUERY_SETS, ZERO_RULES
+from vrh.scoring.base import VARIANT_NAMES, Variant, VariantScorer
 
 OPTIONS = (
     Option("m", int, DEFAULT_M, "OMEGA=freq: how many top heads of each sample count as selected"),

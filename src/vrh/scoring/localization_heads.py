@@ -33,17 +33,8 @@ import torch
 import torch.nn.functional as F
 
 from vrh.scoring.registry import Option, register_scorer
-from vrh.scoring.functions import (
-    DEFAULT_M,
-    DEFAULT_ZERO_RULE,
-    ZERO_RULES,
-    AccumulatingScorer,
-    Index,
-    SampleInfo,
-    as_index,
-    check_rows,
-    take,
-)
+from vrh.scoring.functions import DEFAULT_M, DEFAULT_ZERO_RULE, ZERO_RULES, Index, as_index, check_rows, take
+from vrh.scoring.base import AccumulatingScorer, SampleInfo
 
 ELBOW_CUTS = ("index", "value")
 ELBOW_AXES = ("raw", "scaled")

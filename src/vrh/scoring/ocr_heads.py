@@ -28,7 +28,8 @@ from collections.abc import Mapping
 import torch
 
 from vrh.scoring.registry import Option, register_scorer
-from vrh.scoring.functions import AccumulatingScorer, Index, SampleInfo, as_index, check_rows, lcs_ratio, take  # noqa: F401 (re-exported)
+from vrh.scoring.functions import Index, as_index, check_rows, lcs_ratio, take
+from vrh.scoring.base import AccumulatingScorer, SampleInfo  # noqa: F401 (re-exported)
 
 KEY_SETS = ("prompt", "visual")
 ROWS = ("own", "producer")
@@ -100,7 +101,7 @@ class OCRHeadsScorer(AccumulatingScorer):
     with none left out) or averages the per-sample means over all samples (``pool="sample"``).
 
     vrh's earlier adaptation is ``ocr_heads:keys=visual:row=producer:tokens=all:answer=all:weight=correct:
-    pool=sample``. Reference options need optional :class:`~vrh.scoring.functions.SampleInfo` fields:
+    pool=sample``. Reference options need optional :class:`~vrh.scoring.base.SampleInfo` fields:
     ``prompt_positions`` (keys=prompt), ``queries["out_own"]`` (row=own), ``answer_in_gold`` (answer=gold),
     ``answer_lcs`` (weight=lcs); a missing one raises, naming the option that avoids it.
     """

@@ -28,17 +28,8 @@ from collections.abc import Mapping
 import torch
 
 from vrh.scoring.registry import Option, register_scorer
-from vrh.scoring.functions import (
-    NULL_QUERY_PASS,
-    AccumulatingScorer,
-    Index,
-    SampleInfo,
-    as_index,
-    check_rows,
-    query_mean,
-    region_sum,
-    take,
-)
+from vrh.scoring.functions import NULL_QUERY_PASS, Index, as_index, check_rows, query_mean, region_sum, take
+from vrh.scoring.base import AccumulatingScorer, SampleInfo
 
 OUTLIER_AXES = ("keys", "queries")
 

@@ -1,7 +1,7 @@
 """Retrieval Heads (Wu et al. 2024), its reference implementation and its adaptation to grounding.
 
 What every prior-method file shares: a pure per-sample function ``rows [L, H, Q, S] -> [L, H]`` plus a
-scorer with the :class:`vrh.scoring.functions.Scorer` interface, registered under the method's name so detection
+scorer with the :class:`vrh.scoring.base.Scorer` interface, registered under the method's name so detection
 runs it next to the design-space variants on the same captured rows. Each method's options default to what
 its authors' public code computes (the *reference* variant); every adaptation to vision is a named option,
 and docs/baselines.md lists each deviation with its reason. The common adaptation: the "needle" / evidence
@@ -26,7 +26,8 @@ from collections.abc import Mapping
 import torch
 
 from vrh.scoring.registry import Option, register_scorer
-from vrh.scoring.functions import AccumulatingScorer, Index, SampleInfo, argmax_in_region, as_index, check_rows, take
+from vrh.scoring.functions import Index, argmax_in_region, as_index, check_rows, take
+from vrh.scoring.base import AccumulatingScorer, SampleInfo
 
 NORMS = ("keys", "queries")
 

@@ -11,7 +11,8 @@ from collections.abc import Mapping
 import torch
 
 from vrh.scoring.registry import Option, register_scorer
-from vrh.scoring.functions import AccumulatingScorer, Index, SampleInfo, as_index, check_rows, query_mean, region_sum, take
+from vrh.scoring.functions import Index, as_index, check_rows, query_mean, region_sum, take
+from vrh.scoring.base import AccumulatingScorer, SampleInfo
 
 
 def vera_sample(rows: torch.Tensor, keys: Index, visual: Index, queries: Index) -> torch.Tensor:
