@@ -109,3 +109,56 @@ def test_the_cli_imports_without_torch():
     code = "import sys, vrh.cli; vrh.cli.build_parser(); print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+# The layers, lowest first: a module may import modules of its own layer and of the layers below, never above.
+# (docs/architecture.md draws them; a name is a module or a package prefix.)
+LAYERS = (
+    ("foundation", ("vrh.infra", "vrh.data", "vrh.tasks", "vrh.runs")),  # infra: console, distributed, oom
+    ("models", ("vrh.models",)),
+    ("core", ("vrh.core",)),
+    ("scoring", ("vrh.scoring",)),
+    ("options", ("vrh.infra.options",)),  # the option groups: they read the masking registry (core)
+    ("experiments", ("vrh.experiments", "vrh.organism", "vrh.testing")),
+    ("report", ("vrh.report",)),
+    ("interface", ("vrh.commands", "vrh.cli", "vrh.__main__")),
+)
+
+
+def layer_of(module: str) -> int | None:
+    """Index into LAYERS of ``module`` (the longest matching prefix), None for ``vrh`` itself."""
+    best = None
+    for i, (_, prefixes) in enumerate(LAYERS):
+        for p in prefixes:
+            if (module == p or module.startswith(p + ".")) and (best is None or len(p) > best[1]):
+                best = (i, len(p))
+    return None if best is None else best[0]
+
+
+def test_every_module_has_a_layer():
+    missing = sorted(m for m in _modules() if m != "vrh" and layer_of(m) is None)
+    assert not missing, f"modules in no layer (add them to LAYERS and docs/architecture.md): {missing}"
+
+
+def test_imports_only_go_down_the_layers():
+    up = []
+    for mod, targets in import_graph().items():
+        for t in targets:
+            if layer_of(mod) is not None and layer_of(t) is not None and layer_of(t) > layer_of(mod):
+                up.append(f"{mod} ({LAYERS[layer_of(mod)][0]}) -> {t} ({LAYERS[layer_of(t)][0]})")
+    assert not up, "imports up the layers: " + "; ".join(sorted(up))
+
+
+def test_the_report_never_runs_a_model():
+    """The report reads run folders only: nothing of models/ or core/ (nor torch through them)."""
+    graph = import_graph()
+    bad = {m: sorted(t for t in graph[m] if t.startswith(("vrh.models", "vrh.core"))) for m in graph
+           if m.startswith("vrh.report")}
+    assert not {m: t for m, t in bad.items() if t}, bad
+
+
+def test_layer_finder_on_examples():
+    assert LAYERS[layer_of("vrh.infra.options")][0] == "options"
+    assert LAYERS[layer_of("vrh.infra.console")][0] == "foundation"
+    assert LAYERS[layer_of("vrh.models.adapters.qwen_vl")][0] == "models"
+    assert layer_of("vrh") is None
