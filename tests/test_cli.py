@@ -272,3 +272,22 @@ def test_a_torn_detection_state_and_an_unreadable_file_are_one_line(tmp_path, ti
     loop.symlink_to(loop)
     assert main(["evaluate", "--model", tiny_checkpoint, "--data", str(loop), "--out", str(tmp_path / "e")]) == 2
     assert "loop.jsonl is a symlink that leads nowhere" in capsys.readouterr().err
+
+
+def test_the_readmes_real_model_sequence_parses_as_written():
+    """README "On a real model": every command line of the block is valid vrh syntax once its variables are set."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = re.search(r"## On a real model.*?```bash\n(.*?)```", readme, flags=re.S).group(1)
+    env = dict(re.findall(r'(\w+)=("[^"]*"|\S+?)(?:;|\s|$)', block.splitlines()[1]))
+    lines = [l.split("#")[0] for l in block.splitlines() if l.startswith("vrh ")]
+    assert len(lines) >= 5 and lines[0].startswith("vrh data convert")
+    parser = build_parser()
+    for line in lines:
+        for k, v in env.items():
+            line = line.replace(f"${k}", v.strip('"'))
+        args = parser.parse_args(shlex.split(line)[1:])  # SystemExit (exit 2) on anything invalid
+        assert args.command
