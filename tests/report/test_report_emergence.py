@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from vrh import runs
-from vrh.organism.emergence import collect, summarize, write_run
+from vrh_lab.organism.emergence import collect, summarize, write_run
 from vrh.report import build_report
 from vrh.report import emergence as em
 from vrh.report.build import build_sections

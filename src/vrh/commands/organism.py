@@ -1,5 +1,8 @@
 """``vrh organism``: build / train the model organism (``vrh organism build --out DIR``), and make a run folder
-of its training's emergence logs (``vrh organism emergence SOURCES... --out DIR``, for ``vrh report``)."""
+of its training's emergence logs (``vrh organism emergence SOURCES... --out DIR``, for ``vrh report``).
+
+Thin wiring over the organism lab (:mod:`vrh_lab.organism`, ``lab/`` of a source checkout), the only place
+vrh imports it, inside a function."""
 
 from __future__ import annotations
 
@@ -21,17 +24,33 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "'emergence SOURCES... --out DIR' (each has its own -h)")
 
 
+def _lab_entry(sub: str):
+    """The lab's entry point for subcommand ``sub``, or None for an unknown one. Why here and lazily: the
+    organism lab (package vrh_lab) builds on vrh, never the other way round; the library runs without it."""
+    if sub == "build":
+        from vrh_lab.organism.pipeline import main as run
+    elif sub == "pretrain-vision":
+        from vrh_lab.organism.pretrain_vision import main as run
+    elif sub == "train":
+        from vrh_lab.organism.train import main as run
+    elif sub == "emergence":
+        from vrh_lab.organism.emergence import run_main as run
+    else:
+        return None
+    return run
+
+
 def main(args: argparse.Namespace) -> int:
     rest = list(args.organism_args)
-    if rest and rest[0] == "build":
-        from vrh.organism.pipeline import main as run
-    elif rest and rest[0] == "pretrain-vision":
-        from vrh.organism.pretrain_vision import main as run
-    elif rest and rest[0] == "train":
-        from vrh.organism.train import main as run
-    elif rest and rest[0] == "emergence":
-        from vrh.organism.emergence import run_main as run
-    else:
+    try:
+        run = _lab_entry(rest[0]) if rest else None
+    except ModuleNotFoundError as e:
+        if e.name not in ("vrh_lab", "vrh_lab.organism"):
+            raise
+        print(f"vrh organism {rest[0]}: the organism lab (package vrh_lab) is not installed; it is lab/ in a source "
+              "checkout of vrh, where pip install -e . installs it with vrh", file=sys.stderr)
+        return 2
+    if run is None:
         print(USAGE, file=sys.stderr)
         return 2
     return run(rest[1:])

@@ -62,7 +62,9 @@ class Scene:
     size: int = IMAGE_SIZE
 
 
-def _rng(seed: int, index: int, salt: str = "") -> random.Random:
+def seeded_rng(seed: int, index: int, salt: str = "") -> random.Random:
+    """The random stream of sample ``index`` of stream ``seed`` (``salt`` names the stream's use: "grounding",
+    "vqa", ...; the lab's training mixture draws its own from it)."""
     # sha256 rather than hash(): Python's str hash is salted per process, which would break determinism
     digest = hashlib.sha256(f"{seed}:{index}:{salt}".encode()).digest()
     return random.Random(int.from_bytes(digest[:8], "little"))
@@ -294,7 +296,7 @@ def grounding_sample(seed: int, index: int, size: int = IMAGE_SIZE, level: str =
     scenes, "contrast" = attribute expressions among look-alikes (:func:`contrast_scene`), "full" = the
     world as described in docs/organism.md (the only level used for evaluation).
     """
-    rng = _rng(seed, index, "grounding" if level == "full" else f"grounding-{level}")
+    rng = seeded_rng(seed, index, "grounding" if level == "full" else f"grounding-{level}")
     kind = rng.choices(list(KIND_WEIGHTS), weights=list(KIND_WEIGHTS.values()))[0]
     kind = kind if level == "full" else "attribute"
     lo, hi = LEVELS[level]
@@ -316,7 +318,7 @@ def grounding_sample(seed: int, index: int, size: int = IMAGE_SIZE, level: str =
 
 def vqa_sample(seed: int, index: int, size: int = IMAGE_SIZE) -> dict[str, Any]:
     """Counting, colour and shape questions with one-word answers."""
-    rng = _rng(seed, index, "vqa")
+    rng = seeded_rng(seed, index, "vqa")
     while True:
         scene = sample_scene(rng, size=size)
         q = rng.choice(["count", "colour", "shape"])
@@ -339,7 +341,7 @@ def caption_sample(seed: int, index: int, size: int = IMAGE_SIZE, bin_px: int = 
     """Region captioning, the inverse of grounding: ``what is [ x1 , y1 , x2 , y2 ] ?`` -> ``large red
     circle``. Routing by position is easy for the organism; this job makes it *read* colour and shape
     from the visual tokens (a VQA-form sample, so it uses the VQA prompt)."""
-    rng = _rng(seed, index, "caption")
+    rng = seeded_rng(seed, index, "caption")
     scene = sample_scene(rng, size=size)
     o = scene.objects[rng.randrange(len(scene.objects))]
     snap = [int(min(size, max(0, round(v / bin_px) * bin_px))) for v in o.box]

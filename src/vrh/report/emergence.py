@@ -2,7 +2,7 @@
 while an organism trains, how sparse they are, and whether the top heads stay the same.
 
 An emergence run holds the training log of one recipe (its phases in order, e.g. C1's ``lm_c_text``,
-``lm_c``, ``lm_c_long``; :mod:`vrh.organism.emergence` says how each record is measured). Each phase keeps
+``lm_c``, ``lm_c_long``; :mod:`vrh_lab.organism.emergence` says how each record is measured). Each phase keeps
 its own step counter (a phase that starts over at step 0 is a new optimiser and schedule; one that
 continues its predecessor's steps continues its run), so the x axis of every figure is (phase order,
 step): phases are bands (alternately shaded), named on the top edge, and the ticks are each phase's own
@@ -37,7 +37,7 @@ causal_task = run_contract.emergence_causal_task  # the task of a record's causa
 TASK_COLOR = {"image": VRH_COLOR, "text": OTHER_COLORS[0]}
 MAPS_PER_PHASE = 4  # first, two in between, last
 TABLE_PER_PHASE = 6  # records per phase in the table
-DEFAULT_THRESHOLD = 0.1  # vrh.organism.emergence.THRESHOLD, for runs whose config does not record it
+DEFAULT_THRESHOLD = 0.1  # vrh_lab.organism.emergence.THRESHOLD, for runs whose config does not record it
 
 
 def head(h) -> str:

@@ -224,7 +224,7 @@ def read_emergence(path: str | os.PathLike) -> list[dict[str, Any]]:
 
     Each record is one tracked training step: ``step``, ``phase``, ``k``, ``n`` and per task (``image``,
     ``text``) an ``[L][H]`` ``scores`` map with ``above_threshold``, ``top`` and, on the first task, the
-    causal test (``acc``, ``acc_top``, ``random``, ``acc_random``); :mod:`vrh.organism.emergence`.
+    causal test (``acc``, ``acc_top``, ``random``, ``acc_random``); :mod:`vrh_lab.organism.emergence`.
     Order: phases as they first appear, steps ascending within a phase; a step tracked twice (a resumed
     run re-tracks it) keeps its last record; a torn last line (a crash mid-append) is ignored."""
     file = _emergence_path(path)
