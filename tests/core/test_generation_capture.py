@@ -123,7 +123,7 @@ def test_rows_during_generation_equal_teacher_forced(family, monkeypatch):
     prompt_batch = lm.adapter.build_batch(processor, images, prompts, expressions=exprs)
     for b, q in enumerate(gen.queries):  # the scored ids are the generated ones
         assert torch.equal(gen.batch.inputs["input_ids"][b][gen.batch.answer_positions[b]], gen.answer_ids[b])
-        assert len(q.own) == lengths[b] and len(q.out) == lengths[b]
+        assert len(q.out_own) == lengths[b] and len(q.out) == lengths[b]
     want = _teacher_forced_rows(lm, images, prompts, prompt_batch, gen.answer_ids, [q.positions for q in gen.queries])
     for b in range(3):
         got = gen.rows(b)  # (L, H, Q, P + A_b)

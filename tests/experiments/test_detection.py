@@ -12,7 +12,8 @@ import torch
 from vrh import runs
 from vrh.core.capture import capture_attention_rows
 from vrh.data import load_dataset
-from vrh.experiments.detection import NULL_QUERY, _finish, detect_heads
+from vrh.experiments.detection import _finish, detect_heads
+from vrh.experiments.detection_batch import NULL_QUERY, BatchState
 from vrh.models.loading import load_model
 from vrh.core.regions import box_token_mask
 from vrh.scoring.qrhead import qrhead_sample
@@ -104,7 +105,8 @@ class _Stub:
 
 def test_constant_map_is_warned_about(tmp_path):
     scorers = {"out/sum/mean": _Stub(torch.tensor([[0.1, 0.3], [0.0, 0.2]])), "in/sum/mean": _Stub(torch.zeros(2, 2))}
-    det = _finish(SimpleNamespace(num_layers=2, num_heads=2), scorers, {}, [], [], {"main": 1, "batches": 1}, 0.0)
+    whole = BatchState([], [], [], {"main": 1, "batches": 1}, {}, {})
+    det = _finish(SimpleNamespace(num_layers=2, num_heads=2), scorers, whole, 0.0)
     hs = det.head_scores
     assert len(hs.warnings) == 1 and "'in/sum/mean'" in hs.warnings[0]
     assert hs.variants["out/sum/mean"]["n_positive_heads"] == 3
@@ -166,7 +168,7 @@ def test_an_interrupted_detection_resumes_from_its_kept_batches(tmp_path, monkey
     kw = dict(scorers=("out/sum/mean", "rand1/sum/mean", "ocr_heads"), batch_size=2, max_new_tokens=6, n_overlays=3)
     whole = detect_heads(lm, samples, **kw)
 
-    real, calls, crash = vrh.experiments.detection._detect_batch, [], [True]
+    real, calls, crash = vrh.experiments.detection.detect_batch, [], [True]
 
     def crash_on_second(*args, **kwargs):
         calls.append(1)
@@ -174,7 +176,7 @@ def test_an_interrupted_detection_resumes_from_its_kept_batches(tmp_path, monkey
             raise KeyboardInterrupt("simulated crash")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(vrh.experiments.detection, "_detect_batch", crash_on_second)
+    monkeypatch.setattr(vrh.experiments.detection, "detect_batch", crash_on_second)
     with pytest.raises(KeyboardInterrupt):
         detect_heads(lm, samples, state_dir=tmp_path, **kw)
     assert sorted(runs.read_batch_states(tmp_path)) == [0]
@@ -188,7 +190,7 @@ def test_an_interrupted_detection_resumes_from_its_kept_batches(tmp_path, monkey
 
 @pytest.mark.parametrize("one_pass,answering", [(True, "generate_with_rows"), (False, "generate_answers")])
 def test_out_of_memory_retries_the_batch_in_halves(monkeypatch, tiny_checkpoint, tiny_dataset, one_pass, answering):
-    import vrh.experiments.detection
+    import vrh.experiments.detection_batch
     import vrh.experiments.evaluation
     from vrh.experiments.evaluation import evaluate_samples
     from vrh.tasks import get_task
@@ -199,20 +201,20 @@ def test_out_of_memory_retries_the_batch_in_halves(monkeypatch, tiny_checkpoint,
     single = detect_heads(lm, samples, batch_size=1, **kw)
     said = []
     monkeypatch.setattr(vrh.experiments.evaluation.console, "print", lambda *a, **k: said.append(" ".join(map(str, a))))
-    real = getattr(vrh.experiments.detection, answering)  # the call that answers a batch in this mode
+    real = getattr(vrh.experiments.detection_batch, answering)  # the call that answers a batch in this mode
 
     def small_only(lm_, images, *args, **kwargs):
         if len(images) > 1:
             raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
         return real(lm_, images, *args, **kwargs)
 
-    monkeypatch.setattr(vrh.experiments.detection, answering, small_only)
+    monkeypatch.setattr(vrh.experiments.detection_batch, answering, small_only)
     halved = detect_heads(lm, samples, batch_size=4, **kw)
     _same_detection(halved, single)  # halves down to one sample: the batches of a batch_size=1 run
     assert any("out of memory on a batch of 4" in s for s in said)
     assert halved.head_scores.extra["capture_batches"] == 4
 
-    monkeypatch.setattr(vrh.experiments.detection, answering, lambda *a, **k: (_ for _ in ()).throw(
+    monkeypatch.setattr(vrh.experiments.detection_batch, answering, lambda *a, **k: (_ for _ in ()).throw(
         RuntimeError("shape mismatch")))
     with pytest.raises(RuntimeError, match="shape mismatch"):  # any other error is not retried
         detect_heads(lm, samples, batch_size=4, **kw)

@@ -4,7 +4,8 @@ The sample-size curve (Fig. 8c) is computed from a detection run's per-sample ma
 ``--model``, the token-choice comparison (Fig. 8b: top-k of ``rand1/sum/mean`` vs ``out/sum/mean`` vs
 random heads) and, with ``--accuracy-draws``, the top-k of the first draws at each n are masked on the
 run's held-out samples -- all in one :func:`vrh.experiments.runner.run_conditions` call, so identical head sets are
-evaluated once and ``--resume`` continues an interrupted run. The math lives in :mod:`vrh.experiments.stability`.
+evaluated once and ``--resume`` continues an interrupted run. The study itself (curve, conditions, run folder)
+lives in :mod:`vrh.experiments.stability`; this module is its options and wiring.
 """
 
 from __future__ import annotations
@@ -53,84 +54,36 @@ class Config(ModelOptions, MaskOptions, GenerationOptions, RunOptions):
 
 def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
     """Writes a stability run folder; returns results.json. ``lm`` is used only when ``cfg.model`` is set."""
-    import time
-
-    import torch
-
     from vrh import runs
-    from vrh.experiments import stability as st
     from vrh.commands._common import load
-    from vrh.experiments.conditions import none
-    from vrh.infra.console import console
+    from vrh.core.heads import check_grid
+    from vrh.experiments import stability as st
     from vrh.experiments.evaluation import select_eval_samples
-    from vrh.core.heads import check_grid, top_k
-    from vrh.experiments.kcurves import conditions_table, random_control_report
+    from vrh.infra.console import console
     from vrh.infra.options import config_record
-    from vrh.experiments.runner import run_conditions
-    from vrh.scoring import make_scorer
     from vrh.tasks import get_task
 
-    t0 = time.time()
-    hs = runs.read_head_scores(cfg.heads)
-    scorer = make_scorer(cfg.scorer or hs.scorer)
-    per_sample = runs.read_sample_scores(cfg.heads, scorer.name)  # (N, L, H)
-    curve = st.overlap_curve(per_sample, scorer.omega, scorer.m, cfg.k, cfg.n_values, cfg.bootstrap, cfg.seed)
-    reference, drawn = curve.pop("reference"), curve.pop("heads")
-    result: dict[str, Any] = {
-        "scorer": scorer.name, "omega": scorer.omega, "k": cfg.k, "bootstrap": cfg.bootstrap,
-        "n_total": int(per_sample.shape[0]), **curve, "mask_mode": cfg.mask_mode,
-        "reference_heads": [list(h) for h in top_k(reference, cfg.k)],
-        "reference_matches_head_scores": bool(torch.allclose(reference, hs.scores(scorer.name), atol=1e-5))}
-
-    missing = [s for s in st.TOKEN_CHOICE_SCORERS if s not in hs.variants]
-    skip = None
-    if missing:
-        skip = (f"detection run has no {' / '.join(missing)} scorer (detect with --scorers "
-                f"{st.OUT_SCORER},{st.RAND1_SCORER})")
-    elif cfg.model is None:
-        skip = "no --model given"
+    study = st.sample_size_study(cfg.heads, cfg.scorer, cfg.k, cfg.n_values, cfg.bootstrap, cfg.seed,
+                                 mask_mode=cfg.mask_mode, has_model=cfg.model is not None)
     task = get_task("grounding")
     samples, data_info, conditions, control = [], None, [], None
-    if cfg.model is not None and (skip is None or cfg.accuracy_draws):
+    if cfg.model is not None and study.needs_model(cfg.accuracy_draws):
         data = cfg.data or runs.read_detection_split(cfg.heads).data_path
         samples, data_info = select_eval_samples(data, task.name, cfg.n_eval, [cfg.heads], disjoint=True)
         lm = load(cfg, lm)
-        check_grid(per_sample.shape[1:], lm.num_layers, lm.num_heads, f"--heads {cfg.heads}", f"--model {cfg.model}")
-        conditions = [none(cfg.mask_mode)]
-        if skip is None:
-            tc, control = st.token_choice_conditions(hs.scores(st.RAND1_SCORER), hs.scores(st.OUT_SCORER), cfg.k,
-                                                     cfg.seeds, exclude_layers=cfg.exclude_layers,
-                                                     mask_mode=cfg.mask_mode, source=cfg.heads)
-            conditions += tc
-        conditions += st.draw_conditions(drawn, curve["n_values"], cfg.k, cfg.accuracy_draws, method=scorer.name,
-                                         seed=cfg.seed, mask_mode=cfg.mask_mode, source=cfg.heads)
+        check_grid(study.per_sample.shape[1:], lm.num_layers, lm.num_heads, f"--heads {cfg.heads}",
+                   f"--model {cfg.model}")
+        conditions, control = st.stability_conditions(study, cfg.seeds, cfg.accuracy_draws,
+                                                      exclude_layers=cfg.exclude_layers, mask_mode=cfg.mask_mode)
     else:
         lm = None
-
-    run = runs.RunFolder(cfg.out, resume=cfg.resume, overwrite=cfg.overwrite)
-    run.write_config({"command": NAME, "config": config_record(cfg), "scorer": scorer.name, "data": data_info,
-                      "model": lm.describe() if lm is not None else None, "task": task.config(),
-                      "conditions": [c.to_json() for c in conditions], "token_choice_skipped": skip})
-    with run:
-        if conditions:
-            res = run_conditions(lm, task, samples, conditions, run, batch_size=cfg.batch_size,
-                                 max_new_tokens=cfg.max_new_tokens, description=NAME)
-            result["n_eval"] = len(samples)
-            result["baseline_accuracy"] = res.summary("none")["accuracy"]
-            result["conditions"] = conditions_table(res)
-            if skip is None:
-                result["token_choice"] = st.fold_token_choice(res, cfg.k)
-                result["random_control"] = random_control_report([control])
-                for w in control.warnings:
-                    console.print(f"[yellow]warning:[/yellow] {w}")
-            if cfg.accuracy_draws:
-                result.update(st.fold_draw_accuracy(res, curve["n_values"], cfg.accuracy_draws))
-                result["accuracy_draws"] = cfg.accuracy_draws
-        if skip is not None:
-            result["token_choice"] = None
-            result["token_choice_skipped"] = skip
-        result["elapsed_seconds"] = time.time() - t0
-        run.write_results(result)
+    config = {"command": NAME, "config": config_record(cfg), "scorer": study.scorer.name, "data": data_info,
+              "model": lm.describe() if lm is not None else None, "task": task.config()}
+    result = st.run_stability(lm, task, samples, study, conditions, control, cfg.out, config=config,
+                              accuracy_draws=cfg.accuracy_draws, batch_size=cfg.batch_size,
+                              max_new_tokens=cfg.max_new_tokens, overwrite=cfg.overwrite, resume=cfg.resume,
+                              description=NAME)
+    skip = study.token_choice_skipped
     means = ", ".join(f"n={n}: {m:.2f}" for n, m in zip(result["n_values"], result["topk_overlap_mean"]))
     console.print(f"stability: top-{cfg.k} overlap {means}"
                   + (f"; token choice skipped ({skip})" if skip else "") + f" -> {cfg.out}")

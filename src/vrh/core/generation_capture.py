@@ -14,10 +14,10 @@ that is half a character, special tokens that decoding skips, whitespace that ``
 one-pass rows are then the rows the model really computed while answering. ``texts`` are exactly what
 :func:`vrh.models.generation.generate_answers` returns for the same batch.
 
-The last answer token's own row (``QuerySets.own``, OCR heads' ``out_own`` query) is computed only by the
+The last answer token's own row (``QuerySets.out_own``, OCR heads' ``out_own`` query) is computed only by the
 step after it: when that sample stopped at an end-of-sequence token, that step ran (it produced the EOS);
 when it ran to ``max_new_tokens``, one extra decode step is generated (``max_new_tokens + 1``) and its token
-dropped, which changes no answer (greedy steps do not look ahead) and costs one decode step, so ``own``
+dropped, which changes no answer (greedy steps do not look ahead) and costs one decode step, so ``out_own``
 stays that of the teacher-forced pass.
 """
 

@@ -49,9 +49,15 @@ class Condition:
             raise ValueError("a 'none' condition masks no heads")
 
     @property
+    def evaluated_mask_mode(self) -> str:
+        """The mode the evaluation runs under: with no head to mask every mode leaves the model as it is, so
+        the unmasked model counts as ``zero`` (one evaluation, batchable with the zero-mode head sets)."""
+        return self.mask_mode if self.heads else "zero"
+
+    @property
     def key(self) -> tuple[frozenset, str]:
         """Evaluation identity: greedy answers depend only on the masked set and how it is masked."""
-        return frozenset(self.heads), (self.mask_mode if self.heads else "zero")
+        return frozenset(self.heads), self.evaluated_mask_mode
 
     def tag(self) -> dict[str, Any]:
         """The fields written on every sample record of this condition."""

@@ -7,8 +7,9 @@ sample costs one generate; the scored answer tokens are the generated ids. ``one
 capture pass; ``answer="gt"`` always teacher-forces the ground-truth box string.
 
 One main capture forward per batch serves every scorer. A scorer may declare extra capture passes it needs
-(``extra_passes``, by name, see :data:`EXTRA_PASSES`; QRHead's calibration asks for ``"null_query"``: the
-same images and answers with the expression replaced by :data:`NULL_QUERY`); each requested pass runs once
+(``extra_passes``, by name, see :data:`~vrh.experiments.detection_batch.EXTRA_PASSES`; QRHead's calibration asks
+for ``"null_query"``: the same images and answers with the expression replaced by
+:data:`~vrh.experiments.detection_batch.NULL_QUERY`); each requested pass runs once
 per batch and only when some scorer asks for it, always teacher-forced (with ``one_pass`` too, on the answer
 text). The head scores count the forwards over the prompt (``capture_forwards`` main -- with ``one_pass``
 the generate's prefill --, ``extra_capture_forwards`` per pass) next to the number of batches, and say
@@ -22,7 +23,9 @@ every world-size-th batch, :mod:`vrh.infra.distributed`) and tolerant of a batch
 as halves), with the same result as one uninterrupted process. :func:`run_detection` writes a
 detection run folder (``config.json``, ``samples.jsonl``, ``head_scores.json``, ``sample_scores.npz``,
 ``overlays.npz``, names and schemas in :mod:`vrh.runs`); ``vrh detect``, ``vrh compare`` and ``vrh demo``
-all call it.
+all call it. One batch -- answers, capture passes, per-sample info, scorer states -- is
+:func:`vrh.experiments.detection_batch.detect_batch`; a batch's state is a
+:class:`~vrh.experiments.detection_batch.BatchState`.
 """
 
 from __future__ import annotations
@@ -38,32 +41,18 @@ import numpy as np
 import torch
 
 from vrh import runs
-from vrh.core.capture import capture_attention_rows
 from vrh.infra.console import console, progress, report_skipped
 from vrh.data import Sample, split_detect_eval
 from vrh.infra.distributed import my_batches, world
+from vrh.experiments.detection_batch import BatchState, DetectSettings, EXTRA_PASSES, detect_batch, make_scorers
 from vrh.experiments.evaluation import GROUNDING_HINT, load_task_samples
 from vrh.infra.oom import halving_on_oom
-from vrh.core.generation_capture import generate_with_rows
 from vrh.core.heads import rank_heads
 from vrh.models.loading import LoadedModel
-from vrh.models.generation import fit_context, generate_answers, query_sets
+from vrh.models.generation import fit_context
 from vrh.infra.options import DetectOptions, config_record
-from vrh.core.regions import box_token_mask
-from vrh.scoring import SampleInfo, make_scorer
-from vrh.scoring.functions import lcs_ratio
+from vrh.scoring import make_scorer
 from vrh.tasks import Task, get_task
-
-NULL_QUERY = "N/A"  # QRHead's content-free query, in place of the referring expression
-
-
-def grid_shape(rects: torch.Tensor) -> tuple[int, int]:
-    """(rows, cols) of a row-major visual token grid, read off the adapter's rectangles."""
-    rows = len(torch.unique(rects[:, 1]))
-    cols = len(torch.unique(rects[:, 0]))
-    if rows * cols != len(rects):
-        raise ValueError(f"visual tokens do not form a grid: {len(rects)} tokens, {rows} rows x {cols} cols")
-    return rows, cols
 
 
 @dataclass
@@ -74,33 +63,6 @@ class Detection:
     per_sample: dict[str, np.ndarray]  # scorer -> (N, L, H)
     overlays: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # id -> (L, H, V), (V, 4)
     records: list[dict[str, Any]] = field(default_factory=list)
-
-
-@dataclass
-class _Capture:
-    batch: Any
-    queries: list
-    rows: Any  # RowCapture
-
-
-def _capture(lm: LoadedModel, images, prompts, answers, expressions) -> _Capture:
-    """One teacher-forced capture forward over (image, prompt + answer)."""
-    batch = lm.adapter.build_batch(lm.processor, images, prompts, answers=answers, expressions=expressions)
-    qs = [query_sets(batch, b, lm.processor) for b in range(len(images))]
-    inputs = {k: (v.to(lm.device) if isinstance(v, torch.Tensor) else v) for k, v in batch.inputs.items()}
-    with torch.no_grad(), capture_attention_rows(lm.model, lm.adapter, [q.positions for q in qs]) as cap:
-        lm.model(**inputs)
-    return _Capture(batch, qs, cap)
-
-
-def _null_query_pass(lm: LoadedModel, samples: Sequence[Sample], images, answers) -> _Capture:
-    """Same images and answers, the referring expression replaced by :data:`NULL_QUERY`."""
-    return _capture(lm, images, [lm.adapter.grounding_prompt(NULL_QUERY) for _ in samples], answers,
-                    [NULL_QUERY] * len(samples))
-
-
-# name -> pass builder; a scorer's ``extra_passes`` name entries of this table
-EXTRA_PASSES: dict[str, Callable[..., _Capture]] = {"null_query": _null_query_pass}
 
 
 def detect_heads(lm: LoadedModel, samples: Sequence[Sample], *, scorers: Sequence[str] = ("out/sum/mean",),
@@ -134,205 +96,68 @@ def detect_heads(lm: LoadedModel, samples: Sequence[Sample], *, scorers: Sequenc
         raise ValueError("at least one scorer is needed")
     t0 = time.time()
     task = task or get_task("grounding")
-    specs = list(scorers)
-    made = _make_scorers(specs, seed)
+    made = make_scorers(list(scorers), seed)
     passes = sorted({p for sc in made.values() for p in sc.extra_passes})
     unknown = [p for p in passes if p not in EXTRA_PASSES]
     if unknown:
         raise ValueError(f"scorers ask for capture passes {unknown} that detection does not know; it knows "
                          f"{sorted(EXTRA_PASSES)}")
+    settings = DetectSettings(tuple(scorers), seed, tuple(passes), answer=answer, one_pass=one_pass,
+                              min_overlap=min_overlap, n_overlays=n_overlays, max_new_tokens=max_new_tokens)
     samples, too_long = fit_context(lm, task, samples, max_new_tokens)  # skipped, listed in head_scores.json
     report_skipped(too_long, "detect")
     if too_long and not samples:
         raise ValueError(f"every sample's prompt is too long for the model: {too_long[0]['reason']}")
     dp = world()
     n_batches = -(-len(samples) // batch_size) if batch_size >= 1 else 0
-    done = runs.read_batch_states(state_dir) if state_dir is not None else {}
-    for b, st in done.items():
-        want = [s.id for s in samples[b * batch_size:(b + 1) * batch_size]]
-        if b >= n_batches or list(st["ids"]) != want or set(st["scorers"]) != set(made):
-            raise ValueError(f"{state_dir}: the kept state of batch {b} is of other samples or scorers than this "
-                             "run's; rerun with the settings of the interrupted run, or --overwrite")
+    done = _kept_batches(state_dir, samples, batch_size, n_batches, set(made))
     dp.barrier()  # every rank has read the kept batches before any rank adds to them
     mine = [(b, start, stop) for b, start, stop in my_batches(len(samples), batch_size, dp) if b not in done]
     indexed = list(enumerate(samples))  # (position, sample): the position seeds rand1 and picks overlays
-
-    def one(part: Sequence[tuple[int, Sample]]) -> dict[str, Any]:
-        return _detect_batch(lm, task, part, specs=specs, seed=seed, passes=passes, answer=answer,
-                             min_overlap=min_overlap, n_overlays=n_overlays, max_new_tokens=max_new_tokens,
-                             one_pass=one_pass)
-
-    new: dict[int, dict[str, Any]] = {}
+    new: dict[int, BatchState] = {}
     with progress(sum(stop - start for _, start, stop in mine), "detect") as advance:
         for b, start, stop in mine:
-            state = _join_states(halving_on_oom(one, indexed[start:stop], "detect"))
+            state = BatchState.join(halving_on_oom(lambda part: detect_batch(lm, task, part, settings),
+                                                   indexed[start:stop], "detect"))
             if state_dir is not None:
-                runs.write_batch_state(state_dir, b, state)  # before the records: the state is the truth
+                runs.write_batch_state(state_dir, b, state.to_state())  # before the records: the state is the truth
             new[b] = state
-            for r in state["records"]:
+            for r in state.records:
                 if on_record is not None:
                     on_record(r)
             advance(stop - start)
     for theirs in dp.all_gather(new) if dp.active else ():
         new.update(theirs)
     states = {**done, **new}
-    capture = "generate" if one_pass and answer == "model" else "teacher_forced"
-    found = _combine(lm, specs, seed, passes, [states[b] for b in range(n_batches)], time.time() - t0, capture)
+    found = _combine(lm, settings, [states[b] for b in range(n_batches)], time.time() - t0)
     found.head_scores.skipped += too_long
     return found
 
 
-def _make_scorers(specs: Sequence[str], seed: int) -> dict[str, Any]:
-    made = {}
-    for spec in specs:
-        sc = make_scorer(spec, seed=seed)
-        if sc.name in made:
-            raise ValueError(f"scorer {spec!r} is listed twice (as {sc.name!r})")
-        for method in ("state", "extend"):
-            if not callable(getattr(sc, method, None)):
-                raise TypeError(f"scorer {sc.name!r} has no {method}(); derive it from "
-                                "vrh.scoring.base.AccumulatingScorer so detection can combine batches")
-        made[sc.name] = sc
-    return made
+def _kept_batches(state_dir: str | Path | None, samples: Sequence[Sample], batch_size: int, n_batches: int,
+                  scorer_names: set[str]) -> dict[int, BatchState]:
+    """The batches an interrupted run kept in ``state_dir``; kept batches of another plan are refused."""
+    done = ({b: BatchState.from_state(st) for b, st in runs.read_batch_states(state_dir).items()}
+            if state_dir is not None else {})
+    for b, st in done.items():
+        want = [s.id for s in samples[b * batch_size:(b + 1) * batch_size]]
+        if b >= n_batches or st.ids != want or set(st.scorers) != scorer_names:
+            raise ValueError(f"{state_dir}: the kept state of batch {b} is of other samples or scorers than this "
+                             "run's; rerun with the settings of the interrupted run, or --overwrite")
+    return done
 
 
-def _detect_batch(lm: LoadedModel, task: Task, part: Sequence[tuple[int, Sample]], *, specs, seed, passes, answer,
-                  min_overlap, n_overlays, max_new_tokens, one_pass=False) -> dict[str, Any]:
-    """One batch, from answers to fresh scorers' states: everything :func:`_combine` needs of it."""
-    index = [i for i, _ in part]
-    chunk = [s for _, s in part]
-    images = [s.load_image() for s in chunk]
-    prompts = [task.prompt(lm.adapter, s) for s in chunk]
-    generated = None  # one pass: the answers' rows, captured while generating them
-    if answer == "model" and one_pass:
-        generated = generate_with_rows(lm, images, prompts, [s.expression for s in chunk], max_new_tokens)
-        answers, metas = generated.texts, generated.meta
-    elif answer == "model":
-        answers, metas = generate_answers(lm, images, prompts, max_new_tokens)
-    else:
-        metas = lm.adapter.build_batch(lm.processor, images, prompts).meta
-        answers = [lm.adapter.format_box(s.box, m, s.image_size) for s, m in zip(chunk, metas)]
-    recs = [task.judge(lm.adapter, s, a, m) for s, a, m in zip(chunk, answers, metas)]
-    # an answer of only special or blank tokens has text "" (two pass: nothing to teacher-force); one pass
-    # also needs a generated token before the EOS
-    keep = [i for i, a in enumerate(answers) if a.strip() and (generated is None or generated.queries[i])]
-    made = _make_scorers(specs, seed)
-    forwards = {"main": 0, "batches": 0, **{p: 0 for p in passes}}
-    overlays: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    if keep:
-        main = None
-        if generated is not None:
-            kept = generated.select(keep)
-            main = _Capture(kept.batch, kept.queries, kept)
-        _score_batch(lm, [chunk[i] for i in keep], [images[i] for i in keep], [prompts[i] for i in keep],
-                     [answers[i] for i in keep], [recs[i] for i in keep], [metas[i] for i in keep], made, passes,
-                     min_overlap, overlays, n_overlays, [index[i] for i in keep], forwards, main=main)
-    return {"ids": [s.id for s in chunk], "records": recs,
-            "skipped": [{"id": chunk[i].id, "reason": "empty answer"} for i in range(len(chunk)) if i not in keep],
-            "forwards": forwards, "scorers": {name: sc.state() for name, sc in made.items()},
-            "overlays": {k: tuple(torch.from_numpy(np.ascontiguousarray(v)) for v in pair)
-                         for k, pair in overlays.items()}}
+def _combine(lm: LoadedModel, settings: DetectSettings, states: Sequence[BatchState], elapsed: float) -> Detection:
+    """The detection of all batches: their states joined in sample order into fresh scorers."""
+    whole = BatchState.join([BatchState.empty(settings.passes), *states])
+    scorers = settings.make_scorers()
+    for name, st in whole.scorers.items():
+        scorers[name].extend(st)
+    return _finish(lm, scorers, whole, elapsed, settings.capture)
 
 
-def _join_states(pieces: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """One batch's state from the states of its pieces (a batch split by an out-of-memory retry), in order."""
-    if len(pieces) == 1:
-        return pieces[0]
-    first, out = pieces[0], {"ids": [], "records": [], "skipped": [], "forwards": {}, "overlays": {}}
-    out["scorers"] = {name: {"lists": {k: [] for k in st["lists"]}, "counters": {k: 0 for k in st["counters"]}}
-                      for name, st in first["scorers"].items()}
-    for piece in pieces:
-        for key in ("ids", "records", "skipped"):
-            out[key] += piece[key]
-        out["overlays"].update(piece["overlays"])
-        for k, v in piece["forwards"].items():
-            out["forwards"][k] = out["forwards"].get(k, 0) + v
-        for name, st in piece["scorers"].items():
-            for k, tail in st["lists"].items():
-                out["scorers"][name]["lists"][k] += list(tail)
-            for k, v in st["counters"].items():
-                out["scorers"][name]["counters"][k] += v
-    return out
-
-
-def _combine(lm: LoadedModel, specs: Sequence[str], seed: int, passes: Sequence[str],
-             states: Sequence[dict[str, Any]], elapsed: float, capture: str = "teacher_forced") -> Detection:
-    """The detection of all batches: their states folded in sample order into fresh scorers."""
-    made = _make_scorers(specs, seed)
-    overlays: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    skipped: list[dict[str, str]] = []
-    records: list[dict[str, Any]] = []
-    forwards = {"main": 0, "batches": 0, **{p: 0 for p in passes}}
-    for st in states:
-        for name, sc in made.items():
-            sc.extend(st["scorers"][name])
-        overlays.update({k: (a.numpy(), r.numpy()) for k, (a, r) in st["overlays"].items()})
-        skipped += st["skipped"]
-        records += st["records"]
-        for k, v in st["forwards"].items():
-            forwards[k] = forwards.get(k, 0) + v
-    return _finish(lm, made, overlays, skipped, records, forwards, elapsed, capture)
-
-
-def _answer_facts(lm: LoadedModel, batch, b: int, sample: Sample, meta: dict[str, Any]) -> dict[str, Any]:
-    """What scorers may need about sample ``b``'s prompt and answer beyond its rows: every prompt key
-    position (text and image, no padding, no answer), which answer tokens occur in the tokenized ground-truth
-    answer (the GT box as the family writes it), and the longest common run of the two token sequences over
-    the GT length (OCR heads' correctness weight)."""
-    ans = batch.answer_positions[b]  # (A,)
-    mask = batch.inputs["attention_mask"][b]  # (S,) 1 = real token (left padding is 0)
-    prompt = torch.nonzero(mask[: int(ans[0])]).reshape(-1)  # (P,) every real token before the answer
-    tok = getattr(lm.processor, "tokenizer", lm.processor)
-    answer_ids = batch.inputs["input_ids"][b][ans].tolist()
-    gold_ids = tok(lm.adapter.format_box(sample.box, meta, sample.read_image_size()),
-                   add_special_tokens=False)["input_ids"]
-    gold = set(gold_ids)
-    return {"prompt_positions": prompt, "answer_in_gold": [i for i, t in enumerate(answer_ids) if t in gold],
-            "answer_lcs": lcs_ratio(gold_ids, answer_ids)}
-
-
-def _score_batch(lm, chunk, images, prompts, answers, records, metas, scorers, passes, min_overlap, overlays,
-                 n_overlays, index, forwards, main: _Capture | None = None) -> None:
-    """Score the samples of ``chunk`` (non-empty answers); ``main``: their rows already captured (one pass),
-    else one teacher-forced capture forward over prompt + answer text here."""
-    if main is None:
-        main = _capture(lm, images, prompts, answers, [s.expression for s in chunk])
-    extra = {p: EXTRA_PASSES[p](lm, chunk, images, answers) for p in passes}
-    forwards["main"] += main.rows.num_forwards
-    forwards["batches"] += 1
-    for p, cap in extra.items():
-        forwards[p] += cap.rows.num_forwards
-    for b, (s, rec) in enumerate(zip(chunk, records)):
-        rows = main.rows.rows(b)  # (L, H, Q, S)
-        vis = main.batch.visual_positions[b]  # (V,)
-        rects = main.batch.visual_rects[b]  # (V, 4)
-        cells = getattr(main.batch, "cell_tokens", None)  # only cell tokens may enter K (adapters.base.VisionBatch)
-        cell = cells[b] if cells else torch.ones(len(vis), dtype=torch.bool)  # (V,)
-        in_box = box_token_mask(rects, s.box, min_overlap) & cell  # (V,)
-        q = main.queries[b]
-        grid = grid_shape(rects) if bool(cell.all()) else None  # non-cell tokens: no single row-major grid
-        info = SampleInfo(key_positions=vis[in_box], visual_positions=vis, grid=grid,
-                          queries={"out": q.out, "in": q.inp, "coord": q.coord, "last_prompt": q.last_prompt,
-                                   "out_own": q.own},
-                          correct=rec.get("outcome") == "correct", iou=rec.get("iou"), index=index[b],
-                          **_answer_facts(lm, main.batch, b, s, metas[b]))
-        extra_rows = {}
-        for p, cap in extra.items():
-            if not torch.equal(cap.batch.visual_rects[b], rects):  # same image -> same visual tokens expected
-                raise RuntimeError(f"{s.id}: the {p} pass tokenized the image differently")
-            if p == "null_query":
-                info.queries.update(null_in=cap.queries[b].inp, null_out=cap.queries[b].out)
-                info.null_key_positions = cap.batch.visual_positions[b][in_box]  # (|K|,) in that pass's sequence
-            extra_rows[p] = cap.rows.rows(b)  # (L, H, Q', S')
-        for scorer in scorers.values():
-            scorer.update(rows, info, extra={p: extra_rows[p] for p in scorer.extra_passes})
-        rec.update(n_visual_tokens=int(len(vis)), n_key_tokens=int(in_box.sum()), scored_answer=answers[b])
-        if index[b] < n_overlays:  # one of the first n_overlays samples (two arrays: maps, rectangles)
-            vis_rows = rows[:, :, q.out][..., vis]  # (L, H, Q_out, V)
-            overlays[s.id] = (vis_rows.mean(dim=2).numpy(), rects.numpy())  # (L, H, V), (V, 4)
-
-
-def _finish(lm, scorers, overlays, skipped, records, forwards, elapsed, capture="teacher_forced") -> Detection:
+def _finish(lm, scorers, whole: BatchState, elapsed: float, capture: str = "teacher_forced") -> Detection:
+    """The detection from scorers that saw every sample and the joined state of all batches."""
     variants, per_sample, warnings = {}, {}, []
     for name, scorer in scorers.items():
         scores = scorer.result()  # (L, H)
@@ -348,13 +173,15 @@ def _finish(lm, scorers, overlays, skipped, records, forwards, elapsed, capture=
     for w in warnings:
         console.print(f"[yellow]warning:[/yellow] {w}")
     primary = next(iter(scorers))
+    forwards = whole.forwards
     extra = {"capture_forwards": forwards["main"],  # main capture passes: one per batch, shared by every scorer
              "extra_capture_forwards": {p: n for p, n in forwards.items() if p not in ("main", "batches")},
              "capture_batches": forwards["batches"], "capture": capture, "elapsed_seconds": elapsed}
     hs = runs.HeadScores(scorer=primary, num_layers=lm.num_layers, num_heads=lm.num_heads,
-                         n_scored=int(per_sample[primary].shape[0]), variants=variants, skipped=skipped,
+                         n_scored=int(per_sample[primary].shape[0]), variants=variants, skipped=list(whole.skipped),
                          warnings=warnings, extra=extra)
-    return Detection(hs, per_sample, overlays, records)
+    overlays = {k: (a.numpy(), r.numpy()) for k, (a, r) in whole.overlays.items()}
+    return Detection(hs, per_sample, overlays, list(whole.records))
 
 
 def write_detection(run: runs.RunFolder, det: Detection) -> None:

@@ -1,7 +1,7 @@
 """The condition runner: evaluate a list of masking conditions on one set of samples.
 
 Every masking command (evaluate, sweep, compare, transfer, stability, dpo-pairs, demo) goes through
-:func:`run_conditions`, so all of them share three properties:
+:func:`run_conditions`, so all of them share these properties:
 
 * **each distinct head set is evaluated once**: greedy decoding is deterministic, so conditions with the
   same ``(heads, mask mode)`` (:attr:`vrh.experiments.conditions.Condition.key`) share one evaluation -- on small
@@ -24,6 +24,12 @@ Every masking command (evaluate, sweep, compare, transfer, stability, dpo-pairs,
   runs every world-size-th batch, appending to its own shard; the ranks then exchange their records, so
   every rank returns the same :class:`ConditionResults`, and ``results.json`` merges the shards. A rerun
   after a crash counts the records of every shard as finished.
+
+:func:`run_conditions` is two steps: :func:`plan_conditions` decides everything before a token is generated
+(a :class:`ConditionPlan`: the :class:`ConditionGroup` of each key with what it still has to do, the
+batchable rows in sample-major order, this rank's share), and :func:`execute_plan` generates that share,
+writes the records and folds them into :class:`ConditionResults`. Whether a group's rows may share batches
+is its mask mode's registry entry (:func:`vrh.core.masking.get_mask_mode`), asked in one place.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from vrh.experiments.conditions import Condition
@@ -66,12 +73,16 @@ class ConditionResults:
 
 
 @dataclass
-class _Group:
-    """One distinct ``(head set, mask mode)``: its conditions, the samples any of them needs, and what is done."""
+class ConditionGroup:
+    """One distinct ``(head set, mask mode)`` (:attr:`~vrh.experiments.conditions.Condition.key`): the conditions
+    that share its evaluation, the samples any of them sees, and what an interrupted run already finished."""
 
     conditions: list[Condition]
-    samples: list[Sample]
-    done: dict[str, dict[str, Any]]  # sample id -> untagged record of an interrupted run
+    members: dict[str, set[str]]  # label -> ids of the samples that condition sees
+    samples: list[Sample]  # the samples any of its conditions sees, in samples order
+    done: dict[str, dict[str, Any]]  # sample id -> untagged record finished under any of its labels
+    resumed: dict[str, set[str]]  # label -> ids the run folder already holds under that very label
+    batchable: bool  # its rows may share batches with other head sets' (its mask mode's registry entry)
 
     @property
     def lead(self) -> Condition:
@@ -80,6 +91,27 @@ class _Group:
     @property
     def todo(self) -> list[Sample]:
         return [s for s in self.samples if s.id not in self.done]
+
+    def tagged(self, rec: dict[str, Any]) -> list[dict[str, Any]]:
+        """``rec`` as ``samples.jsonl`` keeps it: once per condition of the group that sees its sample."""
+        return [{**c.tag(), **rec} for c in self.conditions if rec["id"] in self.members[c.label]]
+
+
+@dataclass
+class ConditionPlan:
+    """What :func:`run_conditions` will generate, decided before anything is (every rank plans alike)."""
+
+    conditions: list[Condition]
+    groups: list[ConditionGroup]  # in the order of their first condition
+    skipped: list[dict[str, str]]  # samples whose prompt does not fit the model's context: id, reason
+    rows: list[tuple[int, Sample]]  # (group index, sample) still to do of the batchable groups, sample-major
+    rank_rows: list[tuple[int, Sample]]  # this rank's share of ``rows`` (all of them in a one-process run)
+    rank_samples: dict[int, list[Sample]]  # group index -> this rank's share of its todo (groups not batched)
+
+    @property
+    def n_rank_generations(self) -> int:
+        """(head set, sample) rows this rank generates: what its progress bar counts."""
+        return len(self.rank_rows) + sum(len(part) for part in self.rank_samples.values())
 
 
 def run_conditions(lm: LoadedModel, task: Task, samples: Sequence[Sample], conditions: Sequence[Condition],
@@ -100,6 +132,94 @@ def run_conditions(lm: LoadedModel, task: Task, samples: Sequence[Sample], condi
     ``batch_size`` samples per batch.
     The progress bar counts rows either way.
     """
+    plan = plan_conditions(lm, task, samples, conditions, run, batch_size=batch_size, max_new_tokens=max_new_tokens,
+                           description=description, subsets=subsets, batch_conditions=batch_conditions)
+    return execute_plan(lm, task, plan, run, batch_size=batch_size, max_new_tokens=max_new_tokens,
+                        description=description)
+
+
+def plan_conditions(lm: LoadedModel, task: Task, samples: Sequence[Sample], conditions: Sequence[Condition],
+                    run: RunFolder | None = None, *, batch_size: int = 16, max_new_tokens: int = 64,
+                    description: str = "evaluate", subsets: Mapping[str, Sequence[str]] | None = None,
+                    batch_conditions: bool = True) -> ConditionPlan:
+    """The plan of :func:`run_conditions` (same arguments): conditions grouped by key, what each group still
+    has to do after what ``run`` finished, and this rank's share. Samples whose prompt does not fit the
+    context are reported, noted in ``run`` and left out."""
+    members = _members(conditions, samples, subsets or {})
+    kept, too_long = fit_context(lm, task, samples, max_new_tokens)
+    if too_long:  # counted, reported in results.json (RunFolder.note_skipped) and printed once
+        report_skipped(too_long, description)
+        if not kept:
+            raise ValueError(f"every sample's prompt is too long for the model: {too_long[0]['reason']}")
+        if run is not None:
+            run.note_skipped(too_long)
+        gone = {r["id"] for r in too_long}
+        members = {label: m - gone for label, m in members.items()}
+    finished: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)  # label -> id -> record
+    if run is not None:
+        wanted = {s.id for s in kept}
+        for rec in run.finished_samples():
+            if rec.get("condition") in members and rec.get("id") in wanted:
+                finished[rec["condition"]][rec["id"]] = rec
+    dp = world()
+    dp.barrier()  # every rank has read what is finished (so all plan alike) before any rank appends
+    by_key: dict[tuple, list[Condition]] = {}
+    for c in conditions:
+        by_key.setdefault(c.key, []).append(c)
+    groups = [_group(conds, kept, members, finished, batch_conditions) for conds in by_key.values()]
+    todo = [{s.id for s in g.todo} for g in groups]
+    rows = [(i, s) for s in kept for i, g in enumerate(groups) if g.batchable and s.id in todo[i]]  # sample-major
+    return ConditionPlan(list(conditions), groups, too_long, rows, rank_rows=_rank_share(rows, batch_size),
+                         rank_samples={i: _rank_share(g.todo, batch_size) for i, g in enumerate(groups)
+                                       if not g.batchable})
+
+
+def execute_plan(lm: LoadedModel, task: Task, plan: ConditionPlan, run: RunFolder | None = None, *,
+                 batch_size: int = 16, max_new_tokens: int = 64, description: str = "evaluate") -> ConditionResults:
+    """Generate this rank's share of ``plan`` (each record appended to ``run`` as it is judged), gather every
+    rank's records, and return the results of every condition (on every rank alike)."""
+    dp = world()
+    new = _NewRecords(plan.groups, run)
+    with progress(plan.n_rank_generations, description, unit="generations") as advance:
+        if plan.rank_rows:
+            evaluate_rows(lm, task, [(s, plan.groups[i].lead.heads) for i, s in plan.rank_rows],
+                          batch_size=batch_size, max_new_tokens=max_new_tokens,
+                          on_record=lambda j, rec: new.add(plan.rank_rows[j][0], rec), advance=advance)
+        for i, part in plan.rank_samples.items():
+            lead = plan.groups[i].lead
+            evaluate_samples(lm, task, part, lead.heads, mask_mode=lead.mask_mode, batch_size=batch_size,
+                             max_new_tokens=max_new_tokens, on_record=partial(new.add, i), advance=advance,
+                             finished={})
+    for theirs in dp.all_gather(new.by_group) if dp.active else ():  # every rank gets every rank's records
+        for i, recs in theirs.items():
+            new.by_group[i].update(recs)
+    out = ConditionResults(list(plan.conditions), skipped=plan.skipped)
+    for i, group in enumerate(plan.groups):  # plan order, so results list conditions the same way on both paths
+        _add_group_results(out, group, new.by_group[i], task, run if dp.is_main else None)
+    return out
+
+
+@dataclass
+class _NewRecords:
+    """The records generated in this call, per group index; each goes to this rank's shard as it is judged."""
+
+    groups: list[ConditionGroup]
+    run: RunFolder | None
+    by_group: dict[int, dict[str, dict[str, Any]]] = field(init=False)  # group index -> id -> record
+
+    def __post_init__(self):
+        self.by_group = {i: {} for i in range(len(self.groups))}
+
+    def add(self, i: int, rec: dict[str, Any]) -> None:
+        self.by_group[i][rec["id"]] = rec
+        if self.run is not None:
+            for line in self.groups[i].tagged(rec):
+                self.run.append_sample(line)
+
+
+def _members(conditions: Sequence[Condition], samples: Sequence[Sample], subsets: Mapping[str, Sequence[str]]
+             ) -> dict[str, set[str]]:
+    """Label -> ids of the samples the condition sees (its subset, or every sample); the inputs checked."""
     labels = [c.label for c in conditions]
     dupes = sorted({l for l in labels if labels.count(l) > 1})
     if dupes:
@@ -107,7 +227,6 @@ def run_conditions(lm: LoadedModel, task: Task, samples: Sequence[Sample], condi
     ids = [s.id for s in samples]
     if len(set(ids)) != len(ids):
         raise ValueError("sample ids must be unique")
-    subsets = subsets or {}
     unknown = sorted(set(subsets) - set(labels))
     if unknown:
         raise ValueError(f"subsets name conditions that are not run: {unknown}")
@@ -115,92 +234,42 @@ def run_conditions(lm: LoadedModel, task: Task, samples: Sequence[Sample], condi
     missing = sorted({i for m in members.values() for i in m} - set(ids))
     if missing:
         raise ValueError(f"subsets name samples that are not given: {missing[:5]}")
-    samples, too_long = fit_context(lm, task, samples, max_new_tokens)
-    if too_long:  # counted, reported in results.json (RunFolder.note_skipped) and printed once
-        report_skipped(too_long, description)
-        if not samples:
-            raise ValueError(f"every sample's prompt is too long for the model: {too_long[0]['reason']}")
+    return members
+
+
+def _group(conds: list[Condition], samples: Sequence[Sample], members: Mapping[str, set[str]],
+           finished: Mapping[str, Mapping[str, dict[str, Any]]], batch_conditions: bool) -> ConditionGroup:
+    """The group of the conditions ``conds`` (one key); what any of them finished counts as done for all."""
+    wanted = set().union(*(members[c.label] for c in conds))
+    done: dict[str, dict[str, Any]] = {}
+    for c in conds:
+        for i, rec in finished[c.label].items():
+            done.setdefault(i, _untagged(rec))
+    batchable = batch_conditions and get_mask_mode(conds[0].evaluated_mask_mode).batchable
+    return ConditionGroup(conds, {c.label: members[c.label] for c in conds}, [s for s in samples if s.id in wanted],
+                          done, {c.label: set(finished[c.label]) for c in conds}, batchable)
+
+
+def _rank_share(items: Sequence[Any], batch_size: int) -> list[Any]:
+    """This rank's batches of ``items`` (all of them in a one-process run)."""
+    return [x for _, start, stop in my_batches(len(items), batch_size, world()) for x in items[start:stop]]
+
+
+def _add_group_results(out: ConditionResults, group: ConditionGroup, new: Mapping[str, dict[str, Any]], task: Task,
+                       run: RunFolder | None) -> None:
+    """The group's records in samples order, per label, into ``out``; a resumed record a label lacks in the
+    run folder (finished under another label of the group) is appended to ``run`` (None: not this rank's)."""
+    records = [group.done[s.id] if s.id in group.done else new[s.id] for s in group.samples]
+    out.n_generated += len(new)
+    out.n_evaluations += 1
+    for c in group.conditions:
+        seen = [r for r in records if r["id"] in group.members[c.label]]
         if run is not None:
-            run.note_skipped(too_long)
-        gone = {r["id"] for r in too_long}
-        ids = [i for i in ids if i not in gone]
-        members = {label: m - gone for label, m in members.items()}
-
-    finished: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)  # label -> id -> record
-    if run is not None:
-        wanted = set(ids)
-        for rec in run.finished_samples():
-            if rec.get("condition") in labels and rec.get("id") in wanted:
-                finished[rec["condition"]][rec["id"]] = rec
-    dp = world()
-    dp.barrier()  # every rank has read what is finished (so all plan alike) before any rank appends
-    by_key: dict[tuple, list[Condition]] = {}
-    for c in conditions:
-        by_key.setdefault(c.key, []).append(c)
-
-    groups = []
-    for conds in by_key.values():
-        wanted = set().union(*(members[c.label] for c in conds))
-        done: dict[str, dict[str, Any]] = {}
-        for c in conds:  # any condition of the group that finished a sample finished it for all
-            for i, rec in finished[c.label].items():
-                done.setdefault(i, _untagged(rec))
-        groups.append(_Group(conds, [s for s in samples if s.id in wanted], done))
-
-    out = ConditionResults(list(conditions), skipped=too_long)
-
-    def write(group: _Group, rec: dict[str, Any]) -> None:  # to this rank's shard in a data-parallel run
-        if run is not None:
-            for c in group.conditions:
-                if rec["id"] in members[c.label]:
+            for rec in seen:
+                if rec["id"] in group.done and rec["id"] not in group.resumed[c.label]:
                     run.append_sample({**c.tag(), **rec})
-
-    def finish(group: _Group, new: Mapping[str, dict[str, Any]]) -> None:
-        """The group's records in samples order, per label; resumed records a label lacks are appended."""
-        records = [group.done[s.id] if s.id in group.done else new[s.id] for s in group.samples]
-        out.n_generated += len(new)
-        out.n_evaluations += 1
-        for c in group.conditions:
-            mine = [r for r in records if r["id"] in members[c.label]]
-            if run is not None and dp.is_main:  # resumed records this label lacks (finished under another label)
-                for rec in mine:
-                    if rec["id"] in group.done and rec["id"] not in finished[c.label]:
-                        run.append_sample({**c.tag(), **rec})
-            out.records[c.label] = mine
-            out.summaries[c.label] = task.summarize(mine)
-
-    def mine(items: Sequence[Any]) -> list[Any]:
-        """This rank's batches of ``items`` (all of them in a one-process run)."""
-        return [x for _, start, stop in my_batches(len(items), batch_size, dp) for x in items[start:stop]]
-
-    shared_ix = [i for i, g in enumerate(groups) if batch_conditions and get_mask_mode(g.lead.key[1]).batchable]
-    new: dict[int, dict[str, dict[str, Any]]] = {i: {} for i in range(len(groups))}  # group -> id -> record
-    todo = {i: {s.id for s in g.todo} for i, g in enumerate(groups)}
-    rows = [(i, s) for s in samples for i in shared_ix if s.id in todo[i]]  # sample-major
-    my_rows = mine(rows)
-    my_todo = {i: mine(g.todo) for i, g in enumerate(groups) if i not in shared_ix}
-    with progress(len(my_rows) + sum(len(t) for t in my_todo.values()), description, unit="generations") as advance:
-        if my_rows:
-            def on_row(j: int, rec: dict[str, Any]) -> None:
-                i = my_rows[j][0]
-                new[i][rec["id"]] = rec
-                write(groups[i], rec)
-
-            evaluate_rows(lm, task, [(s, groups[i].lead.heads) for i, s in my_rows], batch_size=batch_size,
-                          max_new_tokens=max_new_tokens, on_record=on_row, advance=advance)
-        for i, part in my_todo.items():
-            lead = groups[i].lead
-            records = evaluate_samples(lm, task, part, lead.heads, mask_mode=lead.mask_mode, batch_size=batch_size,
-                                       max_new_tokens=max_new_tokens,
-                                       on_record=lambda rec, g=groups[i]: write(g, rec), advance=advance,
-                                       finished={})
-            new[i].update({r["id"]: r for r in records})
-    for theirs in dp.all_gather(new) if dp.active else ():  # every rank gets every rank's records
-        for i, recs in theirs.items():
-            new[i].update(recs)
-    for i, group in enumerate(groups):  # plan order, so results list conditions the same way on both paths
-        finish(group, new[i])
-    return out
+        out.records[c.label] = seen
+        out.summaries[c.label] = task.summarize(seen)
 
 
 def _untagged(rec: dict[str, Any]) -> dict[str, Any]:

@@ -14,22 +14,33 @@ heads drawn outside out's top-k, and :func:`draw_conditions` the top-k of the fi
 (the accuracy form of Fig. 8c). Both are plain :class:`~vrh.experiments.conditions.Condition` lists for
 :func:`vrh.experiments.runner.run_conditions`; :func:`fold_token_choice` and :func:`fold_draw_accuracy` read its
 summaries back into the results keys the report reads.
+
+``vrh stability`` is :func:`sample_size_study` (the curve, from the detection run alone), then, with a model,
+:func:`stability_conditions` masked by :func:`run_stability`, which writes the run folder.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from vrh import runs
 from vrh.experiments import conditions as cond
 from vrh.experiments.method_comparison import topk_overlap
 from vrh.experiments.conditions import Condition, RandomControl
 from vrh.core.heads import Head, top_k
+from vrh.experiments.kcurves import conditions_table, random_control_report
 from vrh.experiments.runner import ConditionResults
+from vrh.infra.console import console
+from vrh.scoring import make_scorer
 from vrh.scoring.functions import aggregate
+from vrh.tasks import Task
 
 DEFAULT_N_VALUES = (1, 2, 5, 10, 20, 50, 100, 200)
 OUT_SCORER, RAND1_SCORER = "out/sum/mean", "rand1/sum/mean"
@@ -120,3 +131,104 @@ def fold_token_choice(res: ConditionResults, k: int) -> dict[str, Any]:
             "random_seeds": [c.seed for c, _ in rnd], "random_heads": [[list(h) for h in c.heads] for c, _ in rnd],
             "fractions": {"baseline": base["fractions"], "rand1": r1["fractions"], "out": o["fractions"],
                           "random": [s["fractions"] for _, s in rnd]}}
+
+
+# --- the stability run: the curve from the detection run, then (with a model) the masked conditions ---------
+@dataclass
+class StabilityStudy:
+    """What a stability run knows from the detection run ``heads_run`` alone: the scorer whose Omega
+    re-aggregates the per-sample maps, the sample-size curve, the top-k of every draw, and whether the
+    token-choice comparison can run."""
+
+    heads_run: str
+    head_scores: runs.HeadScores
+    scorer: Any
+    per_sample: torch.Tensor  # (N, L, H)
+    k: int
+    seed: int
+    result: dict[str, Any]  # the results.json keys known without a model, in their order
+    drawn: list[list[list[Head]]]  # drawn[n][b]: the top-k of draw b at the n-th kept n
+    token_choice_skipped: str | None  # why Fig. 8b's comparison does not run; None: it runs
+    started: float = field(default_factory=time.time)
+
+    def needs_model(self, accuracy_draws: int) -> bool:
+        """Whether anything is masked: the token-choice comparison, or the accuracy of some draws."""
+        return self.token_choice_skipped is None or accuracy_draws > 0
+
+
+def sample_size_study(heads_run: str | Path, scorer: str | None, k: int, n_values: Sequence[int], bootstrap: int,
+                      seed: int, *, mask_mode: str, has_model: bool) -> StabilityStudy:
+    """Fig. 8c from the detection run's ``sample_scores.npz`` (``scorer`` None: the run's primary one); the
+    token-choice comparison is skipped, with why, when the run lacks its two scorers or there is no model."""
+    started = time.time()
+    hs = runs.read_head_scores(heads_run)
+    sc = make_scorer(scorer or hs.scorer)
+    per_sample = runs.read_sample_scores(heads_run, sc.name)  # (N, L, H)
+    curve = overlap_curve(per_sample, sc.omega, sc.m, k, n_values, bootstrap, seed)
+    reference, drawn = curve.pop("reference"), curve.pop("heads")
+    result: dict[str, Any] = {
+        "scorer": sc.name, "omega": sc.omega, "k": k, "bootstrap": bootstrap,
+        "n_total": int(per_sample.shape[0]), **curve, "mask_mode": mask_mode,
+        "reference_heads": [list(h) for h in top_k(reference, k)],
+        "reference_matches_head_scores": bool(torch.allclose(reference, hs.scores(sc.name), atol=1e-5))}
+    missing = [s for s in TOKEN_CHOICE_SCORERS if s not in hs.variants]
+    skip = None
+    if missing:
+        skip = (f"detection run has no {' / '.join(missing)} scorer (detect with --scorers "
+                f"{OUT_SCORER},{RAND1_SCORER})")
+    elif not has_model:
+        skip = "no --model given"
+    return StabilityStudy(str(heads_run), hs, sc, per_sample, k, seed, result, drawn, skip, started)
+
+
+def stability_conditions(study: StabilityStudy, seeds: Sequence[int], accuracy_draws: int, *,
+                         exclude_layers: Sequence[int] = (), mask_mode: str = "zero"
+                         ) -> tuple[list[Condition], RandomControl | None]:
+    """The unmasked model, Fig. 8b's conditions (unless skipped) and the first ``accuracy_draws`` draws'
+    top-k at each n, with the random control's report (None when Fig. 8b is skipped)."""
+    conditions, control = [cond.none(mask_mode)], None
+    if study.token_choice_skipped is None:
+        hs = study.head_scores
+        tc, control = token_choice_conditions(hs.scores(RAND1_SCORER), hs.scores(OUT_SCORER), study.k, seeds,
+                                              exclude_layers=exclude_layers, mask_mode=mask_mode,
+                                              source=study.heads_run)
+        conditions += tc
+    conditions += draw_conditions(study.drawn, study.result["n_values"], study.k, accuracy_draws,
+                                  method=study.scorer.name, seed=study.seed, mask_mode=mask_mode,
+                                  source=study.heads_run)
+    return conditions, control
+
+
+def run_stability(lm: Any, task: Task, samples: Sequence[Any], study: StabilityStudy, conditions: list[Condition],
+                  control: RandomControl | None, out: str | Path, *, config: dict[str, Any], accuracy_draws: int = 0,
+                  batch_size: int = 16, max_new_tokens: int = 64, overwrite: bool = False, resume: bool = False,
+                  description: str = "stability") -> dict[str, Any]:
+    """Write the stability run folder ``out``: ``config`` plus the conditions in ``config.json``, every
+    condition evaluated on ``samples`` through the runner (none: the curve only), ``results.json``."""
+    from vrh.experiments.runner import run_conditions
+
+    result = dict(study.result)
+    run = runs.RunFolder(out, resume=resume, overwrite=overwrite)
+    run.write_config({**config, "conditions": [c.to_json() for c in conditions],
+                      "token_choice_skipped": study.token_choice_skipped})
+    with run:
+        if conditions:
+            res = run_conditions(lm, task, samples, conditions, run, batch_size=batch_size,
+                                 max_new_tokens=max_new_tokens, description=description)
+            result["n_eval"] = len(samples)
+            result["baseline_accuracy"] = res.summary("none")["accuracy"]
+            result["conditions"] = conditions_table(res)
+            if study.token_choice_skipped is None and control is not None:
+                result["token_choice"] = fold_token_choice(res, study.k)
+                result["random_control"] = random_control_report([control])
+                for w in control.warnings:
+                    console.print(f"[yellow]warning:[/yellow] {w}")
+            if accuracy_draws:
+                result.update(fold_draw_accuracy(res, result["n_values"], accuracy_draws))
+                result["accuracy_draws"] = accuracy_draws
+        if study.token_choice_skipped is not None:
+            result["token_choice"] = None
+            result["token_choice_skipped"] = study.token_choice_skipped
+        result["elapsed_seconds"] = time.time() - study.started
+        run.write_results(result)
+    return result

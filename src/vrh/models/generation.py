@@ -7,8 +7,9 @@ the same way everywhere.
 
 from __future__ import annotations
 
+import keyword
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
@@ -89,18 +90,48 @@ class QuerySets:
     """Query positions of one sample, as indices into the captured row list ``positions``.
 
     ``out``: positions whose next-token prediction is an answer token (the query row that *produces*
-    answer token i is the position of token i-1; the first is the last prompt token). ``coord``: the subset
-    of ``out`` predicting tokens that contain a digit. ``inp``: the referring-expression tokens.
-    ``last_prompt``: the last prompt token (a one-element index list). ``own``: the answer tokens' own
+    answer token i is the position of token i-1; the first is the last prompt token). ``in_``: the
+    referring-expression tokens. ``coord``: the subset of ``out`` predicting tokens that contain a digit.
+    ``last_prompt``: the last prompt token (a one-element index list). ``out_own``: the answer tokens' own
     positions, in answer order (OCR heads' reference reads the row at each answer token itself).
+
+    Why the field names: they are the query kinds the scorers read (``SampleInfo.queries``, listed in
+    :data:`vrh.scoring.functions.QUERY_KINDS`), ``in_`` for the kind ``in`` (a Python keyword), so
+    :meth:`as_query_dict` derives the kinds from the fields and a new kind is one field here (computed in
+    :func:`query_sets`) plus its name in ``QUERY_KINDS`` (a test holds the two together).
     """
 
     positions: torch.Tensor  # LongTensor [Q] sequence positions captured, ascending
     out: torch.Tensor
+    in_: torch.Tensor
     coord: torch.Tensor
-    inp: torch.Tensor
     last_prompt: torch.Tensor
-    own: torch.Tensor
+    out_own: torch.Tensor
+
+    @classmethod
+    def kinds(cls) -> dict[str, str]:
+        """Query kind -> the field that holds it, in field order (a trailing ``_`` marks a keyword kind).
+
+        >>> QuerySets.kinds()
+        {'out': 'out', 'in': 'in_', 'coord': 'coord', 'last_prompt': 'last_prompt', 'out_own': 'out_own'}
+        """
+        names = [f.name for f in fields(cls) if f.name != "positions"]
+        return {(n[:-1] if keyword.iskeyword(n[:-1]) else n): n for n in names}
+
+    def as_query_dict(self, prefix: str = "", kinds: Sequence[str] | None = None) -> dict[str, torch.Tensor]:
+        """Query kind -> indices into ``positions`` (``SampleInfo.queries``), each kind named ``prefix + kind``
+        (an extra capture pass names its own, e.g. ``null_in``); ``kinds`` picks some (default: all).
+
+        >>> t = lambda *xs: torch.tensor(xs)
+        >>> qs = QuerySets(t(3, 4, 5), out=t(1, 2), in_=t(0), coord=t(2), last_prompt=t(1), out_own=t(2))
+        >>> {k: v.tolist() for k, v in qs.as_query_dict("null_", kinds=("in", "out")).items()}
+        {'null_in': [0], 'null_out': [1, 2]}
+        """
+        held = self.kinds()
+        unknown = sorted(set(kinds or ()) - set(held))
+        if unknown:
+            raise ValueError(f"query kinds {unknown} are not query sets; they are {list(held)}")
+        return {prefix + k: getattr(self, held[k]) for k in (held if kinds is None else kinds)}
 
 
 def query_sets(batch: VisionBatch, b: int, processor: Any) -> QuerySets:
@@ -120,8 +151,8 @@ def query_sets(batch: VisionBatch, b: int, processor: Any) -> QuerySets:
     return QuerySets(
         positions=positions,
         out=idx(producers.tolist()),
+        in_=idx(expr.tolist()),
         coord=idx([p for p, c in zip(producers.tolist(), is_coord) if c]),
-        inp=idx(expr.tolist()),
         last_prompt=idx([int(producers[0])]),
-        own=idx(ans.tolist()),
+        out_own=idx(ans.tolist()),
     )

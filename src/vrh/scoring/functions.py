@@ -44,6 +44,10 @@ QUERY_SETS = ("out", "in", "in+out", "rand1", "coord")
 PHIS = ("sum", "argmax")
 OMEGAS = ("mean", "freq")
 OMEGA_ALIASES = {"avg": "mean"}  # the paper writes both Omega^avg and Omega^mean
+# The query kinds of SampleInfo.queries, as scorers name them. Detection derives them, it does not rename:
+# the first five are the fields of vrh.models.generation.QuerySets (QuerySets.as_query_dict), the null_*
+# ones the null_query pass's entry in vrh.experiments.detection_batch.EXTRA_PASSES declares (a test holds
+# this tuple to those two declarations).
 QUERY_KINDS = ("out", "in", "coord", "last_prompt", "out_own", "null_out", "null_in")
 DEFAULT_VARIANT = "out/sum/mean"
 DEFAULT_M = 20
