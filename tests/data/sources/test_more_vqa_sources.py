@@ -1,5 +1,6 @@
-"""MathVista (parquet), VAW (JSON + Visual Genome folder) and SpatialRGPT-Bench (JSONL + image folder) in
-their real schemas, malformed rows included; the converted answers are judged by the VQA rules."""
+"""MathVista (parquet), VAW (JSON + Visual Genome folder) and SpatialRGPT-Bench (its JSON list or a JSONL copy
++ image folder) in their real schemas, malformed rows included; the converted answers are judged by the VQA
+rules."""
 
 import io
 import json
@@ -8,7 +9,7 @@ import pytest
 from PIL import Image
 
 from vrh.data import load_dataset
-from vrh.data.sources import convert
+from vrh.data.sources import SkipRow, convert
 from vrh.data.sources.choices import CHOICE_SUFFIX
 from vrh.data.sources.vaw import make_question
 from vrh.tasks.vqa import judge_answer
@@ -38,11 +39,12 @@ def mathvista_row(pid, **kw):
 def test_mathvista_multiple_choice(tmp_path, write_parquet):
     rows = [mathvista_row(1), mathvista_row(2, question_type="free_form", choices=None, answer="12"),
             mathvista_row(3, answer="75°"),  # gold not among the options
-            mathvista_row(4, choices=[]), mathvista_row(5, decoded_image={"bytes": b"nope", "path": None})]
+            mathvista_row(4, choices=[]), mathvista_row(5, decoded_image={"bytes": b"nope", "path": None}),
+            *(mathvista_row(pid) for pid in (6, 7, 8))]  # as many good rows as bad: the conversion passes
     write_parquet(tmp_path / "mv" / "data" / "testmini-00000-of-00001.parquet", rows)
     rep = convert("mathvista", tmp_path / "mv", tmp_path / "out", progress=False)
-    [s] = load_dataset(tmp_path / "out" / "data.jsonl")
-    assert rep.split == "testmini" and rep.expected_rows == 1000 and rep.n_samples == 1
+    s = load_dataset(tmp_path / "out" / "data.jsonl")[0]
+    assert rep.split == "testmini" and rep.expected_rows == 1000 and rep.n_samples == 4
     assert s.question == ("What is the measure of angle B?\nChoices:\n(A) 30°\n(B) 45°\n(C) 60°\n(D) 90°\n"
                           + CHOICE_SUFFIX)
     assert s.answer == "C" and s.answer_type == "choice" and s.meta["answer_text"] == "60°"
@@ -76,15 +78,15 @@ def vaw(tmp_path):
     (tmp_path / "attribute_types.json").write_text(json.dumps(TYPES))
     entries = [vaw_entry(1), vaw_entry(2, negative_attributes=["metal"]),  # too few negatives of any type
                vaw_entry(3, instance_bbox=[40, 5, 20, 12]),  # box outside the 48x32 image
-               vaw_entry(4, object_name=""), "not an object"]
+               vaw_entry(4, object_name=""), "not an object", vaw_entry(5), vaw_entry(6), vaw_entry(7)]
     (tmp_path / "val.json").write_text(json.dumps(entries))
     return tmp_path
 
 
 def test_vaw_generator_is_seeded_and_draws_distractors_from_negative_labels(vaw, tmp_path):
     rep = convert("vaw", vaw, tmp_path / "out", progress=False)
-    [s] = load_dataset(tmp_path / "out" / "data.jsonl")
-    assert rep.n_samples == 1 and s.id == "vaw-val-1" and s.answer_type == "choice"
+    s = load_dataset(tmp_path / "out" / "data.jsonl")[0]
+    assert rep.n_samples == 4 and s.id == "vaw-val-1" and s.answer_type == "choice"
     # only "red" has 3 same-type negatives; the other options were all marked absent by annotators
     assert s.meta["attribute"] == "red" and s.meta["category"] == "color"
     assert set(s.meta["choices"]) - {"red"} <= {"blue", "green", "white", "black"} and len(s.meta["choices"]) == 4
@@ -93,15 +95,15 @@ def test_vaw_generator_is_seeded_and_draws_distractors_from_negative_labels(vaw,
     drawn = Image.open(s.image_path).convert("RGB")
     assert drawn.getpixel((4, 10)) == (255, 0, 0) and drawn.getpixel((40, 30)) != (255, 0, 0)  # the box, in red
     reasons = skipped(tmp_path / "out")
-    assert "no positive attribute has 3 negative attributes" in reasons["vaw-val-2"]
+    assert "no positive attribute has enough negative attributes of one of its types" in reasons["vaw-val-2"]
     assert "outside the 48x32 image" in reasons["vaw-val-3"]
     assert "empty object_name" in reasons["vaw-val-4"]
-    assert reasons["vaw-val-row4"] == "entry is not a JSON object: 'not an object'" and rep.rows_read == 5
+    assert reasons["vaw-val-row4"] == "entry is not a JSON object: 'not an object'" and rep.rows_read == 8
     # same seed -> same question; another seed may reorder the options but never changes what is true
     again = convert("vaw", vaw, tmp_path / "again", progress=False)
-    assert again.n_samples == 1
+    assert again.n_samples == 4
     assert load_dataset(tmp_path / "again" / "data.jsonl")[0].question == s.question
-    orders = {tuple(make_question({**vaw_entry(1), "_types": {a: t for t, v in TYPES.items() for a in v}}, seed)[1])
+    orders = {tuple(make_question({**vaw_entry(1), "_types": {a: (t,) for t, v in TYPES.items() for a in v}}, seed)[1])
               for seed in range(8)}
     assert len(orders) > 1
 
@@ -135,15 +137,18 @@ def rgpt(tmp_path):
              rgpt_line(3, "tall_predicate", "Is Region [0] taller than Region [1]?", "Perhaps."),
              rgpt_line(4, "wide_predicate", "Is Region [2] wider than Region [0]?", "No."),  # only 2 boxes
              rgpt_line(5, "big_predicate", "Is Region [0] bigger than Region [1]?", "Yes.",
-                       bbox=((2, 2, 12, 10), (30, 4, 60, 20)))]  # box outside the image
+                       bbox=((2, 2, 12, 10), (30, 4, 60, 20))),  # box outside the image
+             rgpt_line(6, "tall_choice", "Who is taller, Region [0] or Region [1]?", "With more height is Region [0]."),
+             rgpt_line(7, "above_predicate", "Is Region [0] above Region [1]?", "That is False.")]
     (tmp_path / "val_SpatialRGPT-Bench.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines) + "{oops\n")
     return tmp_path
 
 
 def test_spatialrgpt_draws_regions_and_keeps_rule_judgeable_questions(rgpt, tmp_path):
     rep = convert("spatialrgpt", rgpt, tmp_path / "out", progress=False)
-    pred, choice = load_dataset(tmp_path / "out" / "data.jsonl")
-    assert rep.n_samples == 2 and rep.expected_rows == 1406
+    pred, choice, tall, above = load_dataset(tmp_path / "out" / "data.jsonl")
+    assert rep.n_samples == 4 and rep.expected_rows == 1406
+    assert (tall.answer, above.answer) == ("A", "no")
     assert pred.question == ("Region [0] is outlined in red and Region [1] in blue. Is Region [0] behind Region [1]?"
                              "\nAnswer with yes or no.")
     assert (pred.answer, pred.answer_type) == ("yes", "exact")
@@ -153,11 +158,12 @@ def test_spatialrgpt_draws_regions_and_keeps_rule_judgeable_questions(rgpt, tmp_
     im = Image.open(pred.image_path).convert("RGB")
     assert im.getpixel((2, 6)) == (255, 0, 0) and im.getpixel((20, 12)) == (0, 0, 255)  # region k in colour k
     reasons = skipped(tmp_path / "out")
-    assert reasons["spatialrgpt-val-r2"].startswith("quantitative question (direct_distance)")
+    assert "spatialrgpt-val-r2" not in reasons  # quantitative: outside the qualitative subset, not a skip
+    assert rep.excluded == {"quantitative question (not in the qualitative subset)": 1}
     assert "cannot read yes/no" in reasons["spatialrgpt-val-r3"]
     assert "names Region [2] but bbox has 2 box(es)" in reasons["spatialrgpt-val-r4"]
     assert "outside the 40x30 image" in reasons["spatialrgpt-val-r5"]
-    assert "invalid JSON" in reasons["spatialrgpt-val-6"]
+    assert "invalid JSON" in reasons["spatialrgpt-val-8"]
 
 
 def test_spatialrgpt_describe_leaves_the_image_and_writes_the_boxes(rgpt, tmp_path):
@@ -171,3 +177,84 @@ def test_spatialrgpt_describe_leaves_the_image_and_writes_the_boxes(rgpt, tmp_pa
     (rgpt / "scenes" / "a.png").unlink()
     with pytest.raises(FileNotFoundError, match=r"1 image file\(s\) .* scenes/a.png"):
         convert("spatialrgpt", rgpt, tmp_path / "y")
+
+
+# --- SpatialRGPT-Bench's official annotation file, and every qualitative gold read (issue 29, items 3, 6) -
+
+@pytest.mark.parametrize("indent", [None, 2], ids=["compact", "indented"])
+def test_spatialrgpt_reads_the_official_json_list(tmp_path, indent):
+    (tmp_path / "scenes").mkdir()
+    Image.new("RGB", (40, 30), "white").save(tmp_path / "scenes" / "a.png")
+    records = [rgpt_line(0, "behind_predicate", "Is Region [0] behind Region [1]?", "Indeed, Region [0] is behind."),
+               rgpt_line(1, "left_choice", "Which is more to the left, Region [0] or Region [1]?",
+                         "Region [1] is more to the left."),
+               rgpt_line(2, "tall_predicate", "Is Region [0] taller than Region [1]?", "No.")]
+    (tmp_path / "SpatialRGPT-Bench_v1.json").write_text(json.dumps(records, indent=indent))
+    rep = convert("spatialrgpt", tmp_path, tmp_path / "out", progress=False)
+    assert (rep.rows_read, rep.n_samples, rep.skipped) == (3, 3, [])
+    assert [(s.id, s.answer) for s in load_dataset(tmp_path / "out" / "data.jsonl")] == [
+        ("spatialrgpt-val-r0", "yes"), ("spatialrgpt-val-r1", "B"), ("spatialrgpt-val-r2", "no")]
+    rep = convert("spatialrgpt", tmp_path / "SpatialRGPT-Bench_v1.json", tmp_path / "file", progress=False)
+    assert rep.n_samples == 3  # the file itself, as --src, reads the same
+    broken = json.dumps(records, indent=indent)[:-40]  # a truncated download: one error, nothing written
+    (tmp_path / "SpatialRGPT-Bench_v1.json").write_text(broken)
+    with pytest.raises(ValueError, match=r"SpatialRGPT-Bench_v1.json is not valid JSON"):
+        convert("spatialrgpt", tmp_path, tmp_path / "broken")
+    assert not (tmp_path / "broken").exists()
+
+
+@pytest.mark.parametrize("gold, answer", [
+    ("In fact, Region [0] may be shorter than Region [1].", "no"),  # the templates' contradicting openings
+    ("Actually, Region [0] might be larger than Region [1].", "no"),
+    ("That is True.", "yes"), ("That is False.", "no"), ("that is true", "yes"),
+    ("Indeed, Region [0] is positioned on the right side of Region [1].", "yes"),
+    ("Correct, Region [0] is not as tall as Region [1].", "yes"), ("Incorrect, Region [0] is not smaller.", "no"),
+])
+def test_spatialrgpt_gold_openings(gold, answer):
+    from vrh.data.sources.spatialrgpt import gold_yes_no
+
+    assert gold_yes_no(gold) == answer
+
+
+# --- VAW attributes of several types (issue 29, item 8) --------------------------------------------------
+
+HEIGHT_LENGTH = {"height": ["short", "tall", "medium", "towering"], "length": ["short", "long", "cropped", "extended"],
+                 "color": ["red", "blue"]}
+
+
+def test_vaw_keeps_every_type_of_an_attribute(tmp_path):
+    from vrh.data.sources.vaw import attribute_types
+
+    (tmp_path / "attribute_types.json").write_text(json.dumps(HEIGHT_LENGTH))
+    types = attribute_types(tmp_path)
+    assert types["short"] == ("height", "length") and types["red"] == ("color",)
+    # "short" is a height and a length: with 3 height negatives it is asked as a height, distractors heights only
+    row = {"instance_id": "1", "object_name": "man", "positive_attributes": ["short"],
+           "negative_attributes": ["tall", "medium", "towering", "long", "cropped"], "_types": types}
+    text, options, gold, kind = make_question(row, seed=0)
+    assert (options[gold], kind, text) == ("short", "height", "What is the height of the man in the red box?")
+    assert sorted(options) == ["medium", "short", "tall", "towering"]
+    # with 3 negatives of each type, either type is asked (by seed), and its distractors are of that type only
+    row["negative_attributes"] = ["tall", "medium", "towering", "long", "cropped", "extended"]
+    asked = {}
+    for seed in range(16):
+        _, options, gold, kind = make_question(row, seed)
+        assert options[gold] == "short" and set(options) - {"short"} <= set(HEIGHT_LENGTH[kind])
+        asked[kind] = asked.get(kind, 0) + 1
+    assert set(asked) == {"height", "length"}
+    with pytest.raises(SkipRow, match="no positive attribute to ask about"):
+        make_question({**row, "positive_attributes": []}, seed=0)
+    with pytest.raises(SkipRow, match="no negative attribute to draw distractors from"):
+        make_question({**row, "negative_attributes": ["short"]}, seed=0)  # marked both: positive wins
+
+
+def test_vaw_distractors_never_include_another_true_attribute(tmp_path):
+    # "small" is positive (true of the object) and a size; asking the size with "big" true too would offer two
+    # true options, so no option may be a positive attribute, whatever the types say
+    types = {"big": ("size",), "small": ("size",), "tiny": ("size",), "huge": ("size",), "large": ("size",),
+             "little": ("size",)}
+    for seed in range(20):
+        row = {"instance_id": str(seed), "object_name": "box", "positive_attributes": ["big", "small"],
+               "negative_attributes": ["small", "tiny", "huge", "large", "little"], "_types": types}
+        _, options, gold, _ = make_question(row, seed)
+        assert set(options) - {options[gold]} <= {"tiny", "huge", "large", "little"}

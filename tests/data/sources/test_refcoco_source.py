@@ -26,8 +26,9 @@ def row(qid, bbox=(10, 8, 20, 16), answer=("the red box", "red thing"), image=No
 
 @pytest.fixture
 def snapshot(tmp_path, write_parquet):
-    """A RefCOCO folder: data/val-*.parquet in two shards with good and malformed rows, plus a testA shard."""
-    good = [row(i) for i in range(3)]
+    """A RefCOCO folder: data/val-*.parquet in two shards with good and malformed rows (as many, so the
+    conversion passes the more-than-half-skipped check), plus a testA shard."""
+    good = [row(i) for i in range(6)]
     bad = [row(10, bbox=(10, 8, -5, 16)),  # negative width
            row(11, bbox=(50, 40, 30, 30)),  # box outside the 64x48 image
            row(12, image=b""),  # missing image bytes
@@ -43,12 +44,12 @@ def snapshot(tmp_path, write_parquet):
 def test_a_split_converts_to_a_loadable_file_with_pixel_xyxy_boxes(snapshot, tmp_path):
     rep = convert("refcoco", snapshot, tmp_path / "out", progress=False)
     samples = load_dataset(tmp_path / "out" / "data.jsonl")
-    assert rep.split == "val" and rep.rows_read == 9 and rep.n_samples == 3 and len(samples) == 3
+    assert rep.split == "val" and rep.rows_read == 12 and rep.n_samples == 6 and len(samples) == 6
     s = samples[0]
     assert s.id == "refcoco-val-0" and s.task == "grounding" and s.expression == "the red box"
     assert s.box == (10.0, 8.0, 30.0, 24.0)  # xywh [10, 8, 20, 16] -> xyxy
     assert s.meta["expressions"] == ["the red box", "red thing"] and s.meta["question_id"] == "0"
-    # three rows share one COCO file name and bytes: one image written
+    # six rows share one COCO file name and bytes: one image written
     assert rep.n_images == 1 and [p.name for p in (tmp_path / "out" / "images").iterdir()] == ["COCO_1.png"]
 
 
@@ -64,14 +65,14 @@ def test_malformed_rows_are_counted_skips_with_id_and_reason(snapshot, tmp_path)
     assert "empty expression" in reasons["refcoco-val-14"]
     assert "4 finite numbers" in reasons["refcoco-val-15"]
     summary = json.loads((tmp_path / "out" / "convert.json").read_text())
-    assert summary["n_skipped"] == 6 and summary["n_samples"] == 3
+    assert summary["n_skipped"] == 6 and summary["n_samples"] == 6 and summary["skip_rate"] == 0.5
     assert any("skipped" in line for line in rep.lines())
 
 
 def test_all_expressions_makes_one_sample_per_expression(snapshot, tmp_path):
     rep = convert("refcoco", snapshot, tmp_path / "out", progress=False, all_expressions=True)
     samples = load_dataset(tmp_path / "out" / "data.jsonl")
-    assert rep.n_samples == 6
+    assert rep.n_samples == 12
     assert [s.id for s in samples[:2]] == ["refcoco-val-0:0", "refcoco-val-0:1"]
     assert [s.expression for s in samples[:2]] == ["the red box", "red thing"]
 
@@ -111,7 +112,7 @@ def test_a_previous_conversion_is_kept_unless_overwrite(snapshot, tmp_path):
     with pytest.raises(FileExistsError, match="--overwrite"):
         convert("refcoco", snapshot, tmp_path / "out", progress=False)
     convert("refcoco", snapshot, tmp_path / "out", progress=False, overwrite=True)
-    assert len(load_dataset(tmp_path / "out" / "data.jsonl")) == 3
+    assert len(load_dataset(tmp_path / "out" / "data.jsonl")) == 6
     assert (tmp_path / "out" / "notes.txt").read_text() == "mine"
 
 

@@ -31,7 +31,7 @@ def refer(tmp_path):
             ref(3, ann_id=102),  # negative width
             ref(4, sentences=("  ",)),  # empty expression
             ref(5, ann_id=999),  # no such annotation
-            ref(6, split="testA")]
+            ref(6, split="testA"), ref(7), ref(8), ref(9)]  # as many good val refs as bad ones
     ann.mkdir()
     (ann / "instances.json").write_text(json.dumps(instances))
     (ann / "refs(unc).p").write_bytes(pickle.dumps(refs))
@@ -49,8 +49,8 @@ def test_a_pickle_is_refused_without_the_flag_and_the_error_says_why(refer, tmp_
 def test_refs_with_allow_pickle_convert_with_counted_skips(refer, tmp_path):
     ann, images, _ = refer
     rep = convert("refcoco-refer", ann, tmp_path / "out", images=str(images), allow_pickle=True, progress=False)
-    [s] = load_dataset(tmp_path / "out" / "data.jsonl")
-    assert rep.rows_read == 5 and rep.n_samples == 1 and rep.options == {"images": str(images), "allow_pickle": True}
+    s = load_dataset(tmp_path / "out" / "data.jsonl")[0]
+    assert rep.rows_read == 8 and rep.n_samples == 4 and rep.options == {"images": str(images), "allow_pickle": True}
     assert s.id == "refcoco-refer-val-1" and s.expression == "man in red" and s.box == (10.0, 8.0, 30.0, 24.0)
     assert s.meta["expressions"] == ["man in red", "left guy"] and s.meta["ann_id"] == 100
     reasons = {r["id"]: r["reason"] for r in map(json.loads, (tmp_path / "out" / "skipped.jsonl").read_text().splitlines())}

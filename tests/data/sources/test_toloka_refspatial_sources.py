@@ -38,12 +38,13 @@ def toloka(tmp_path):
              "question": "What sticks out?"},
             {"image": URL.format("a.jpg"), "width": 60, "height": 40, "left": 5, "top": 6, "right": 25, "bottom": 30,
              "question": " "}]
+    rows += [{**rows[0], "question": f"What do you sit on? ({i})"} for i in range(3)]  # good rows: half skipped
     return write_csv(tmp_path / "test_public.csv", rows)
 
 
 def test_toloka_resolves_images_by_file_name_and_skips_bad_rows(toloka, tmp_path):
     rep = convert("toloka", toloka.parent, tmp_path / "out", progress=False)
-    [s] = load_dataset(tmp_path / "out" / "data.jsonl")
+    s = load_dataset(tmp_path / "out" / "data.jsonl")[0]
     assert s.id == "toloka-test_public-0" and s.expression == "What do you sit on?" and s.box == (5, 6, 25, 30)
     assert s.meta["url"] == URL.format("a.jpg") and rep.expected_rows == 1705 and rep.rows_match is False
     lines = (tmp_path / "out" / "skipped.jsonl").read_text().splitlines()
@@ -95,11 +96,11 @@ def test_refspatial_box_is_the_mask_bbox(tmp_path, write_parquet):
             "category": "location", "step": 2}
     rows = [base, {**base, "id": 2, "mask": {"bytes": mask(48, 32), "path": None}},
             {**base, "id": 3, "mask": {"bytes": mask(24, 16, (1, 1, 5, 5)), "path": None}},
-            {**base, "id": 4, "object": ""}]
+            {**base, "id": 4, "object": ""}, {**base, "id": 5}, {**base, "id": 6}]
     write_parquet(tmp_path / "snap" / "data" / "location-00000-of-00001.parquet", rows)
     rep = convert("refspatial", tmp_path / "snap", tmp_path / "out", progress=False)
-    [s] = load_dataset(tmp_path / "out" / "data.jsonl")
-    assert rep.split == "location" and rep.expected_rows == 100 and rep.n_samples == 1
+    s = load_dataset(tmp_path / "out" / "data.jsonl")[0]
+    assert rep.split == "location" and rep.expected_rows == 100 and rep.n_samples == 3
     assert s.box == (10.0, 4.0, 30.0, 20.0) and s.expression == "the free space left of the cup"
     assert (tmp_path / "out" / s.meta["mask"]).is_file() and s.meta["suffix"] == "Answer with points (x, y)."
     reasons = [r["reason"] for r in map(json.loads, (tmp_path / "out" / "skipped.jsonl").read_text().splitlines())]

@@ -7,8 +7,9 @@ See ``docs/benchmarks.md`` for every source's layout, which field becomes what, 
 
 from vrh.data.sources import (countbench, cvbench, mathvista, mmstar, refcoco, refer, refspatial,  # noqa: F401
                               spatial457, spatialrgpt, toloka, vaw)
-from vrh.data.sources.convert import ConvertReport, convert
-from vrh.data.sources.registry import RowContext, Skip, SkipRow, Source, get_source, register_source, source_names
+from vrh.data.sources.convert import ConversionFailed, ConvertReport, convert
+from vrh.data.sources.registry import (NotInSubset, RowContext, Skip, SkipRow, Source, get_source, register_source,
+                                       source_names)
 
-__all__ = ["ConvertReport", "RowContext", "Skip", "SkipRow", "Source", "convert", "get_source", "register_source",
-           "source_names"]
+__all__ = ["ConversionFailed", "ConvertReport", "NotInSubset", "RowContext", "Skip", "SkipRow", "Source", "convert",
+           "get_source", "register_source", "source_names"]

@@ -4,10 +4,20 @@
 
 The policy for bad rows lives here, once, for every source: a row that cannot become a valid sample
 (negative width, box outside the image, missing or corrupt image, empty expression, unknown answer
-letter, ...) is *counted and reported* with its id and reason -- never a crash, never silent. Problems
-with the snapshot as a whole (no such split, wrong columns, missing image files) are errors raised
-before anything is written. The written file is loaded back with :func:`vrh.data.load_dataset` before
-returning, so a converter bug fails the conversion rather than a later GPU run.
+letter, ...) is *counted and reported* with its id and reason -- never a crash, never silent. A row the
+chosen subset leaves out (:class:`~vrh.data.sources.registry.NotInSubset`) is counted apart: it is not a
+fault. Problems with the snapshot as a whole (no such split, wrong columns, missing image files) are
+errors raised before anything is written.
+
+A conversion that keeps **no sample from a non-empty input**, or **skips more than half** of the rows it
+was asked to convert (rows outside the subset aside), fails with :class:`ConversionFailed` naming the most
+common skip reasons (:data:`MAX_SKIP_FRACTION`): that many bad rows means a wrong release, layout or
+source (Toloka's first public test release, whose answer columns are empty), not a dataset with a few bad
+rows. ``skipped.jsonl`` and ``convert.json`` (with the ``error``) are still written, to diagnose it;
+``data.jsonl`` and ``images/`` are not, so no later run can take the remains for a dataset.
+
+The written file is loaded back with :func:`vrh.data.load_dataset` before returning, so a converter bug
+fails the conversion rather than a later GPU run.
 """
 
 from __future__ import annotations
@@ -21,11 +31,13 @@ from typing import Any
 
 from vrh.data.jsonl import load_dataset, write_dataset
 from vrh.data.sources.images import ImageStore
-from vrh.data.sources.registry import RowContext, Skip, SkipRow, get_source
+from vrh.data.sources.registry import NotInSubset, RowContext, Skip, SkipRow, get_source
 
 DATA, SKIPPED, SUMMARY, IMAGES = "data.jsonl", "skipped.jsonl", "convert.json", "images"
 ARTEFACTS = (DATA, SKIPPED, SUMMARY, IMAGES)  # what --overwrite deletes; nothing else in DIR is touched
 N_EXAMPLES = 5  # skipped rows shown with their reason in the printed summary
+MAX_SKIP_FRACTION = 0.5  # more skipped rows than this (of the rows in the subset) fails the conversion
+N_REASONS = 3  # skip reasons named in a failed conversion's error
 
 
 @dataclass
@@ -45,6 +57,48 @@ class ConvertReport:
     complete: bool = False
     expected_rows: int | None = None
     skipped: list[Skip] = field(default_factory=list)
+    excluded: dict[str, int] = field(default_factory=dict)  # rows outside the subset, by reason
+
+    @property
+    def n_excluded(self) -> int:
+        return sum(self.excluded.values())
+
+    @property
+    def skip_rate(self) -> float | None:
+        """Skipped rows over the rows read that the subset includes (None: no such row)."""
+        asked = self.rows_read - self.n_excluded
+        return len(self.skipped) / asked if asked > 0 else None
+
+    def failure(self) -> str | None:
+        """Why this conversion is not a dataset (see the module docstring), or None. One line."""
+        if self.rows_read == 0:
+            return None  # an empty input: nothing to judge (the row-count check speaks for it)
+        asked = self.rows_read - self.n_excluded
+        if self.n_samples == 0:
+            what = f"0 samples from {self.rows_read} rows"
+            if self.skipped:
+                what += f": {len(self.skipped)} rows skipped ({_percent(self.skip_rate)})"
+            if self.n_excluded:
+                what += (f"{',' if self.skipped else ':'} {self.n_excluded} outside the subset "
+                         f"({'; '.join(self.excluded)})")
+        elif self.skip_rate is not None and self.skip_rate > MAX_SKIP_FRACTION:
+            what = (f"{len(self.skipped)} of {asked} rows skipped ({_percent(self.skip_rate)}), more than "
+                    f"{_percent(MAX_SKIP_FRACTION)}")
+        else:
+            return None
+        reasons = "; ".join(f"{n} x {kind} (e.g. {example.id}: {example.reason})"
+                            for kind, n, example in self._reason_examples()[:N_REASONS])
+        return (f"{self.source} {self.split}: {what}" + (f". Most common: {reasons}" if reasons else "")
+                + f". So many unusable rows mean the wrong source, split, layout or release, not a dataset with "
+                  f"a few bad rows; every skipped id and its reason: {Path(self.out) / SKIPPED} (no "
+                  f"{DATA} was written)")
+
+    def _reason_examples(self) -> list[tuple[str, int, Skip]]:
+        """(reason kind, count, first skip of that kind), most frequent first."""
+        first: dict[str, Skip] = {}
+        for s in self.skipped:
+            first.setdefault(_reason_kind(s.reason), s)
+        return [(kind, n, first[kind]) for kind, n in self.skip_reasons().items()]
 
     @property
     def rows_match(self) -> bool | None:
@@ -59,13 +113,16 @@ class ConvertReport:
 
     def to_json(self) -> dict[str, Any]:
         d = {k: v for k, v in asdict(self).items() if k != "skipped"}
-        return {**d, "n_skipped": len(self.skipped), "rows_match": self.rows_match,
-                "skip_reasons": self.skip_reasons()}
+        return {**d, "n_skipped": len(self.skipped), "skip_rate": self.skip_rate, "n_excluded": self.n_excluded,
+                "rows_match": self.rows_match, "skip_reasons": self.skip_reasons()}
 
     def lines(self) -> list[str]:
         """A human summary, one fact per line."""
+        rate = f" ({_percent(self.skip_rate)})" if self.skipped else ""
         out = [f"{self.source} {self.split}: {self.rows_read} rows read -> {self.n_samples} samples, "
-               f"{self.n_images} images, {len(self.skipped)} rows skipped -> {self.out}"]
+               f"{self.n_images} images, {len(self.skipped)} rows skipped{rate} -> {self.out}"]
+        for reason, n in self.excluded.items():
+            out.append(f"{n} rows outside the subset: {reason}")
         if self.rows_match is False:
             out.append(f"warning: the published {self.source} {self.split} has {self.expected_rows} rows, "
                        f"this snapshot {self.rows_read}")
@@ -78,6 +135,19 @@ class ConvertReport:
         if self.skipped:
             out.append(f"  (every skipped id and its reason: {Path(self.out) / SKIPPED})")
         return out
+
+
+class ConversionFailed(ValueError):
+    """A conversion that produced no usable dataset (:meth:`ConvertReport.failure`); ``report`` says what
+    was read. A ValueError, so the CLI prints it as one error line and exits non-zero."""
+
+    def __init__(self, message: str, report: ConvertReport):
+        super().__init__(message)
+        self.report = report
+
+
+def _percent(fraction: float | None) -> str:
+    return "n/a" if fraction is None else f"{100 * fraction:.0f}%"
 
 
 def _reason_kind(reason: str) -> str:
@@ -148,6 +218,8 @@ def convert(name: str, src: str | Path, out: str | Path, *, split: str | None = 
                 dup = sorted(set(ids) & seen) or sorted(i for i, c in Counter(ids).items() if c > 1)
                 if dup:
                     raise SkipRow(f"duplicate id {dup[0]!r}")
+            except NotInSubset as e:
+                report.excluded[str(e)] = report.excluded.get(str(e), 0) + 1
             except (SkipRow, KeyError, TypeError, ValueError) as e:
                 # SkipRow is the converter's own reason; the others are a malformed cell it did not foresee
                 reason = str(e) if isinstance(e, SkipRow) else f"malformed row ({type(e).__name__}: {e})"
@@ -157,10 +229,15 @@ def convert(name: str, src: str | Path, out: str | Path, *, split: str | None = 
                 samples.extend(new[: None if limit is None else limit - len(samples)])
             advance(len(samples) - before if limit else 1)  # the bar counts samples up to --limit, else rows
     report.n_samples, report.n_images = len(samples), ctx.images.n_written
-    write_dataset(samples, out / DATA)
+    failure = report.failure()
     with open(out / SKIPPED, "w", encoding="utf-8") as f:
         f.writelines(json.dumps(asdict(s), ensure_ascii=False) + "\n" for s in report.skipped)
-    (out / SUMMARY).write_text(json.dumps(report.to_json(), indent=2) + "\n", encoding="utf-8")
+    summary = report.to_json() | ({"error": failure} if failure else {})
+    (out / SUMMARY).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    if failure:
+        shutil.rmtree(out / IMAGES, ignore_errors=True)  # what the kept rows wrote: not a dataset either
+        raise ConversionFailed(failure, report)
+    write_dataset(samples, out / DATA)
     load_dataset(out / DATA)  # the written file must load: a failure here is a converter bug, not a bad row
     return report
 

@@ -1,5 +1,10 @@
 """CV-Bench (``nyu-visionx/CV-Bench``, split ``test``, 2,638 rows): multiple-choice spatial questions.
 
+Layout: the hub snapshot holds ``test_2d.parquet`` (1,438 rows) and ``test_3d.parquet`` (1,200); in 2024 it
+held one ``test.parquet``. Split ``test`` (the default) reads ``test.parquet`` when there is one, else both
+files, in that order (the hub card's default config, ``test*.parquet``); ``test_2d`` / ``test_3d`` read one.
+``idx`` is the global index, so ids never clash between the two files.
+
 Columns used: ``idx``, ``image``, ``prompt`` (the question with its choices written out), ``choices``
 (list), ``answer`` (``"(A)"``), ``source`` (ADE20K / COCO / Omni3D), ``task``, ``type``. The model sees
 ``prompt`` plus :data:`~vrh.data.sources.choices.CHOICE_SUFFIX`; the answer is judged as a ``choice``
@@ -19,8 +24,11 @@ from vrh.data.sources.parquet import parquet_rows
 from vrh.data.sources.registry import RowContext, SkipRow, Source, register_source
 
 
+LAYOUTS = {"test": (("test",), ("test_2d", "test_3d"))}
+
+
 def read_rows(src: Path, split: str, options: dict[str, Any]):
-    return parquet_rows(src, split, ("image", "prompt", "choices", "answer"), key="idx")
+    return parquet_rows(src, split, ("image", "prompt", "choices", "answer"), key="idx", layouts=LAYOUTS)
 
 
 def convert_row(key: str, row: dict[str, Any], ctx: RowContext) -> list[Sample]:
@@ -39,6 +47,7 @@ def convert_row(key: str, row: dict[str, Any], ctx: RowContext) -> list[Sample]:
 
 register_source(Source(
     name="cvbench", summary="nyu-visionx/CV-Bench multiple choice -> vqa, answer_type choice (letter match)",
-    layout="a parquet file, or the snapshot folder with data/test-*.parquet (or test-*.parquet); columns idx, "
-           "image, prompt, choices, answer '(A)', source, task",
-    task="vqa", splits=("test",), read_rows=read_rows, convert_row=convert_row, expected_rows={"test": 2638}))
+    layout="a parquet file, or the snapshot folder with test_2d.parquet + test_3d.parquet (2024: test.parquet); "
+           "columns idx, image, prompt, choices, answer '(A)', source, task",
+    task="vqa", splits=("test", "test_2d", "test_3d"), read_rows=read_rows, convert_row=convert_row,
+    expected_rows={"test": 2638, "test_2d": 1438, "test_3d": 1200}))

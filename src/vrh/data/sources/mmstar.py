@@ -5,6 +5,10 @@ The model sees ``question`` plus :data:`~vrh.data.sources.choices.CHOICE_SUFFIX`
 letter (MMStar's own rule reads the first character, which the ``choice`` judge subsumes). A gold letter
 that is not among the question's inline options is a skip: the row cannot be answered correctly.
 ``category`` and ``l2_category`` are kept (MMStar averages over categories).
+
+Layout: the hub snapshot (``Lin-Chen/MMStar``) holds ``mmstar.parquet`` at its top (and ``MMStar.tsv``,
+VLMEvalKit's copy, which is not read); split ``val`` is that file, or ``val.parquet`` /
+``val-*.parquet`` (in ``data/`` or at the top) where a mirror names it so.
 """
 
 from __future__ import annotations
@@ -19,8 +23,11 @@ from vrh.data.sources.parquet import parquet_rows
 from vrh.data.sources.registry import RowContext, SkipRow, Source, register_source
 
 
+LAYOUTS = {"val": (("val",), ("mmstar",))}
+
+
 def read_rows(src: Path, split: str, options: dict[str, Any]):
-    return parquet_rows(src, split, ("image", "question", "answer"), key="index")
+    return parquet_rows(src, split, ("image", "question", "answer"), key="index", layouts=LAYOUTS)
 
 
 def convert_row(key: str, row: dict[str, Any], ctx: RowContext) -> list[Sample]:
@@ -40,6 +47,6 @@ def convert_row(key: str, row: dict[str, Any], ctx: RowContext) -> list[Sample]:
 
 register_source(Source(
     name="mmstar", summary="Lin-Chen/MMStar multiple choice (inline options) -> vqa, answer_type choice",
-    layout="a parquet file, or the snapshot folder with <split>-*.parquet / data/<split>-*.parquet; columns "
+    layout="a parquet file, or the snapshot folder with mmstar.parquet at its top (or val-*.parquet); columns "
            "index, image, question (options inline), answer letter, category, l2_category",
     task="vqa", splits=("val",), read_rows=read_rows, convert_row=convert_row, expected_rows={"val": 1500}))

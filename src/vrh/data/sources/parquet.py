@@ -1,19 +1,25 @@
 """Rows of a Hugging Face parquet snapshot, read lazily with pyarrow (an optional dependency: the
 ``bench`` extra).
 
-A snapshot is either one parquet file or a folder laid out as the hub stores it: ``data/<split>-*.parquet``
-(``val-00000-of-00002.parquet``, ...), ``<split>-*.parquet`` at the top, or, for datasets with configs,
-``<config>/<split>-*.parquet`` (pass the config's folder when there are several).
+A snapshot is either one parquet file or a folder laid out as the hub stores it. A file holds split ``S``
+when it is named ``S.parquet`` or ``S-<shard>.parquet`` (``val-00000-of-00002.parquet``); it is looked
+for in ``data/``, then at the top, then in exactly one subfolder (a dataset's config, e.g.
+``L1_single/``; pass the config's folder when there are several). A source whose split is stored under
+other names says so with ``layouts`` (CV-Bench's ``test`` is ``test.parquet`` or ``test_2d`` +
+``test_3d``; MMStar's ``val`` is ``mmstar.parquet``). The error for a split that is not there lists the
+splits that are, and each of them is accepted as ``--split``.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 BATCH_ROWS = 64  # rows decoded at a time: a RefCOCO row carries a whole COCO image
+
+Layouts = Mapping[str, Sequence[Sequence[str]]]  # split -> alternative groups of file splits that hold it
 
 
 def _pyarrow_parquet():
@@ -24,39 +30,71 @@ def _pyarrow_parquet():
     return pq
 
 
-def split_files(src: Path, split: str) -> list[Path]:
-    """The parquet files of ``split`` under ``src`` (a file is taken as it is), sorted; an error naming
-    the splits that are there when there is none."""
+def file_split(path: Path) -> str:
+    """The split a parquet file holds, by the hub's naming.
+
+    >>> [file_split(Path(n)) for n in ("val-00000-of-00002.parquet", "test_2d.parquet", "mmstar.parquet")]
+    ['val', 'test_2d', 'mmstar']
+    """
+    return re.sub(r"-\d+(-of-\d+)?.*$", "", path.stem)
+
+
+def _holds(path: Path, split: str) -> bool:
+    return path.stem == split or path.stem.startswith(split + "-")
+
+
+def _files_of(src: Path, split: str) -> list[Path]:
+    """The files holding ``split``: in ``data/``, else at the top, else in one subfolder ([] if none)."""
+    for folder in (src / "data", src):
+        files = sorted(f for f in folder.glob("*.parquet") if _holds(f, split))
+        if files:
+            return files
+    files = sorted(f for f in src.rglob("*.parquet") if _holds(f, split))
+    folders = sorted({f.parent for f in files})
+    if len(folders) > 1:
+        raise ValueError(f"split {split!r} has parquet files in several folders under {src} "
+                         f"({', '.join(str(f.relative_to(src)) for f in folders)}); pass the one to convert")
+    return files
+
+
+def _group_files(src: Path, group: Sequence[str]) -> list[Path] | None:
+    found = [_files_of(src, name) for name in group]
+    return [f for files in found for f in files] if all(found) else None
+
+
+def split_files(src: Path, split: str, layouts: Layouts | None = None) -> list[Path]:
+    """The parquet files of ``split`` under ``src`` (a file is taken as it is), in order; an error naming
+    the splits that are there when there is none. ``layouts[split]``: the groups of file splits that may
+    hold ``split``, tried in order, the first whose every member has files winning (default: ``split``)."""
     src = Path(src)
     if src.is_file():
         return [src]
     if not src.is_dir():
         raise FileNotFoundError(f"no such file or folder: {src}")
-    pattern = f"{split}-*.parquet"
-    for folder in (src / "data", src):
-        files = sorted(folder.glob(pattern))
+    layouts = layouts or {}
+    groups = layouts.get(split) or ((split,),)
+    for group in groups:
+        files = _group_files(src, group)
         if files:
             return files
-    files = sorted(src.rglob(pattern))
-    folders = sorted({f.parent for f in files})
-    if len(folders) > 1:
-        raise ValueError(f"split {split!r} has parquet files in several folders under {src} "
-                         f"({', '.join(str(f.relative_to(src)) for f in folders)}); pass the one to convert")
-    if files:
-        return files
-    present = sorted({re.sub(r"-\d+(-of-\d+)?.*$", "", f.stem) for f in src.rglob("*.parquet")})
-    raise ValueError(f"no parquet files for split {split!r} under {src} (looked for data/{pattern}, {pattern}); "
-                     f"splits found: {', '.join(present) or 'none'} (choose one with --split)")
+    present = {file_split(f) for f in src.rglob("*.parquet")}
+    present |= {name for name, alternatives in layouts.items() if any(_group_files(src, g) for g in alternatives)}
+    looked = " or ".join(" + ".join(group) for group in groups)
+    raise ValueError(f"no parquet files for split {split!r} under {src} (looked for {looked}: <name>.parquet or "
+                     f"<name>-*.parquet in data/, the top or one subfolder); splits found: "
+                     f"{', '.join(sorted(present)) or 'none'} (choose one with --split)")
 
 
-def parquet_rows(src: Path, split: str, columns: Sequence[str], key: str | None = None) -> Rows:
+def parquet_rows(src: Path, split: str, columns: Sequence[str], key: str | None = None,
+                 layouts: Layouts | None = None) -> Rows:
     """``(key, row)`` for every row of ``split`` under ``src``, one batch of rows decoded at a time.
 
     ``columns`` must all exist (an error naming the missing ones and the file's columns, raised before
-    any row); ``key`` names the id column, else the key is the row's 0-based number in the split.
+    any row); ``key`` names the id column, else the key is the row's 0-based number in the split;
+    ``layouts`` as for :func:`split_files`.
     """
     pq = _pyarrow_parquet()
-    files = split_files(src, split)
+    files = split_files(src, split, layouts)
     for f in files:
         names = pq.ParquetFile(f).schema_arrow.names
         missing = [c for c in columns if c not in names]

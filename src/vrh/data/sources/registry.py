@@ -10,6 +10,7 @@ description, registered once in its own module (the SAELens shape):
   written; it must therefore do its checks eagerly and return an iterator, not be a generator itself.
 * ``convert_row(key, row, ctx) -> list[Sample]``: one row's samples. A malformed row raises
   :class:`SkipRow` with a reason; :func:`vrh.data.sources.convert.convert` records it as a counted skip.
+  A row outside the subset being converted raises :class:`NotInSubset` (counted apart, not a skip).
 
 Why a leaf: source modules import this one to register, and :mod:`vrh.data.sources` imports them all,
 so the registry is filled on first import without a cycle.
@@ -25,6 +26,12 @@ from typing import Any
 
 class SkipRow(ValueError):
     """A row that cannot become a sample; the message is the reason written to ``skipped.jsonl``."""
+
+
+class NotInSubset(Exception):
+    """A sound row that the chosen subset does not include (SpatialRGPT's quantitative questions when the
+    qualitative ones are converted); the message is the reason. Counted apart from skips: it says nothing
+    about the file's health, so it never counts towards the conversion's skip rate."""
 
 
 @dataclass(frozen=True)

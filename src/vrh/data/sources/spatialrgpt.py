@@ -1,22 +1,29 @@
-"""SpatialRGPT-Bench (``a8cheng/SpatialRGPT-Bench``, ``val_SpatialRGPT-Bench.jsonl``, 1,406 rows): spatial
-questions about marked regions, e.g. "Is Region [0] behind Region [1]?".
+"""SpatialRGPT-Bench (``a8cheng/SpatialRGPT-Bench``, 1,406 rows): spatial questions about marked regions,
+e.g. "Is Region [0] behind Region [1]?".
 
-Each JSONL line: ``id``, ``image_info.file_path`` (the image, relative to ``--images DIR``, default the
-JSONL's folder), ``text_q`` (the question, regions written ``Region [k]``), ``conversations`` (the last
-``gpt`` turn is the gold answer, a sentence), ``bbox`` (one ``[x1, y1, x2, y2]`` pixel box per region) and
-``qa_info`` (``type`` qualitative / quantitative, ``category``). The ``rle`` masks are not used (boxes
-are). Missing image files are one error listing them.
+The official annotation file is ``SpatialRGPT-Bench_v1.json``, **one JSON list** of records (compact or
+indented; SpatialRGPT's own ``llava/eval/eval_spatial.py`` reads it with ``json.load``); a JSONL copy with
+one record per line (``val_SpatialRGPT-Bench.jsonl``, as some mirrors ship it) is read too. ``SRC`` is the
+file or its folder. Each record: ``id``, ``image_info`` (``file_path``, the image relative to ``--images
+DIR``, default the annotation file's folder; ``height``, ``width``), ``text_q`` (the question, regions
+written ``Region [k]``), ``conversations`` (the last ``gpt`` turn is the gold answer, a sentence), ``bbox``
+(one ``[x1, y1, x2, y2]`` pixel box per region) and ``qa_info`` (``type`` qualitative / quantitative,
+``category``). The ``rle`` masks are not used (boxes are). Missing image files are one error listing them.
 
 What becomes a sample (the benchmark's official judge is GPT-4; vrh keeps the questions a rule can judge):
 
-* ``*_predicate`` (``behind_predicate``, ``tall_predicate``, ...): a yes/no question. Gold: ``yes`` when the
-  gold sentence starts with yes / indeed / correct / true / right, ``no`` when with no / not / incorrect /
-  false / wrong (else a counted skip). The question ends with ``Answer with yes or no.``; judged ``exact``.
+* ``*_predicate`` (``behind_predicate``, ``tall_predicate``, ...): a yes/no question. Gold (:func:`gold_yes_no`):
+  the bench's template openings first -- "That is True." -> ``yes``; "That is False.", "In fact, ..." and
+  "Actually, ..." -> ``no`` (the last two go on to contradict the question: "In fact, Region [0] may be
+  shorter than Region [1]." answers "Is Region [0] taller ...?") -- else the first word: ``yes`` for yes /
+  indeed / correct / true / right, ``no`` for no / not / incorrect / false / wrong (else a counted skip).
+  The question ends with ``Answer with yes or no.``; judged ``exact``.
 * ``*_choice`` (``left_choice``, ``tall_choice``, ...): "Which is ..., Region [0] or Region [1]?" becomes
   multiple choice over the regions the question names, in order (``(A) Region [0]``, ``(B) Region [1]``);
   gold: the first region the gold sentence names; judged ``choice``.
-* ``quantitative`` rows (distances, sizes, directions with units) are skipped with that reason: the
-  benchmark accepts a number within 25% of the gold, and vrh's ``number`` rule compares exactly.
+* ``quantitative`` rows (distances, sizes, directions with units) are outside this qualitative subset:
+  counted apart (:class:`~vrh.data.sources.registry.NotInSubset`), not skips. The benchmark accepts a
+  number within 25% of the gold, and vrh's ``number`` rule compares exactly.
 
 How the model is shown the regions (``--regions``, recorded in ``convert.json``):
 
@@ -38,42 +45,67 @@ from typing import Any
 from vrh.data.jsonl import Sample
 from vrh.data.sources.choices import letters_for, options_block, with_suffix
 from vrh.data.sources.images import REGION_COLOURS, check_box, decode, draw_regions
-from vrh.data.sources.registry import RowContext, SkipRow, Source, register_source
+from vrh.data.sources.registry import NotInSubset, RowContext, SkipRow, Source, register_source
 
 REGION_MODES = ("draw", "describe")
 YES_NO_SUFFIX = "Answer with yes or no."
 YES = ("yes", "indeed", "correct", "true", "right")
 NO = ("no", "not", "incorrect", "false", "wrong")
+# openings of the bench's answer templates that a first word misreads, with their answer, read first
+OPENINGS = (("that is true", "yes"), ("that is false", "no"), ("in fact", "no"), ("actually", "no"))
+OFFICIAL_FILE = "SpatialRGPT-Bench_v1.json"
+QUANTITATIVE = "quantitative question (not in the qualitative subset)"
 MAX_LISTED = 20
 _REGION_RE = re.compile(r"Region \[(\d+)\]")
-_FIRST_WORD_RE = re.compile(r"[A-Za-z]+")
+_WORD_RE = re.compile(r"[A-Za-z]+")
 
 
-def _jsonl_file(src: Path, split: str) -> Path:
+def _annotation_file(src: Path, split: str) -> Path:
+    """The annotation file: ``src`` itself, or in the folder the official JSON, else the one
+    ``<split>_*.jsonl``, ``*.jsonl`` or ``*.json``."""
     if src.is_file():
         return src
     if not src.is_dir():
         raise FileNotFoundError(f"no such file or folder: {src}")
-    found = sorted(src.glob(f"{split}_*.jsonl")) or sorted(src.glob("*.jsonl"))
+    if (src / OFFICIAL_FILE).is_file():
+        return src / OFFICIAL_FILE
+    found = sorted(src.glob(f"{split}_*.jsonl")) or sorted(src.glob("*.jsonl")) or sorted(src.glob("*.json"))
     if len(found) != 1:
-        raise ValueError(f"expected one {split}_*.jsonl in {src}, found {[p.name for p in found] or 'none'}; pass "
-                         "the JSONL file")
+        raise ValueError(f"expected {OFFICIAL_FILE} (or one {split}_*.jsonl) in {src}, found "
+                         f"{[p.name for p in found] or 'none'}; pass the annotation file")
     return found[0]
+
+
+def _records(path: Path) -> list[Any]:
+    """The file's records: one JSON list (the official file, compact or indented), else one per line
+    (JSONL; a line that does not parse becomes a ``_malformed`` record, a counted skip)."""
+    text = path.read_text(encoding="utf-8")
+    if text.lstrip().startswith("["):
+        try:
+            records = json.loads(text)
+        except json.JSONDecodeError as e:  # a list that does not parse is a broken file, not bad rows
+            raise ValueError(f"{path} is not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+        if not isinstance(records, list):
+            raise ValueError(f"{path} holds a {type(records).__name__}, not SpatialRGPT-Bench's list of records")
+        return records
+    out: list[Any] = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            out.append({"_malformed": f"invalid JSON ({e.msg} at column {e.colno})"})
+    return out
 
 
 def read_rows(src: Path, split: str, options: dict[str, Any]):
     mode = options.get("regions", "draw")
     if mode not in REGION_MODES:
         raise ValueError(f"--regions must be one of {REGION_MODES}, got {mode!r}")
-    path = _jsonl_file(Path(src), split)
+    path = _annotation_file(Path(src), split)
     rows = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines()):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as e:
-            rec = {"_malformed": f"invalid JSON ({e.msg} at column {e.colno})"}
+    for n, rec in enumerate(_records(path)):
         if not isinstance(rec, dict):
             rec = {"_malformed": f"expected a JSON object, got {type(rec).__name__}"}
         rows.append((str(rec.get("id", n)), rec))
@@ -92,13 +124,18 @@ def read_rows(src: Path, split: str, options: dict[str, Any]):
 
 
 def gold_yes_no(answer: str) -> str:
-    """``yes`` / ``no`` from the gold sentence's first word.
+    """``yes`` / ``no`` from the gold sentence: a template opening of :data:`OPENINGS`, else its first word.
 
     >>> gold_yes_no("Indeed, Region [0] is behind Region [1]."), gold_yes_no("No, it is not.")
     ('yes', 'no')
+    >>> gold_yes_no("That is True."), gold_yes_no("In fact, Region [0] may be shorter than Region [1].")
+    ('yes', 'no')
     """
-    m = _FIRST_WORD_RE.search(answer)
-    word = m.group(0).lower() if m else ""
+    words = " ".join(_WORD_RE.findall(answer)).lower()
+    for opening, value in OPENINGS:
+        if words == opening or words.startswith(opening + " "):
+            return value
+    word = words.split(" ", 1)[0]
     if word in YES:
         return "yes"
     if word in NO:
@@ -143,8 +180,7 @@ def convert_row(key: str, row: dict[str, Any], ctx: RowContext) -> list[Sample]:
     info = row.get("qa_info") if isinstance(row.get("qa_info"), dict) else {}
     category = str(info.get("category") or "")
     if info.get("type") == "quantitative":
-        raise SkipRow(f"quantitative question ({category}): the benchmark accepts a number within 25%, vrh "
-                      "judges numbers exactly")
+        raise NotInSubset(QUANTITATIVE)
     kind = "choice" if category.endswith("_choice") else "predicate" if category.endswith("_predicate") else None
     if kind is None:
         raise SkipRow(f"unknown category {category!r}: expected *_predicate or *_choice")
@@ -195,7 +231,7 @@ def convert_row(key: str, row: dict[str, Any], ctx: RowContext) -> list[Sample]:
 register_source(Source(
     name="spatialrgpt", summary="SpatialRGPT-Bench qualitative questions -> vqa (yes/no exact, region choice); "
                                 "regions drawn (--regions draw) or described",
-    layout="val_SpatialRGPT-Bench.jsonl (or the JSONL file) with the images under --images DIR (default: the "
-           "JSONL's folder), by image_info.file_path",
+    layout="SpatialRGPT-Bench_v1.json, one JSON list (or a JSONL copy, val_SpatialRGPT-Bench.jsonl), with the "
+           "images under --images DIR (default: the annotation file's folder), by image_info.file_path",
     task="vqa", splits=("val",), read_rows=read_rows, convert_row=convert_row, expected_rows={"val": 1406},
     options=("images", "regions")))

@@ -6,7 +6,9 @@ downloads nothing: each image is looked up in a local folder by the URL's file n
 (``https://.../wsdm2023/abc123.jpg`` -> ``<images>/abc123.jpg``); ``--images`` names the folder
 (default: ``images/`` beside the CSV). Missing files are one error listing them, before anything is
 written. A local image whose size differs from the CSV's ``width`` x ``height`` (a resized download) is
-skipped with that reason, because the box would be in the wrong frame.
+skipped with that reason, because the box would be in the wrong frame. A row whose four box columns are
+empty is skipped as having no answer box: the first public test release (Sep 2022) has only such rows, so
+its conversion fails (no sample) instead of passing for the 1,705-row labelled one.
 """
 
 from __future__ import annotations
@@ -82,6 +84,8 @@ def convert_row(key: str, row: dict[str, Any], ctx: RowContext) -> list[Sample]:
     question = (row.get("question") or "").strip()
     if not question:
         raise SkipRow("empty question")
+    if not any(str(row.get(k) or "").strip() for k in ("left", "top", "right", "bottom")):
+        raise SkipRow("no answer box: left, top, right and bottom are empty (an unlabelled release?)")
     left, top, right, bottom, width, height = (_number(row, k) for k in ("left", "top", "right", "bottom",
                                                                          "width", "height"))
     if right <= left or bottom <= top:

@@ -10,20 +10,26 @@ error listing them. Each JSON entry is one object instance: ``image_id``, ``inst
 **The generator** (one question per instance, deterministic in ``--seed``, default 0, and the instance id,
 so a ``--limit`` or a reordered file never changes a question):
 
-1. Candidates: each positive attribute that has at least 3 *negative* attributes of the same type
-   (``attribute_types.json``: color, material, shape, ...; without that file every attribute is one type).
-   Distractors come only from the instance's negative labels, so every wrong option was marked absent by
-   an annotator -- never merely unlabelled, which would make a "wrong" option possibly true.
-2. With ``rng = random.Random(f"{seed}:{instance_id}")``: the correct attribute is ``rng.choice`` of the
-   candidates (sorted), its 3 distractors ``rng.sample`` of its same-type negatives (sorted), and the four
-   options are shuffled by ``rng``, so the gold letter is uniform over A-D.
+1. Candidates: each (positive attribute, one of its types) with at least 3 *negative* attributes of that
+   type (``attribute_types.json``: color, material, shape, ...; without that file every attribute is one
+   type). An attribute keeps **every** type the file lists it under: 14 attributes are under 2-4 types
+   ("short" is a height and a length, "thin" under four), so "short" can be asked as a height, with height
+   distractors, or as a length, with length distractors. Distractors come only from the instance's
+   negative labels (minus its positive ones, where an annotator marked both), so every wrong option was
+   marked absent -- never merely unlabelled, and never another attribute true of the object.
+2. With ``rng = random.Random(f"{seed}:{instance_id}")``: the (attribute, type) is ``rng.choice`` of the
+   candidates (sorted by attribute, then in the file's type order), its 3 distractors ``rng.sample`` of
+   that type's negatives (sorted), and the four options are shuffled by ``rng``, so the gold letter is
+   uniform over A-D.
 3. The question: ``What is the <type> of the <object> in the red box?`` (``Which attribute describes the
    <object> in the red box?`` when the type is unknown), the options as ``(A) ...`` lines and
    :data:`~vrh.data.sources.choices.CHOICE_SUFFIX`. The instance's box is **drawn in red on the image**
    (:func:`~vrh.data.sources.images.draw_regions`; Visual Genome scenes hold many objects of a kind), so
    each sample has its own PNG.
 
-An instance with no candidate (fewer than 3 same-type negatives for every positive) is a counted skip.
+An instance with no candidate is a counted skip, by reason: no positive attribute, no negative attribute,
+or fewer than 3 negatives of each of its positives' types (the usual one: VAW labels few negatives per
+instance). ``convert`` reports the skip rate and these reasons.
 """
 
 from __future__ import annotations
@@ -56,13 +62,19 @@ def _json_file(src: Path, split: str) -> Path:
     raise FileNotFoundError(f"no such file or folder: {src}")
 
 
-def attribute_types(folder: Path) -> dict[str, str]:
-    """attribute -> its type, from ``attribute_types.json`` (type -> attributes) in ``folder``; {} if absent."""
+def attribute_types(folder: Path) -> dict[str, tuple[str, ...]]:
+    """attribute -> every type it is listed under (in the file's order), from ``attribute_types.json``
+    (type -> attributes) in ``folder``; {} if absent."""
     path = folder / "attribute_types.json"
     if not path.is_file():
         return {}
     by_type = json.loads(path.read_text(encoding="utf-8"))
-    return {a: t for t, attrs in by_type.items() for a in attrs}
+    types: dict[str, tuple[str, ...]] = {}
+    for t, attrs in by_type.items():
+        for a in attrs:
+            if t not in types.get(a, ()):
+                types[a] = (*types.get(a, ()), t)
+    return types
 
 
 def _image_file(folder: Path, image_id: Any) -> Path | None:
@@ -103,7 +115,7 @@ def make_question(row: dict[str, Any], seed: int) -> tuple[str, list[str], int, 
 
     >>> row = {"instance_id": "7", "object_name": "mug", "positive_attributes": ["red"],
     ...        "negative_attributes": ["blue", "green", "white", "wooden"],
-    ...        "_types": {"red": "color", "blue": "color", "green": "color", "white": "color"}}
+    ...        "_types": {"red": ("color",), "blue": ("color",), "green": ("color",), "white": ("color",)}}
     >>> q, options, gold, kind = make_question(row, seed=0)
     >>> q, options[gold], sorted(options), kind
     ('What is the color of the mug in the red box?', 'red', ['blue', 'green', 'red', 'white'], 'color')
@@ -114,19 +126,26 @@ def make_question(row: dict[str, Any], seed: int) -> tuple[str, list[str], int, 
         raise SkipRow(f"empty object_name: {obj!r}")
     if not isinstance(pos, list) or not isinstance(neg, list):
         raise SkipRow("positive_attributes and negative_attributes must be lists")
-    types: dict[str, str] = row.get("_types") or {}
+    types: dict[str, tuple[str, ...]] = row.get("_types") or {}
+
+    def kinds(attribute: str) -> tuple[str | None, ...]:
+        return types.get(attribute) or (None,)  # None: untyped (no types file, or not listed in it)
+
     positives = {a for a in pos if isinstance(a, str) and a.strip()}
     negatives = sorted({a for a in neg if isinstance(a, str) and a.strip()} - positives)
-    same_type = {a: [n for n in negatives if types.get(n) == types.get(a)] for a in sorted(positives)}
-    candidates = [a for a, ns in same_type.items() if len(ns) >= N_OPTIONS - 1]
+    if not positives:
+        raise SkipRow("no positive attribute to ask about")
+    if not negatives:
+        raise SkipRow("no negative attribute to draw distractors from")
+    same_type = {(a, t): [n for n in negatives if t in kinds(n)] for a in sorted(positives) for t in kinds(a)}
+    candidates = [k for k, ns in same_type.items() if len(ns) >= N_OPTIONS - 1]
     if not candidates:
-        raise SkipRow(f"no positive attribute has {N_OPTIONS - 1} negative attributes of its type to draw "
-                      f"distractors from ({len(positives)} positive, {len(negatives)} negative)")
+        raise SkipRow(f"no positive attribute has enough negative attributes of one of its types for "
+                      f"{N_OPTIONS - 1} distractors ({len(positives)} positive, {len(negatives)} negative)")
     rng = random.Random(f"{seed}:{row.get('instance_id')}")
-    correct = rng.choice(candidates)
-    options = [correct, *rng.sample(same_type[correct], N_OPTIONS - 1)]
+    correct, kind = rng.choice(candidates)
+    options = [correct, *rng.sample(same_type[correct, kind], N_OPTIONS - 1)]
     rng.shuffle(options)
-    kind = types.get(correct)
     obj = " ".join(obj.split())
     text = (f"What is the {kind} of the {obj} in the red box?" if kind
             else f"Which attribute describes the {obj} in the red box?")
