@@ -36,6 +36,7 @@ Every error names the file and the 1-based line, e.g. ``data.jsonl:7: grounding 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -158,7 +159,15 @@ def _image_size(path: Path) -> tuple[int, int]:
 def _decoded_size(path: Path) -> tuple[int, int]:
     """The image's (width, height), after decoding all of its pixel data: a truncated or corrupt file
     whose header reads fine fails here, at load time, not mid-run. JPEGs decode at 1/8 scale
-    (``draft``), which still reads the whole entropy-coded stream, at a fraction of the cost."""
+    (``draft``), which still reads the whole entropy-coded stream, at a fraction of the cost (3.4 ms for a
+    640x480 noise JPEG, against 0.2 ms for the header alone); an image several lines share (RefCOCO's
+    expressions) is decoded once per file version."""
+    st = path.stat()
+    return _decoded_size_of(str(path), st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=65536)
+def _decoded_size_of(path: str, mtime_ns: int, nbytes: int) -> tuple[int, int]:  # the version keys the cache
     from PIL import Image
 
     with Image.open(path) as im:
