@@ -52,7 +52,7 @@ _API = {
     "Condition": "vrh.experiments.conditions",
     "run_conditions": "vrh.experiments.runner",
     "evaluate_samples": "vrh.experiments.evaluation",
-    "select_eval_samples": "vrh.experiments.evaluation",
+    "select_eval_samples": "vrh.experiments.heldout",
     "get_task": "vrh.tasks",
     "make_scorer": "vrh.scoring",
     "mask_heads": "vrh.core.masking",

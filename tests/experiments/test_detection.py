@@ -192,6 +192,7 @@ def test_an_interrupted_detection_resumes_from_its_kept_batches(tmp_path, monkey
 def test_out_of_memory_retries_the_batch_in_halves(monkeypatch, tiny_checkpoint, tiny_dataset, one_pass, answering):
     import vrh.experiments.detection_batch
     import vrh.experiments.evaluation
+    import vrh.infra.console
     from vrh.experiments.evaluation import evaluate_samples
     from vrh.tasks import get_task
 
@@ -200,7 +201,7 @@ def test_out_of_memory_retries_the_batch_in_halves(monkeypatch, tiny_checkpoint,
     kw = dict(scorers=("out/sum/mean",), max_new_tokens=6, n_overlays=2, one_pass=one_pass)
     single = detect_heads(lm, samples, batch_size=1, **kw)
     said = []
-    monkeypatch.setattr(vrh.experiments.evaluation.console, "print", lambda *a, **k: said.append(" ".join(map(str, a))))
+    monkeypatch.setattr(vrh.infra.console.console, "print", lambda *a, **k: said.append(" ".join(map(str, a))))
     real = getattr(vrh.experiments.detection_batch, answering)  # the call that answers a batch in this mode
 
     def small_only(lm_, images, *args, **kwargs):

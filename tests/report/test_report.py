@@ -93,7 +93,7 @@ def not_random_control():
     everything = [(l, h) for l in range(L) for h in range(H)]
     rc1 = conditions.random_controls(L, H, 1, [0, 1], outside=[(2, 3)])
     rc3 = conditions.random_controls(L, H, 3, [0, 1], outside=everything[3:])
-    return kcurves.random_control_report([rc1, rc3])
+    return kcurves.random_control_report([rc1, rc3]).to_json()
 
 
 def make_sweep(root):
@@ -249,7 +249,8 @@ def test_real_sweep_results_format_renders(tmp_path):
     summaries = {c.label: task.summarize([{"outcome": o, "iou": 0.0} for o in outcomes[c.kind]]) for c in conds}
     res = ConditionResults(conds, summaries=summaries)
     d = _finished(tmp_path / "sw", {"command": "sweep"},
-                  {**kcurves.fold_curves(res, [0, 1]), "random_control": kcurves.random_control_report(controls),
+                  {**kcurves.fold_curves(res, [0, 1]).to_json(),
+                   "random_control": kcurves.random_control_report(controls).to_json(),
                    "conditions": kcurves.conditions_table(res)})
     run = load_run(d)
     secs = [kcurve_section([run]), outcome_section([run])]
@@ -315,7 +316,7 @@ def test_finished_detect_run_renders_as_before(report):
 
     html = report[2]["html"].read_text()
     run = load_run(report[0][0])
-    assert run.finished and run.results["n_scored"] == 2 and run.head_scores["scorer"] == "out/sum/mean"
+    assert run.finished and run.results["n_scored"] == 2 and run.head_scores.scorer == "out/sum/mean"
     assert "det (detect)" not in _section_html(html, "Other runs") and "demo1 (mystery)" in html
     names = [f.name for f in figures(build_sections([run], None))]
     assert names == ["det-heatmap", "det-histogram", "det-overlay-0-s0", "det-overlay-1-s1"]

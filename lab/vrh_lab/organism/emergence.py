@@ -185,7 +185,8 @@ def _mean(xs: list[float]) -> float | None:
 def summarize(records: list[dict[str, Any]], threshold: float = THRESHOLD) -> dict[str, Any]:
     """The results of an emergence run: per phase its step range and its last record's causal test (task,
     top-k heads, accuracy unmasked / top-k zeroed / mean of the random-k seeds, heads above ``threshold``;
-    plus the text map's when the phase also tracked text), and the last phase's figures as ``final``."""
+    plus the text map's when the phase also tracked text), and the last phase's figures as ``final``: the
+    keys of :class:`vrh.runs.EmergenceResults`."""
     phases: dict[str, list[dict[str, Any]]] = {}
     for rec in records:
         phases.setdefault(str(rec.get("phase", "")), []).append(rec)
@@ -206,9 +207,9 @@ def summarize(records: list[dict[str, Any]], threshold: float = THRESHOLD) -> di
                            "n_records": len(recs), "tasks": [t for t in TASKS if any(t in r for r in recs)],
                            "final": final})
     first = records[0] if records else {}
-    return {"n_records": len(records), "k": first.get("k"), "n": first.get("n"), "threshold": threshold,
-            "phases": out_phases, "final": {"phase": out_phases[-1]["phase"], **out_phases[-1]["final"]}
-            if out_phases else None}
+    return runs.EmergenceResults(
+        n_records=len(records), k=first.get("k"), n=first.get("n"), threshold=threshold, phases=out_phases,
+        final={"phase": out_phases[-1]["phase"], **out_phases[-1]["final"]} if out_phases else None).to_json()
 
 
 def write_run(sources: list[str | Path], out: str | Path, overwrite: bool = False) -> dict[str, Any]:

@@ -13,8 +13,8 @@ set once and tags its records for every (method, k) that selects it -- on small 
 Writes ``RUN/detect/`` (a full detection run), ``RUN/config.json``, ``RUN/samples.jsonl`` (one line per
 (condition, sample), labels ``none``, ``top{k}`` (the default method), ``top{k}:{method}``,
 ``random{k}:s{seed}``), ``RUN/compare.md`` (Tab. A9 style), ``RUN/compare.png`` and, last,
-``RUN/results.json`` (schema in :func:`fold`; each condition's ``source`` is ``detect``, relative to the run
-folder). ``--resume`` reuses a finished detection and every finished sample.
+``RUN/results.json`` (:class:`vrh.runs.CompareResults`; each condition's ``source`` is ``detect``, relative to
+the run folder). ``--resume`` reuses a finished detection and every finished sample.
 """
 
 from __future__ import annotations
@@ -75,35 +75,31 @@ class Config(ModelOptions, DataOptions, DetectOptions, MaskOptions, GenerationOp
 
 def fold(res: Any, method_scores: dict[str, Any], ks: list[int], default: str, seeds: tuple[int, ...]
          ) -> dict[str, Any]:
-    """The comparison from the runner's summaries (``res``: :class:`vrh.experiments.runner.ConditionResults`)::
-
-        {"k": [...], "methods": {name: {"accuracy": [...], "parse_failure_rate": [...], "n_positive_heads": n}},
-         "random": {"mean": [...], "std": [...], "accuracy": [[per seed] per k], "seeds": [...],
-                    "n_distinct_sets": [...]},
-         "baseline_accuracy": x, "similarity": {name: {"spearman_vs_default", "kendall_vs_default",
-         "top20_overlap_vs_default", "overlap_k"}}, "best_method_by_k": {"k": [names tied at the lowest
-         accuracy]}, "default_method": name}
-
-    ``method_scores`` maps method name -> ``[L, H]`` scores, in the order the table lists them (the default
-    first).
+    """The comparison's keys of :class:`vrh.runs.CompareResults` from the runner's summaries (``res``:
+    :class:`vrh.experiments.runner.ConditionResults`): ``k``, ``methods`` (a :class:`vrh.runs.MethodCurve`
+    each), ``random`` (the default's random control as ``vrh sweep`` folds it), ``baseline_accuracy``,
+    ``similarity`` to the default, ``best_method_by_k`` (names tied at the lowest accuracy) and
+    ``default_method``. ``method_scores`` maps method name -> ``[L, H]`` scores, in the order the table lists
+    them (the default first).
     """
     from vrh.experiments.method_comparison import FIG7_K, finite_or_none, map_similarity
     from vrh.experiments.kcurves import fold_curves
     from vrh.experiments.runner import ConditionResults
+    from vrh.runs import CompareRandom, MethodCurve
 
     top = {(c.method, c.k): res.summary(c.label) for c in res.conditions if c.kind == "top_k"}
-    methods = {name: {"accuracy": [top[name, k]["accuracy"] for k in ks],
-                      "parse_failure_rate": [top[name, k]["parse_failure_rate"] for k in ks],
-                      "n_positive_heads": int((scores > 0).sum())}
+    methods = {name: MethodCurve(accuracy=[top[name, k]["accuracy"] for k in ks],
+                                 parse_failure_rate=[top[name, k]["parse_failure_rate"] for k in ks],
+                                 n_positive_heads=int((scores > 0).sum()))
                for name, scores in method_scores.items()}
     # the default's curve and its random control, as vrh sweep folds them (other methods' top-k left out)
     own = [c for c in res.conditions if c.kind != "top_k" or c.method == default]
     curves = fold_curves(ConditionResults(own, res.records, res.summaries), seeds)
-    at = [curves["k"].index(k) for k in ks]
-    rnd = curves["random"]
-    random = {"mean": [rnd["mean"][i] for i in at], "std": [rnd["std"][i] for i in at],
-              "accuracy": [rnd["accuracy"][i] for i in at], "seeds": list(seeds),
-              "n_distinct_sets": [rnd["n_distinct_sets"][i] for i in at]}
+    at = [curves.k.index(k) for k in ks]
+    rnd = curves.random
+    random = CompareRandom(mean=[rnd.mean[i] for i in at], std=[rnd.std[i] for i in at],
+                           accuracy=[rnd.accuracy[i] for i in at], seeds=list(seeds),
+                           n_distinct_sets=[rnd.n_distinct_sets[i] for i in at])
     ref = method_scores[default]
     similarity = {}
     for name, scores in method_scores.items():
@@ -113,45 +109,45 @@ def fold(res: Any, method_scores: dict[str, Any], ks: list[int], default: str, s
                             "top20_overlap_vs_default": sim["top20_overlap"], "overlap_k": sim["top20_k"]}
     best = {}
     for i, k in enumerate(ks):
-        low = min(m["accuracy"][i] for m in methods.values())
-        best[str(k)] = [name for name, m in methods.items() if m["accuracy"][i] == low]
-    return {"k": list(ks), "methods": methods, "random": random, "baseline_accuracy": curves["baseline_accuracy"],
+        low = min(m.accuracy[i] for m in methods.values())
+        best[str(k)] = [name for name, m in methods.items() if m.accuracy[i] == low]
+    return {"k": list(ks), "methods": methods, "random": random, "baseline_accuracy": curves.baseline_accuracy,
             "similarity": similarity, "best_method_by_k": best, "default_method": default}
 
 
-def markdown_table(result: dict[str, Any]) -> str:
-    """Tab. A9 style: rows methods, columns k, accuracy (%) after masking; per column the largest causal
-    effect (lowest accuracy) is **bold**, the second <u>underlined</u>; random (mean +- std) and the
-    unmasked model close the table."""
-    ks, methods = result["k"], result["methods"]
-    lines = [f"Accuracy (%) after masking the top-k heads of each method (mask mode: {result.get('mask_mode')}); "
+def markdown_table(result: Any) -> str:
+    """Tab. A9 style (``result``: a :class:`vrh.runs.CompareResults`): rows methods, columns k, accuracy (%)
+    after masking; per column the largest causal effect (lowest accuracy) is **bold**, the second
+    <u>underlined</u>; random (mean +- std) and the unmasked model close the table."""
+    ks, methods = result.k, result.methods
+    lines = [f"Accuracy (%) after masking the top-k heads of each method (mask mode: {result.mask_mode}); "
              "lower = more causal. **Bold**: largest effect, <u>underlined</u>: second.", "",
              "| method | " + " | ".join(f"k={k}" for k in ks) + " |", "|---|" + "---:|" * len(ks)]
-    ranks = [sorted({m["accuracy"][i] for m in methods.values()})[:2] for i in range(len(ks))]
+    ranks = [sorted({m.accuracy[i] for m in methods.values()})[:2] for i in range(len(ks))]
     for name, m in methods.items():
         cells = []
-        for i, a in enumerate(m["accuracy"]):
+        for i, a in enumerate(m.accuracy):
             cell = f"{100 * a:.1f}"
             cells.append(f"**{cell}**" if a == ranks[i][0] else f"<u>{cell}</u>" if a in ranks[i][1:] else cell)
-        label = f"{name} (default)" if name == result["default_method"] else name
+        label = f"{name} (default)" if name == result.default_method else name
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    rnd = result["random"]
-    lines.append("| random | " + " | ".join(f"{100 * m:.1f} ± {100 * s:.1f}" for m, s in zip(rnd["mean"], rnd["std"]))
+    rnd = result.random
+    lines.append("| random | " + " | ".join(f"{100 * m:.1f} ± {100 * s:.1f}" for m, s in zip(rnd.mean, rnd.std))
                  + " |")
-    base = result.get("baseline_accuracy")
+    base = result.baseline_accuracy
     if base is not None:
         lines.append("| unmasked (k=0) | " + " | ".join(f"{100 * base:.1f}" for _ in ks) + " |")
     return "\n".join(lines) + "\n"
 
 
-def save_plot(result: dict[str, Any], path: Path, title: str) -> None:
-    """Accuracy vs k per method, random in grey and the default in red (the report's curve style)."""
+def save_plot(result: Any, path: Path, title: str) -> None:
+    """Accuracy vs k per method (``result``: a :class:`vrh.runs.CompareResults`), random in grey and the
+    default in red (the report's curve style)."""
     from vrh.report.plots import curve_family
 
-    named = {(f"{n} (ours)" if n == result["default_method"] else n): m["accuracy"]
-             for n, m in result["methods"].items()}
-    named["random"] = result["random"]["mean"]
-    path.write_bytes(curve_family(result["k"], named, baseline=result.get("baseline_accuracy"), title=title))
+    named = {(f"{n} (ours)" if n == result.default_method else n): m.accuracy for n, m in result.methods.items()}
+    named["random"] = result.random.mean
+    path.write_bytes(curve_family(result.k, named, baseline=result.baseline_accuracy, title=title))
 
 
 def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
@@ -165,10 +161,11 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
     from vrh.commands._common import load
     from vrh.infra.console import console
     from vrh.experiments.detection import run_detection
-    from vrh.experiments.evaluation import GROUNDING_HINT, load_task_samples, select_eval_samples
+    from vrh.experiments.heldout import GROUNDING_HINT, load_task_samples, select_eval_samples
     from vrh.experiments.kcurves import conditions_table, random_control_report, sweep_conditions
     from vrh.infra.options import DetectOptions, config_record
     from vrh.experiments.runner import run_conditions
+    from vrh.runs import CompareResults
     from vrh.tasks import get_task
 
     t0 = time.time()
@@ -201,22 +198,22 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
             conds += [cond.top_k(scores, k, method=name, mask_mode=cfg.mask_mode, label=f"top{k}:{name}",
                                  source=DETECT_DIR) for k in ks]
     control = random_control_report(controls)
-    for w in control["warnings"]:
+    for w in control.warnings:
         console.print(f"[yellow]warning:[/yellow] {w}")
 
     with run:
         res = run_conditions(lm, task, samples, conds, run, batch_size=cfg.batch_size,
                              max_new_tokens=cfg.max_new_tokens, description=NAME)
-        result = {**fold(res, method_scores, ks, default, cfg.seeds), "conditions": conditions_table(res),
-                  "random_control": control, "mask_mode": cfg.mask_mode, "n_eval": len(samples),
-                  "n_detect": hs.n_scored, "num_heads_total": total,
-                  "method_options": {name: hs.variants[name].get("options") for name in method_scores},
-                  "n_evaluations": res.n_evaluations, "capture_forwards": hs.extra.get("capture_forwards"),
-                  "extra_capture_forwards": hs.extra.get("extra_capture_forwards"), "data": data_info,
-                  "elapsed_seconds": time.time() - t0}
+        result = CompareResults(
+            **fold(res, method_scores, ks, default, cfg.seeds), conditions=conditions_table(res),
+            random_control=control, mask_mode=cfg.mask_mode, n_eval=len(samples), n_detect=hs.n_scored,
+            num_heads_total=total, method_options={name: hs.variants[name].get("options") for name in method_scores},
+            n_evaluations=res.n_evaluations, capture_forwards=hs.extra.get("capture_forwards"),
+            extra_capture_forwards=hs.extra.get("extra_capture_forwards"), data=data_info,
+            elapsed_seconds=time.time() - t0)
         (run.path / TABLE_NAME).write_text(markdown_table(result))
         save_plot(result, run.path / PLOT_NAME, f"{Path(cfg.model).name}: accuracy after masking top-k heads")
-        run.write_results(result)  # last: its presence marks the run finished
-    console.print(f"compare: {len(result['methods'])} methods x k={result['k']} on {len(samples)} held-out samples "
+        run.write_results(result.to_json())  # last: its presence marks the run finished
+    console.print(f"compare: {len(result.methods)} methods x k={result.k} on {len(samples)} held-out samples "
                   f"({res.n_evaluations} distinct head sets) -> {cfg.out}")
-    return result
+    return result.to_json()

@@ -5,7 +5,8 @@ detects heads on the detection samples (``detect/``), sweeps k for the top-k det
 heads outside them on the held-out grounding samples (``sweep_grounding/``), evaluates the VQA set under
 the same masks (``sweep_vqa/``, cross-task), measures sparsity, and builds the report (``report/``).
 Every sub-run is an ordinary run folder (what ``vrh detect`` / ``vrh sweep`` write); the top-level
-``results.json`` carries the headline figures, every one measured in this run.
+``results.json`` carries the headline figures (:func:`vrh.experiments.headline.headline`), every one
+measured in this run.
 
 Rerunning ``vrh demo --out runs/demo`` replaces the previous *demo* run in that folder (the README's
 one-liner must work twice); any other non-empty folder is refused unless ``--overwrite``. ``--resume``
@@ -73,6 +74,7 @@ def is_demo_run(path: str | Path) -> bool:
 
 
 def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
+    import dataclasses
     import time
 
     from vrh import runs
@@ -80,7 +82,8 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
     from vrh.experiments.conditions import check_room
     from vrh.infra.console import console
     from vrh.experiments.detection import run_detection
-    from vrh.experiments.evaluation import select_eval_samples
+    from vrh.experiments.headline import headline
+    from vrh.experiments.heldout import select_eval_samples
     from vrh.experiments.kcurves import run_sweep
     from vrh.infra.options import DetectOptions, config_record
     from vrh.organism.world import write_split
@@ -137,40 +140,14 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
                 config={"command": "sweep", "config": sweep_cfg, "model": lm.describe(), "data": data_info,
                         "task": task.config(), "scorer": method, "part_of": str(out)})
         result = headline(sweeps["grounding"], sweeps["vqa"], k, cfg.seeds, hs.ranking(method)[:k],
-                          sparsity_summary(scores, cfg.sparsity_thresholds), n_detect=cfg.n_detect)
-        result["mask_mode"] = cfg.mask_mode
-        result["elapsed_seconds"] = time.time() - t0
-        run.write_results(result)  # before the report, which reads it
-        result["report"] = str(_report(out, k) / "report.html")
-        run.write_results(result)
+                          sparsity_summary(scores, cfg.sparsity_thresholds), n_detect=cfg.n_detect,
+                          subruns=SUBRUNS, mask_mode=cfg.mask_mode)
+        result = dataclasses.replace(result, elapsed_seconds=time.time() - t0)
+        run.write_results(result.to_json())  # before the report, which reads it
+        result = dataclasses.replace(result, report=str(_report(out, k) / "report.html"))
+        run.write_results(result.to_json())
     _print_summary(result)
-    return result
-
-
-def headline(g: dict[str, Any], v: dict[str, Any], k: int, seeds, top_heads, sparsity: dict[str, Any], *,
-             n_detect: int) -> dict[str, Any]:
-    """The top-level ``results.json`` of a demo from its two sweeps' results (same keys since v0.1)."""
-    i, vi = g["k"].index(k), v["k"].index(k)
-    return {
-        "baseline_accuracy": g["baseline_accuracy"],
-        "k": k,
-        "num_heads_total": g["num_heads_total"],
-        "vrh_masked_accuracy": g["vrh"]["accuracy"][i],
-        "random_masked_accuracy_mean": g["random"]["mean"][i],
-        "random_masked_accuracy_std": g["random"]["std"][i],
-        "random_seeds": list(seeds),
-        "vrh_parse_failure_rate": g["vrh"]["parse_failure_rate"][i],
-        "random_parse_failure_rate_mean": g["random"]["parse_failure_rate_mean"][i],
-        "top_k_heads": [list(h) for h in top_heads],
-        "sparsity": sparsity,
-        "vqa": {"baseline_accuracy": v["baseline_accuracy"], "vrh_masked_accuracy": v["vrh"]["accuracy"][vi],
-                "random_masked_accuracy_mean": v["random"]["mean"][vi]},
-        "k_curve": {"k": g["k"], "vrh": g["vrh"]["accuracy"], "random_mean": g["random"]["mean"]},
-        "n_detect": n_detect,
-        "n_eval": g["conditions"][0]["n"],
-        "random_control": {"grounding": g["random_control"], "vqa": v["random_control"]},
-        "subruns": list(SUBRUNS),
-    }
+    return result.to_json()
 
 
 def _report(out: Path, k: int) -> Path:
@@ -180,25 +157,26 @@ def _report(out: Path, k: int) -> Path:
     return out / "report"
 
 
-def _print_summary(r: dict[str, Any]) -> None:
+def _print_summary(r: Any) -> None:
+    """The headline (a :class:`vrh.runs.DemoResults`) as a console table."""
     from vrh.infra.console import console, print_table
 
     pct = lambda x: f"{100 * x:.1f}%" if x is not None else "-"  # noqa: E731
     rows = [
-        ["grounding, unmasked", pct(r["baseline_accuracy"]), ""],
-        [f"grounding, top-{r['k']} VRHs masked", pct(r["vrh_masked_accuracy"]),
-         f"parse failures {pct(r['vrh_parse_failure_rate'])}"],
-        [f"grounding, {r['k']} random heads masked", pct(r["random_masked_accuracy_mean"]),
-         f"mean of seeds {r['random_seeds']}"],
-        ["VQA, unmasked", pct(r["vqa"]["baseline_accuracy"]), ""],
-        [f"VQA, top-{r['k']} VRHs masked", pct(r["vqa"]["vrh_masked_accuracy"]), ""],
-        [f"VQA, {r['k']} random heads masked", pct(r["vqa"]["random_masked_accuracy_mean"]), ""],
+        ["grounding, unmasked", pct(r.baseline_accuracy), ""],
+        [f"grounding, top-{r.k} VRHs masked", pct(r.vrh_masked_accuracy),
+         f"parse failures {pct(r.vrh_parse_failure_rate)}"],
+        [f"grounding, {r.k} random heads masked", pct(r.random_masked_accuracy_mean),
+         f"mean of seeds {r.random_seeds}"],
+        ["VQA, unmasked", pct(r.vqa.baseline_accuracy), ""],
+        [f"VQA, top-{r.k} VRHs masked", pct(r.vqa.vrh_masked_accuracy), ""],
+        [f"VQA, {r.k} random heads masked", pct(r.vqa.random_masked_accuracy_mean), ""],
     ]
-    s = r["sparsity"]
-    print_table(f"vrh demo: {r['k']} of {r['num_heads_total']} heads masked ({r['elapsed_seconds']:.0f} s)",
+    s = r.sparsity
+    print_table(f"vrh demo: {r.k} of {r.num_heads_total} heads masked ({r.elapsed_seconds:.0f} s)",
                 ["condition", "accuracy", "note"], rows)
     console.print("sparsity: " + ", ".join(f"{100 * f:.0f}% of heads score above {t}"
                                            for t, f in s["fraction_above"].items())
                   + f" (max {s['max']:.3f}, median {s['median']:.3f})")
-    if r.get("report"):
-        console.print(f"report: {r['report']}")
+    if r.report:
+        console.print(f"report: {r.report}")

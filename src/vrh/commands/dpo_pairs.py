@@ -53,6 +53,7 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
     from vrh.experiments.kcurves import conditions_table, random_control_report
     from vrh.infra.options import config_record
     from vrh.experiments.runner import run_conditions
+    from vrh.runs import DpoPairsResults
     from vrh.tasks import get_task
 
     t0 = time.time()
@@ -99,23 +100,21 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
         pairs_path = dpo.write_pairs(run.path / runs.PAIRS, pairs.rows)
         n = len(samples)
         command = dpo.training_command(cfg.out, lm.path, data_info["path"], cfg.heads)
-        result = {"n_samples": n, "n_pairs": len(pairs.rows), "n_dropped": n - len(pairs.rows),
-                  "dropped": dict(pairs.dropped),
-                  "chosen_accuracy": task.summarize(chosen_recs)["accuracy"],
-                  "rejected_accuracy": task.summarize(rejected_recs)["accuracy"],
-                  "chosen_outcomes": dict(Counter(r["outcome"] for r in chosen_recs)),
-                  "rejected_outcomes": dict(Counter(r["outcome"] for r in rejected_recs)),
-                  "kept_rejected_outcomes": dict(pairs.kept_rejected_outcomes),
-                  "negative_policy": policy, "k": cfg.k, "mask_mode": cfg.mask_mode,
-                  "pair_format": dpo.PAIR_FORMAT["name"], "pair_format_version": dpo.PAIR_FORMAT["version"],
-                  "pairs_file": runs.PAIRS,
-                  "conditions": conditions_table(main)[:1 if control is not None else None], "decisions": pairs.decisions,
-                  "training_command": command, "elapsed_seconds": time.time() - t0}
-        if control is not None:
-            result["random_control"] = random_control_report([control])
-        run.write_results(result)
+        result = DpoPairsResults(
+            n_samples=n, n_pairs=len(pairs.rows), n_dropped=n - len(pairs.rows), dropped=dict(pairs.dropped),
+            chosen_accuracy=task.summarize(chosen_recs)["accuracy"],
+            rejected_accuracy=task.summarize(rejected_recs)["accuracy"],
+            chosen_outcomes=dict(Counter(r["outcome"] for r in chosen_recs)),
+            rejected_outcomes=dict(Counter(r["outcome"] for r in rejected_recs)),
+            kept_rejected_outcomes=dict(pairs.kept_rejected_outcomes), negative_policy=policy, k=cfg.k,
+            mask_mode=cfg.mask_mode, pair_format=dpo.PAIR_FORMAT["name"],
+            pair_format_version=dpo.PAIR_FORMAT["version"], pairs_file=runs.PAIRS,
+            conditions=conditions_table(main)[:1 if control is not None else None], decisions=pairs.decisions,
+            training_command=command, elapsed_seconds=time.time() - t0,
+            random_control=random_control_report([control]) if control is not None else None)
+        run.write_results(result.to_json())
     drops = ", ".join(f"{v} {k}" for k, v in pairs.dropped.items()) or "none"
     console.print(f"dpo-pairs: {len(pairs.rows)} pairs from {n} samples (dropped: {drops}) -> {pairs_path}")
     console.print("train with TRL (not a vrh dependency); command on stdout, also in results.json:")
     print(command)  # plain stdout: no console wrapping, so it copies and pipes as is
-    return result
+    return result.to_json()

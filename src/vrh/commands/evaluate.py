@@ -58,9 +58,10 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
     from vrh.commands._common import load
     from vrh.experiments.conditions import head_source
     from vrh.infra.console import console
-    from vrh.experiments.evaluation import select_eval_samples
+    from vrh.experiments.heldout import select_eval_samples
     from vrh.infra.options import config_record
     from vrh.experiments.runner import run_conditions
+    from vrh.runs import EvaluateResults, TaskSummary
     from vrh.tasks import task_from_settings
 
     t0 = time.time()
@@ -78,10 +79,10 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
     with run:
         res = run_conditions(lm, task, samples, [condition], run, batch_size=cfg.batch_size,
                              max_new_tokens=cfg.max_new_tokens, description=NAME)
-        result = {**res.summary(condition.label), "k": condition.k, "mask_mode": cfg.mask_mode,
-                  "masked_heads": [list(h) for h in condition.heads], "heads": head_info,
-                  "condition": condition.to_json(), "elapsed_seconds": time.time() - t0}
-        run.write_results(result)
-    console.print(f"evaluate: accuracy {result['accuracy']:.3f} on {result['n']} samples "
+        result = EvaluateResults(summary=TaskSummary.from_json(res.summary(condition.label)), k=condition.k,
+                                 mask_mode=cfg.mask_mode, masked_heads=[list(h) for h in condition.heads],
+                                 heads=head_info, condition=condition.to_json(), elapsed_seconds=time.time() - t0)
+        run.write_results(result.to_json())
+    console.print(f"evaluate: accuracy {result.summary.accuracy:.3f} on {result.summary.n} samples "
                   f"({len(condition.heads)} heads masked) -> {cfg.out}")
-    return result
+    return result.to_json()

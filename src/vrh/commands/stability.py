@@ -58,7 +58,7 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
     from vrh.commands._common import load
     from vrh.core.heads import check_grid
     from vrh.experiments import stability as st
-    from vrh.experiments.evaluation import select_eval_samples
+    from vrh.experiments.heldout import select_eval_samples
     from vrh.infra.console import console
     from vrh.infra.options import config_record
     from vrh.tasks import get_task
@@ -84,7 +84,7 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
                               max_new_tokens=cfg.max_new_tokens, overwrite=cfg.overwrite, resume=cfg.resume,
                               description=NAME)
     skip = study.token_choice_skipped
-    means = ", ".join(f"n={n}: {m:.2f}" for n, m in zip(result["n_values"], result["topk_overlap_mean"]))
+    means = ", ".join(f"n={n}: {m:.2f}" for n, m in zip(result.n_values, result.topk_overlap_mean))
     console.print(f"stability: top-{cfg.k} overlap {means}"
                   + (f"; token choice skipped ({skip})" if skip else "") + f" -> {cfg.out}")
-    return result
+    return result.to_json()

@@ -35,7 +35,7 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
     from vrh.commands._common import load
     from vrh.experiments.conditions import head_source
     from vrh.infra.console import console
-    from vrh.experiments.evaluation import select_eval_samples
+    from vrh.experiments.heldout import select_eval_samples
     from vrh.core.heads import check_grid
     from vrh.experiments.kcurves import run_sweep
     from vrh.infra.options import config_record
@@ -55,6 +55,6 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
                        resume=cfg.resume, description=f"sweep {cfg.task}",
                        config={"command": NAME, "config": config_record(cfg), "model": lm.describe(),
                                "data": data_info, "task": task.config(), "scorer": src.scorer})
-    console.print(f"sweep ({cfg.task}): {len(result['conditions'])} conditions x {len(samples)} samples "
+    console.print(f"sweep ({cfg.task}): {len(result.conditions)} conditions x {len(samples)} samples "
                   f"-> {cfg.out}")
-    return result
+    return result.to_json()

@@ -12,7 +12,7 @@ overlap, :func:`vrh.experiments.method_comparison.map_similarity`) says the same
 
 Transfer only makes sense between models with the same decoder grid: a different (layers, heads) shape is
 refused up front with both shapes in the message. Samples are held out from both detection runs.
-``results.json`` uses the keys the report reads (:mod:`vrh.report.characterize`).
+``results.json`` is a :class:`vrh.runs.TransferResults`.
 """
 
 from __future__ import annotations
@@ -62,8 +62,9 @@ def _model_name(run_dir: str) -> str | None:
 
 
 def fold(res: Any, k: int) -> dict[str, Any]:
-    """Accuracies and outcome fractions per condition (``res``: :class:`vrh.experiments.runner.ConditionResults`);
-    random ones as mean / std / list over seeds."""
+    """The accuracy keys of :class:`vrh.runs.TransferResults` (``k`` to ``fractions``) from the runner's
+    summaries (``res``: :class:`vrh.experiments.runner.ConditionResults`); random ones as mean / std / list
+    over seeds."""
     import numpy as np
 
     by = {c.label: s for c, s in res.by_condition()}
@@ -88,11 +89,12 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
     from vrh.commands._common import load
     from vrh.experiments.method_comparison import finite_or_none, map_similarity
     from vrh.infra.console import console
-    from vrh.experiments.evaluation import select_eval_samples
+    from vrh.experiments.heldout import select_eval_samples
     from vrh.core.heads import check_grid
     from vrh.experiments.kcurves import conditions_table, random_control_report
     from vrh.infra.options import config_record
     from vrh.experiments.runner import run_conditions
+    from vrh.runs import TransferResults
     from vrh.tasks import task_from_settings
 
     t0 = time.time()
@@ -124,7 +126,7 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
                               method=src_a.scorer, mask_mode=cfg.mask_mode, label="random:s{seed}")
     conds += rc.conditions
     control = random_control_report([rc])
-    for w in control["warnings"]:
+    for w in control.warnings:
         console.print(f"[yellow]warning:[/yellow] {w}")
 
     model_a = _model_name(cfg.heads)
@@ -136,14 +138,15 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
         res = run_conditions(lm, task, samples, conds, run, batch_size=cfg.batch_size,
                              max_new_tokens=cfg.max_new_tokens, description=NAME)
         sim = similarity or {}
-        result = {"model_a": model_a, "model_b": lm.path, **fold(res, cfg.k), "spearman": sim.get("spearman"),
-                  "kendall": sim.get("kendall"), "topk_overlap": sim.get("topk_overlap"), "similarity": similarity,
-                  "transferred_heads": [list(h) for h in transferred.heads], "mask_mode": cfg.mask_mode,
-                  "conditions": conditions_table(res), "random_control": control, "n": len(samples),
-                  "elapsed_seconds": time.time() - t0}
-        run.write_results(result)
-    own = result["own_heads_accuracy"]
-    console.print(f"transfer: B unmasked {result['baseline_accuracy']:.3f}, A's top-{cfg.k} "
-                  f"{result['transferred_heads_accuracy']:.3f}, own {'-' if own is None else f'{own:.3f}'}, "
-                  f"random {result['random_accuracy_mean']:.3f} -> {cfg.out}")
-    return result
+        result = TransferResults(
+            model_a=model_a, model_b=lm.path, **fold(res, cfg.k), spearman=sim.get("spearman"),
+            kendall=sim.get("kendall"), topk_overlap=sim.get("topk_overlap"), similarity=similarity,
+            transferred_heads=[list(h) for h in transferred.heads], mask_mode=cfg.mask_mode,
+            conditions=conditions_table(res), random_control=control, n=len(samples),
+            elapsed_seconds=time.time() - t0)
+        run.write_results(result.to_json())
+    own = result.own_heads_accuracy
+    console.print(f"transfer: B unmasked {result.baseline_accuracy:.3f}, A's top-{cfg.k} "
+                  f"{result.transferred_heads_accuracy:.3f}, own {'-' if own is None else f'{own:.3f}'}, "
+                  f"random {result.random_accuracy_mean:.3f} -> {cfg.out}")
+    return result.to_json()

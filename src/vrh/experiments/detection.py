@@ -45,7 +45,7 @@ from vrh.infra.console import console, progress, report_skipped
 from vrh.data import Sample, split_detect_eval
 from vrh.infra.distributed import my_batches, world
 from vrh.experiments.detection_batch import BatchState, DetectSettings, EXTRA_PASSES, detect_batch, make_scorers
-from vrh.experiments.evaluation import GROUNDING_HINT, load_task_samples
+from vrh.experiments.heldout import GROUNDING_HINT, load_task_samples
 from vrh.infra.oom import halving_on_oom
 from vrh.core.heads import rank_heads
 from vrh.models.loading import LoadedModel
@@ -271,9 +271,9 @@ def run_detection(lm: LoadedModel, data: str | Path, out: str | Path, opts: Dete
         run.replace_samples(found.records)  # sample order, with resumed batches and every rank's
         write_detection(run, found)
         hs = found.head_scores
-        run.write_results({"n_scored": hs.n_scored, "n_skipped": len(hs.skipped), "scorer": hs.scorer,
-                           "top_heads": hs.variants[hs.scorer]["ranking"][:20],
-                           "elapsed_seconds": hs.extra["elapsed_seconds"]})
+        run.write_results(runs.DetectResults(n_scored=hs.n_scored, n_skipped=len(hs.skipped), scorer=hs.scorer,
+                                             top_heads=hs.variants[hs.scorer]["ranking"][:20],
+                                             elapsed_seconds=hs.extra["elapsed_seconds"]).to_json())
         runs.clear_batch_states(run)
     if world().is_main:  # once per run, not once per process
         console.print(f"detect: {hs.n_scored} samples scored, {len(hs.skipped)} skipped -> {out}")

@@ -18,6 +18,7 @@ import torch
 from vrh.experiments import conditions as cond
 from vrh.experiments.conditions import Condition, RandomControl
 from vrh.experiments.runner import ConditionResults
+from vrh.runs import ControlEntry, KCurves, RandomControlReport, RandomCurve, SweepResults, VrhCurve
 
 
 def sweep_conditions(scores: torch.Tensor, ks: Sequence[int], seeds: Sequence[int], *, method: str,
@@ -45,13 +46,9 @@ def sweep_conditions(scores: torch.Tensor, ks: Sequence[int], seeds: Sequence[in
     return out, controls
 
 
-def fold_curves(res: ConditionResults, seeds: Sequence[int]) -> dict[str, Any]:
-    """k-curves from the runner's summaries: top-k accuracy per k, random accuracy per (k, seed).
-
-    ``{"k": [...], "baseline_accuracy": x, "vrh": {"accuracy", "parse_failure_rate", "fractions"},
-    "random": {"seeds", "accuracy": [[per seed] per k], "mean", "std", "parse_failure_rate_mean",
-    "fractions_mean", "n_distinct_sets"}}``; k = 0 is the unmasked model for both.
-    """
+def fold_curves(res: ConditionResults, seeds: Sequence[int]) -> KCurves:
+    """k-curves from the runner's summaries: top-k accuracy per k, random accuracy per (k, seed); k = 0 is the
+    unmasked model for both (:class:`vrh.runs.KCurves`: the keys of a sweep's ``results.json``)."""
     by = res.by_condition()
     ks = sorted({c.k for c, _ in by})
     base = next((s for c, s in by if c.kind == "none"), None)
@@ -78,8 +75,8 @@ def fold_curves(res: ConditionResults, seeds: Sequence[int]) -> dict[str, Any]:
         rnd["fractions_mean"].append({key: float(np.mean([s["fractions"].get(key, 0.0) for s in r]))
                                       for key in keys} if r else None)
         rnd["n_distinct_sets"].append(distinct if r else 0)
-    return {"k": ks, "baseline_accuracy": base["accuracy"] if base else None, "vrh": vrh,
-            "random": {"seeds": list(seeds), **rnd}}
+    return KCurves(k=ks, baseline_accuracy=base["accuracy"] if base else None, vrh=VrhCurve(**vrh),
+                   random=RandomCurve(seeds=list(seeds), **rnd))
 
 
 def conditions_table(res: ConditionResults) -> list[dict[str, Any]]:
@@ -87,10 +84,10 @@ def conditions_table(res: ConditionResults) -> list[dict[str, Any]]:
     return [{**c.to_json(), **s} for c, s in res.by_condition()]
 
 
-def random_control_report(controls: Sequence[RandomControl]) -> dict[str, Any]:
+def random_control_report(controls: Sequence[RandomControl]) -> RandomControlReport:
     """What the random controls could draw, with every warning (also printed by the commands)."""
-    return {"per_k": [rc.to_json() for rc in controls],
-            "warnings": [w for rc in controls for w in rc.warnings]}
+    return RandomControlReport(per_k=[ControlEntry(**rc.to_json()) for rc in controls],
+                               warnings=[w for rc in controls for w in rc.warnings])
 
 
 
@@ -98,7 +95,7 @@ def run_sweep(lm: Any, task: Any, samples: Sequence[Any], scores: torch.Tensor, 
               ks: Sequence[int], seeds: Sequence[int], method: str, config: dict[str, Any], source: str | None = None,
               exclude_layers: Sequence[int] = (), mask_mode: str = "zero", batch_size: int = 16,
               max_new_tokens: int = 64, overwrite: bool = False, resume: bool = False,
-              description: str = "sweep") -> dict[str, Any]:
+              description: str = "sweep") -> SweepResults:
     """Write one sweep run folder ``out``: conditions from ``scores`` (``[L, H]``, ranked by ``method``),
     each evaluated on ``samples`` through the runner, then ``results.json``; returns the results.
 
@@ -106,8 +103,8 @@ def run_sweep(lm: Any, task: Any, samples: Sequence[Any], scores: torch.Tensor, 
     clears a previous run. ``config`` is what ``config.json`` records besides the conditions (``command``,
     ``config``, ``model``, ``data``, ...); ``resume`` continues an interrupted run with the same config.
     ``vrh sweep`` and ``vrh demo``'s sweep sub-runs both write through here, so their results carry the
-    same keys: ``task``, ``num_heads_total``, the k-curves of :func:`fold_curves`, ``conditions``,
-    ``random_control`` and ``elapsed_seconds``.
+    same keys (:class:`vrh.runs.SweepResults`): ``task``, ``num_heads_total``, the k-curves of
+    :func:`fold_curves`, ``conditions``, ``random_control`` and ``elapsed_seconds``.
     """
     import time
 
@@ -120,14 +117,16 @@ def run_sweep(lm: Any, task: Any, samples: Sequence[Any], scores: torch.Tensor, 
     conds, controls = sweep_conditions(scores, ks, seeds, method=method, exclude_layers=exclude_layers,
                                        mask_mode=mask_mode, source=source)
     control = random_control_report(controls)
-    for w in control["warnings"]:
+    for w in control.warnings:
         console.print(f"[yellow]warning:[/yellow] {w}")
     with RunFolder(out, overwrite=overwrite, resume=resume) as run:
         run.write_config({**config, "conditions": [c.to_json() for c in conds]})
         res = run_conditions(lm, task, samples, conds, run, batch_size=batch_size, max_new_tokens=max_new_tokens,
                              description=description)
-        result = {"task": task.name, "num_heads_total": int(L * H), **fold_curves(res, seeds),
-                  "conditions": conditions_table(res), "random_control": control,
-                  "elapsed_seconds": time.time() - t0}
-        run.write_results(result)
+        curves = fold_curves(res, seeds)
+        result = SweepResults(task=task.name, num_heads_total=int(L * H), k=curves.k,
+                              baseline_accuracy=curves.baseline_accuracy, vrh=curves.vrh, random=curves.random,
+                              conditions=conditions_table(res), random_control=control,
+                              elapsed_seconds=time.time() - t0)
+        run.write_results(result.to_json())
     return result

@@ -49,7 +49,7 @@ from typing import Any
 
 from vrh import runs
 from vrh.data import Sample
-from vrh.experiments.evaluation import GROUNDING_HINT, load_task_samples
+from vrh.experiments.heldout import GROUNDING_HINT, load_task_samples
 from vrh.tasks.base import CORRECT
 
 PAIR_FORMAT = {

@@ -13,7 +13,7 @@ Token choice (Fig. 8b) needs the model: :func:`token_choice_conditions` masks th
 heads drawn outside out's top-k, and :func:`draw_conditions` the top-k of the first draws at each ``n``
 (the accuracy form of Fig. 8c). Both are plain :class:`~vrh.experiments.conditions.Condition` lists for
 :func:`vrh.experiments.runner.run_conditions`; :func:`fold_token_choice` and :func:`fold_draw_accuracy` read its
-summaries back into the results keys the report reads.
+summaries back into the keys of :class:`vrh.runs.StabilityResults`.
 
 ``vrh stability`` is :func:`sample_size_study` (the curve, from the detection run alone), then, with a model,
 :func:`stability_conditions` masked by :func:`run_stability`, which writes the run folder.
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -115,22 +115,22 @@ def fold_draw_accuracy(res: ConditionResults, n_values: Sequence[int], draws: in
     return {"accuracy_mean": [float(np.mean(a)) for a in accs], "accuracy_std": [float(np.std(a)) for a in accs]}
 
 
-def fold_token_choice(res: ConditionResults, k: int) -> dict[str, Any]:
-    """The ``token_choice`` block (report keys) from the summaries of ``none``, ``rand1``, ``out`` and the
-    ``random:s*`` conditions; random accuracy is None when no random set could be drawn."""
+def fold_token_choice(res: ConditionResults, k: int) -> runs.TokenChoice:
+    """The ``token_choice`` block from the summaries of ``none``, ``rand1``, ``out`` and the ``random:s*``
+    conditions; random accuracy is None when no random set could be drawn."""
     by = {c.label: (c, s) for c, s in res.by_condition()}
     (r1c, r1), (oc, o), (_, base) = by["rand1"], by["out"], by["none"]
     rnd = [(c, s) for c, s in res.by_condition() if c.kind == "random"]
     accs = [s["accuracy"] for _, s in rnd]
-    return {"rand1_accuracy": r1["accuracy"], "out_accuracy": o["accuracy"],
-            "random_accuracy": float(np.mean(accs)) if accs else None,
-            "random_accuracy_std": float(np.std(accs)) if accs else None,
-            "baseline_accuracy": base["accuracy"],
-            "rand1_out_topk_overlap": len(set(r1c.heads) & set(oc.heads)) / k,
-            "rand1_heads": [list(h) for h in r1c.heads], "out_heads": [list(h) for h in oc.heads],
-            "random_seeds": [c.seed for c, _ in rnd], "random_heads": [[list(h) for h in c.heads] for c, _ in rnd],
-            "fractions": {"baseline": base["fractions"], "rand1": r1["fractions"], "out": o["fractions"],
-                          "random": [s["fractions"] for _, s in rnd]}}
+    return runs.TokenChoice(
+        rand1_accuracy=r1["accuracy"], out_accuracy=o["accuracy"],
+        random_accuracy=float(np.mean(accs)) if accs else None,
+        random_accuracy_std=float(np.std(accs)) if accs else None, baseline_accuracy=base["accuracy"],
+        rand1_out_topk_overlap=len(set(r1c.heads) & set(oc.heads)) / k,
+        rand1_heads=[list(h) for h in r1c.heads], out_heads=[list(h) for h in oc.heads],
+        random_seeds=[c.seed for c, _ in rnd], random_heads=[[list(h) for h in c.heads] for c, _ in rnd],
+        fractions={"baseline": base["fractions"], "rand1": r1["fractions"], "out": o["fractions"],
+                   "random": [s["fractions"] for _, s in rnd]})
 
 
 # --- the stability run: the curve from the detection run, then (with a model) the masked conditions ---------
@@ -146,7 +146,7 @@ class StabilityStudy:
     per_sample: torch.Tensor  # (N, L, H)
     k: int
     seed: int
-    result: dict[str, Any]  # the results.json keys known without a model, in their order
+    result: runs.StabilityResults  # what is known without a model (the rest None until run_stability)
     drawn: list[list[list[Head]]]  # drawn[n][b]: the top-k of draw b at the n-th kept n
     token_choice_skipped: str | None  # why Fig. 8b's comparison does not run; None: it runs
     started: float = field(default_factory=time.time)
@@ -166,11 +166,11 @@ def sample_size_study(heads_run: str | Path, scorer: str | None, k: int, n_value
     per_sample = runs.read_sample_scores(heads_run, sc.name)  # (N, L, H)
     curve = overlap_curve(per_sample, sc.omega, sc.m, k, n_values, bootstrap, seed)
     reference, drawn = curve.pop("reference"), curve.pop("heads")
-    result: dict[str, Any] = {
-        "scorer": sc.name, "omega": sc.omega, "k": k, "bootstrap": bootstrap,
-        "n_total": int(per_sample.shape[0]), **curve, "mask_mode": mask_mode,
-        "reference_heads": [list(h) for h in top_k(reference, k)],
-        "reference_matches_head_scores": bool(torch.allclose(reference, hs.scores(sc.name), atol=1e-5))}
+    result = runs.StabilityResults(
+        scorer=sc.name, omega=sc.omega, k=k, bootstrap=bootstrap, n_total=int(per_sample.shape[0]), **curve,
+        mask_mode=mask_mode, reference_heads=[list(h) for h in top_k(reference, k)],
+        reference_matches_head_scores=bool(torch.allclose(reference, hs.scores(sc.name), atol=1e-5)),
+        elapsed_seconds=None)
     missing = [s for s in TOKEN_CHOICE_SCORERS if s not in hs.variants]
     skip = None
     if missing:
@@ -193,7 +193,7 @@ def stability_conditions(study: StabilityStudy, seeds: Sequence[int], accuracy_d
                                               exclude_layers=exclude_layers, mask_mode=mask_mode,
                                               source=study.heads_run)
         conditions += tc
-    conditions += draw_conditions(study.drawn, study.result["n_values"], study.k, accuracy_draws,
+    conditions += draw_conditions(study.drawn, study.result.n_values, study.k, accuracy_draws,
                                   method=study.scorer.name, seed=study.seed, mask_mode=mask_mode,
                                   source=study.heads_run)
     return conditions, control
@@ -202,12 +202,12 @@ def stability_conditions(study: StabilityStudy, seeds: Sequence[int], accuracy_d
 def run_stability(lm: Any, task: Task, samples: Sequence[Any], study: StabilityStudy, conditions: list[Condition],
                   control: RandomControl | None, out: str | Path, *, config: dict[str, Any], accuracy_draws: int = 0,
                   batch_size: int = 16, max_new_tokens: int = 64, overwrite: bool = False, resume: bool = False,
-                  description: str = "stability") -> dict[str, Any]:
+                  description: str = "stability") -> runs.StabilityResults:
     """Write the stability run folder ``out``: ``config`` plus the conditions in ``config.json``, every
     condition evaluated on ``samples`` through the runner (none: the curve only), ``results.json``."""
     from vrh.experiments.runner import run_conditions
 
-    result = dict(study.result)
+    result = study.result
     run = runs.RunFolder(out, resume=resume, overwrite=overwrite)
     run.write_config({**config, "conditions": [c.to_json() for c in conditions],
                       "token_choice_skipped": study.token_choice_skipped})
@@ -215,20 +215,17 @@ def run_stability(lm: Any, task: Task, samples: Sequence[Any], study: StabilityS
         if conditions:
             res = run_conditions(lm, task, samples, conditions, run, batch_size=batch_size,
                                  max_new_tokens=max_new_tokens, description=description)
-            result["n_eval"] = len(samples)
-            result["baseline_accuracy"] = res.summary("none")["accuracy"]
-            result["conditions"] = conditions_table(res)
+            result = replace(result, n_eval=len(samples), baseline_accuracy=res.summary("none")["accuracy"],
+                             conditions=conditions_table(res))
             if study.token_choice_skipped is None and control is not None:
-                result["token_choice"] = fold_token_choice(res, study.k)
-                result["random_control"] = random_control_report([control])
+                result = replace(result, token_choice=fold_token_choice(res, study.k),
+                                 random_control=random_control_report([control]))
                 for w in control.warnings:
                     console.print(f"[yellow]warning:[/yellow] {w}")
             if accuracy_draws:
-                result.update(fold_draw_accuracy(res, result["n_values"], accuracy_draws))
-                result["accuracy_draws"] = accuracy_draws
-        if study.token_choice_skipped is not None:
-            result["token_choice"] = None
-            result["token_choice_skipped"] = study.token_choice_skipped
-        result["elapsed_seconds"] = time.time() - study.started
-        run.write_results(result)
+                result = replace(result, **fold_draw_accuracy(res, result.n_values, accuracy_draws),
+                                 accuracy_draws=accuracy_draws)
+        result = replace(result, token_choice_skipped=study.token_choice_skipped,
+                         elapsed_seconds=time.time() - study.started)
+        run.write_results(result.to_json())
     return result

@@ -31,36 +31,11 @@ organism's training log, :mod:`vrh.report.emergence`), DPO preference pairs (``d
 A run folder that names sub-runs (a demo) brings them into the report (:func:`vrh.report.load.load_runs`),
 and a demo's finding is the first line under the title: what a reader opens the report for.
 
-Expected ``results.json`` of commands still being written -- match these, every key is optional
-(accuracies are fractions in [0, 1]):
-
-``transfer`` (heads detected in ``model_a``, masked at the same indices in ``model_b``)::
-
-    {"model_a": "qwen2.5-vl-7b", "model_b": "internvl3-8b", "k": 20,
-     "baseline_accuracy": 0.93,            # model_b unmasked
-     "own_heads_accuracy": 0.09,           # model_b, its own top-k masked
-     "transferred_heads_accuracy": 0.15,   # model_b, model_a's top-k masked
-     "random_accuracy_mean": 0.92,         # model_b, k random heads (mean over seeds)
-     "spearman": 0.61, "kendall": 0.45, "topk_overlap": 0.55}   # score-map agreement
-
-  A per-k variant is also drawn: ``"k": [1, 5, 20]`` with the four ``*_accuracy*`` keys as lists.
-
-``stability``::
-
-    {"n_values": [5, 10, 50, 200], "topk_overlap_mean": [...], "topk_overlap_std": [...], "k": 20,
-     "accuracy_mean": [...],               # optional: accuracy after masking the top-k found with n
-     "token_choice": {"rand1_accuracy": x, "out_accuracy": x, "random_accuracy": x,
-                      "baseline_accuracy": x}}   # baseline optional
-
-``compare``::
-
-    {"k": [5, 10, 20, 50], "baseline_accuracy": x, "default_method": "VRH (ours)",   # both optional
-     "methods": {"VRH (ours)": {"accuracy": [...]}, "retrieval heads": {"accuracy": [...]}},
-     "random": {"mean": [...], "std": [...]}}         # std optional
-
-The comparison's ``default_method`` (else a method named like "vrh", "ours" or "own") is drawn red,
-"random" grey; methods with identical accuracies share one line. A ``demo`` run gets the headline
-section; any other command lands in "Other runs" until a renderer is added here.
+Each run's ``results.json`` is read as its command's typed value; the schema of every kind (keys, their
+order and meaning, what an old or partial file reads as) lives in :mod:`vrh.runs.results` and
+:mod:`vrh.runs.results_characterize`. The comparison's ``default_method`` (else a method named like "vrh",
+"ours" or "own") is drawn red, "random" grey; methods with identical accuracies share one line. A ``demo``
+run gets the headline section; any other command lands in "Other runs" until a renderer is added here.
 """
 
 from __future__ import annotations

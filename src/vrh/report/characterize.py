@@ -1,9 +1,10 @@
 """Report sections for the characterisation runs (transfer, stability, compare) and for commands the
 report does not know.
 
-The expected ``results.json`` formats are documented in :mod:`vrh.report.build`. Every key is optional:
-a missing number shows as an en dash, a missing series simply drops its figure, so a run written by a
-slightly different version of a command still renders instead of breaking the whole report.
+Each run's results are its command's typed value (:mod:`vrh.runs.results`: ``DemoResults``,
+``TransferResults``, ``StabilityResults``, ``CompareResults``). Every key may be missing (it then reads as
+None): a missing number shows as an en dash, a missing series simply drops its figure, so a run written by
+a slightly different version of a command still renders instead of breaking the whole report.
 """
 
 from __future__ import annotations
@@ -12,11 +13,11 @@ import numpy as np
 
 from vrh.report import plots
 from vrh.report.document import Fig, Section, Table, Text, slug
-from vrh.report.load import Run, at, is_num, model_pair, num, pct, pm, short
+from vrh.report.load import Run, at, is_num, model_pair, num, or_missing, pct, pm, short
 from vrh.report.notes import random_control_blocks
 from vrh.report.sections import recorded_sparsity, sparsity_thresholds
 from vrh.report.style import RANDOM_COLOR, VRH_COLOR, VRH_LIGHT
-from vrh.runs import RESULTS
+from vrh.runs import RESULTS, CompareRandom, DemoVqa, TransferResults
 from vrh.experiments.sparsity import sparsity_summary
 
 ACCURACY_KEYS = ("baseline_accuracy", "random_accuracy_mean", "own_heads_accuracy", "transferred_heads_accuracy")
@@ -29,14 +30,14 @@ def headline_lines(runs: list[Run]) -> list[Text]:
     masked vs k random heads vs unmasked (then VQA), every number from the demo's results. A demo without
     its masked accuracy (one that did not finish) has no finding to state."""
     out = []
-    for run in (r for r in runs if r.command == "demo" and is_num(r.res.get("vrh_masked_accuracy"))):
-        r, vqa = run.res, run.res.get("vqa") if isinstance(run.res.get("vqa"), dict) else {}
-        k = r.get("k", "?")
-        text = (f"{run.name} (grounding): top-{k} VRHs masked → {pct(r.get('vrh_masked_accuracy'))}% vs {k} random "
-                f"heads {pct(r.get('random_masked_accuracy_mean'))}% (unmasked {pct(r.get('baseline_accuracy'))}%)")
-        if vqa:
-            text += (f"; VQA: {pct(vqa.get('vrh_masked_accuracy'))}% vs {pct(vqa.get('random_masked_accuracy_mean'))}% "
-                     f"(unmasked {pct(vqa.get('baseline_accuracy'))}%)")
+    for run in (r for r in runs if r.command == "demo" and is_num(r.res.vrh_masked_accuracy)):
+        r, vqa = run.res, run.res.vqa  # a DemoResults
+        k = or_missing(r.k, "?")
+        text = (f"{run.name} (grounding): top-{k} VRHs masked → {pct(r.vrh_masked_accuracy)}% vs {k} random "
+                f"heads {pct(r.random_masked_accuracy_mean)}% (unmasked {pct(r.baseline_accuracy)}%)")
+        if vqa is not None and not vqa.is_empty():
+            text += (f"; VQA: {pct(vqa.vrh_masked_accuracy)}% vs {pct(vqa.random_masked_accuracy_mean)}% "
+                     f"(unmasked {pct(vqa.baseline_accuracy)}%)")
         out.append(Text(text + "."))
     return out
 
@@ -48,24 +49,25 @@ def demo_section(runs: list[Run]) -> Section | None:
         return None
     s = Section("Headline (vrh demo)")
     for run in demos:
-        r = run.res
-        k, total = r.get("k"), r.get("num_heads_total")
-        vqa = r.get("vqa") or {}
-        rows = [["grounding, unmasked", pct(r.get("baseline_accuracy")), ""],
-                [f"grounding, top-{k} VRHs masked", pct(r.get("vrh_masked_accuracy")),
-                 f"parse failures {pct(r.get('vrh_parse_failure_rate'))} %"],
-                [f"grounding, {k} random heads masked", pm(r.get("random_masked_accuracy_mean"),
-                                                          r.get("random_masked_accuracy_std")),
-                 f"mean ± std over seeds {r.get('random_seeds')}"],
-                ["VQA, unmasked", pct(vqa.get("baseline_accuracy")), ""],
-                [f"VQA, top-{k} VRHs masked", pct(vqa.get("vrh_masked_accuracy")), ""],
-                [f"VQA, {k} random heads masked", pct(vqa.get("random_masked_accuracy_mean")), ""]]
+        r = run.res  # a DemoResults
+        k, total = r.k, r.num_heads_total
+        vqa = r.vqa or DemoVqa.empty()
+        rows = [["grounding, unmasked", pct(r.baseline_accuracy), ""],
+                [f"grounding, top-{k} VRHs masked", pct(r.vrh_masked_accuracy),
+                 f"parse failures {pct(r.vrh_parse_failure_rate)} %"],
+                [f"grounding, {k} random heads masked", pm(r.random_masked_accuracy_mean,
+                                                          r.random_masked_accuracy_std),
+                 f"mean ± std over seeds {r.random_seeds}"],
+                ["VQA, unmasked", pct(vqa.baseline_accuracy), ""],
+                [f"VQA, top-{k} VRHs masked", pct(vqa.vrh_masked_accuracy), ""],
+                [f"VQA, {k} random heads masked", pct(vqa.random_masked_accuracy_mean), ""]]
         s.add(Text(f"{run.name}: {k} of {total} heads masked; top-{k} heads (layer, head): "
-                   + " ".join(f"({l},{h})" for l, h in r.get("top_k_heads") or [])))
+                   + " ".join(f"({l},{h})" for l, h in r.top_k_heads or [])))
         s.add(Table(["condition", "accuracy (%)", "note"], rows))
         s.add(*random_control_blocks(run))
         s.add(*_demo_sparsity(run, runs))
     return s
+
 
 
 def _demo_sparsity(run: Run, runs: list[Run]) -> list:
@@ -75,25 +77,30 @@ def _demo_sparsity(run: Run, runs: list[Run]) -> list:
     if recorded_sparsity(run):  # th.values are the demo's own
         fr, counts, where = recorded_sparsity(run), recorded_sparsity(run, "count_above"), ""
     else:
-        det = next((r for r in runs if r.command == "detect" and r.part_of == run.name and r.head_scores
-                    and r.head_scores.get("scores") is not None), None)
+        det = next((r for r in runs if r.command == "detect" and r.part_of == run.name and r.head_scores is not None
+                    and r.head_scores.score_map() is not None), None)
         if det is None:
             return []
-        sp = sparsity_summary(np.asarray(det.head_scores["scores"], dtype=float), th.values)
+        sp = sparsity_summary(np.asarray(det.head_scores.score_map(), dtype=float), th.values)
         fr, counts, where = sp["fraction_above"], sp["count_above"], f", computed from {det.name}'s scores"
     return [Table(["sparsity: heads scoring above", "heads (%)", "count"],
                   [[f"{t:g}", pct(fr.get(t)), num(counts.get(t), "d")] for t in th.values],
                   f"{run.name}: {th.describe()}{where}")]
 
 
-def _pair(r: dict) -> str:
+def _pair(r: TransferResults) -> str:
     """``A → B`` with checkpoint paths shortened to their folder names (:func:`vrh.report.load.model_pair`)."""
-    return " → ".join(model_pair(r.get("model_a", "?"), r.get("model_b", "?")))
+    return " → ".join(model_pair(or_missing(r.model_a, "?"), or_missing(r.model_b, "?")))
 
 
-def _per_k(r: dict) -> bool:
+def _accuracies(r: TransferResults) -> dict[str, object]:
+    """The accuracy keys of a transfer (:data:`ACCURACY_KEYS`), as written."""
+    return {key: getattr(r, key) for key in ACCURACY_KEYS}
+
+
+def _per_k(r: TransferResults) -> bool:
     """A per-k transfer (``k`` and the accuracies as lists) rather than one k."""
-    return isinstance(r.get("k"), list) or any(isinstance(r.get(key), list) for key in ACCURACY_KEYS[1:])
+    return isinstance(r.k, list) or any(isinstance(getattr(r, key), list) for key in ACCURACY_KEYS[1:])
 
 
 def _ran(value) -> bool:
@@ -110,37 +117,38 @@ def transfer_section(runs: list[Run]) -> Section | None:
                "(layer, head) indices in model B and compared with masking B's own top-k VRHs (when B's own "
                "detection was given) and k random heads. Rank agreement of the two score maps: Spearman, "
                "Kendall and top-k overlap."))
-    scalar = [r for r in trs if not _per_k(r.res) and any(_ran(r.res.get(key)) for key in ACCURACY_KEYS)]
+    scalar = [r for r in trs if not _per_k(r.res) and any(_ran(v) for v in _accuracies(r.res).values())]
     if scalar:
-        groups = [f"{_pair(r.res)}\n(k={r.res.get('k', '?')})" for r in scalar]
-        shown = [label for key, label, *_ in plots.TRANSFER_BARS if any(_ran(r.res.get(key)) for r in scalar)]
-        s.add(Fig("transfer-bars", plots.transfer_bars(groups, [r.res for r in scalar], title="Cross-model masking"),
+        groups = [f"{_pair(r.res)}\n(k={or_missing(r.res.k, '?')})" for r in scalar]
+        shown = [label for key, label, *_ in plots.TRANSFER_BARS if any(_ran(getattr(r.res, key)) for r in scalar)]
+        s.add(Fig("transfer-bars", plots.transfer_bars(groups, [_accuracies(r.res) for r in scalar],
+                                                       title="Cross-model masking"),
                   "Accuracy of model B: " + ", ".join(shown) + "."))
         for run in scalar:
             s.add(*random_control_blocks(run))
     for run in (r for r in trs if _per_k(r.res)):
-        r = run.res  # per-k variant: lists aligned with r["k"]
-        longest = max((len(r[key]) for key in ACCURACY_KEYS if isinstance(r.get(key), list)), default=0)
-        ks = r.get("k") if isinstance(r.get("k"), list) else list(range(longest))
-        curves = {"own VRHs": r.get("own_heads_accuracy"), "transferred VRHs": r.get("transferred_heads_accuracy"),
-                  "random heads": r.get("random_accuracy_mean")}
+        r = run.res  # per-k variant: lists aligned with r.k
+        longest = max((len(v) for v in _accuracies(r).values() if isinstance(v, list)), default=0)
+        ks = r.k if isinstance(r.k, list) else list(range(longest))
+        curves = {"own VRHs": r.own_heads_accuracy, "transferred VRHs": r.transferred_heads_accuracy,
+                  "random heads": r.random_accuracy_mean}
         curves = {n: c for n, c in curves.items() if isinstance(c, list) and _ran(c)}
         if not curves:
             continue
         s.add(Fig(f"{slug(run.name)}-transfer", plots.curve_family(
             ks, curves,
-            baseline=r.get("baseline_accuracy"), title=f"{run.name}: {_pair(r)}"), "Accuracy of model B vs k."))
+            baseline=r.baseline_accuracy, title=f"{run.name}: {_pair(r)}"), "Accuracy of model B vs k."))
         s.add(*random_control_blocks(run))
-    own_ran = any(_ran(run.res.get("own_heads_accuracy")) for run in trs)
+    own_ran = any(_ran(run.res.own_heads_accuracy) for run in trs)
     rows = []
     for run in trs:
         r = run.res
-        one = (lambda key: r.get(key)[-1] if isinstance(r.get(key), list) and r.get(key) else r.get(key))
-        rows.append([run.name, _pair(r), str(one("k")), pct(r.get("baseline_accuracy")),
-                     pm(one("random_accuracy_mean"), one("random_accuracy_std"))]
-                    + ([pct(one("own_heads_accuracy"))] if own_ran else [])
-                    + [pct(one("transferred_heads_accuracy")), num(r.get("spearman"), ".3f"),
-                       num(r.get("kendall"), ".3f"), pct(r.get("topk_overlap"))])
+        one = (lambda v: v[-1] if isinstance(v, list) and v else v)
+        rows.append([run.name, _pair(r), str(one(r.k)), pct(r.baseline_accuracy),
+                     pm(one(r.random_accuracy_mean), one(r.random_accuracy_std))]
+                    + ([pct(one(r.own_heads_accuracy))] if own_ran else [])
+                    + [pct(one(r.transferred_heads_accuracy)), num(r.spearman, ".3f"),
+                       num(r.kendall, ".3f"), pct(r.topk_overlap)])
     columns = (["run", "heads of A → masked in B", "k", "unmasked (%)", "random (%) mean ± std"]
                + (["own VRHs (%)"] if own_ran else [])
                + ["transferred VRHs (%)", "Spearman", "Kendall", "top-k overlap (%)"])
@@ -160,30 +168,32 @@ def stability_section(runs: list[Run]) -> Section | None:
                "samples with the reference top-k, mean ± std over resamplings; and which output tokens to "
                "score (Fig. 8b)."))
     for run in sts:
-        r = run.res
+        r = run.res  # a StabilityResults
         sub = Section(run.name, level=3)
-        n_values, mean = r.get("n_values") or [], r.get("topk_overlap_mean") or []
+        n_values, mean = r.n_values or [], r.topk_overlap_mean or []
         if n_values and mean:
             sub.add(Fig(f"{slug(run.name)}-stability", plots.stability_curve(
-                n_values, mean, r.get("topk_overlap_std"), k=r.get("k"), title=run.title()),
+                n_values, mean, r.topk_overlap_std, k=r.k, title=run.title()),
                 "Top-k overlap vs number of scoring samples."))
-            std = r.get("topk_overlap_std") or []
-            acc = r.get("accuracy_mean") or []
-            sub.add(Table(["n", f"top-{r.get('k', 'k')} overlap (%) mean ± std"] + (["accuracy (%)"] if acc else []),
+            std = r.topk_overlap_std or []
+            acc = r.accuracy_mean or []
+            sub.add(Table(["n", f"top-{or_missing(r.k, 'k')} overlap (%) mean ± std"]
+                          + (["accuracy (%)"] if acc else []),
                           [[str(n), pm(at(mean, i), at(std, i))] + ([pct(at(acc, i))] if acc else [])
                            for i, n in enumerate(n_values)]))
-        tc = r.get("token_choice") or {}
-        if isinstance(tc, dict) and tc:
+        tc = r.token_choice
+        if tc is not None and not tc.is_empty():
             labels = ["VRHs from one\nrandom output token", "VRHs from all\noutput tokens", "random heads"]
-            vals = [tc.get("rand1_accuracy"), tc.get("out_accuracy"), tc.get("random_accuracy")]
+            vals = [tc.rand1_accuracy, tc.out_accuracy, tc.random_accuracy]
             sub.add(Fig(f"{slug(run.name)}-token-choice", plots.labelled_bars(
-                labels, vals, [VRH_LIGHT, VRH_COLOR, RANDOM_COLOR], baseline=tc.get("baseline_accuracy"),
-                title=f"{run.name}: accuracy after masking k={r.get('k', '?')} heads"),
+                labels, vals, [VRH_LIGHT, VRH_COLOR, RANDOM_COLOR], baseline=tc.baseline_accuracy,
+                title=f"{run.name}: accuracy after masking k={or_missing(r.k, '?')} heads"),
                 "Which output tokens to score (Fig. 8b)."))
-        if r.get("token_choice_skipped"):
-            sub.add(Text(f"Token-choice comparison skipped: {r['token_choice_skipped']}", muted=True))
+        if r.token_choice_skipped:
+            sub.add(Text(f"Token-choice comparison skipped: {r.token_choice_skipped}", muted=True))
         if len(sub.blocks) == 0:
-            sub.add(Text(f"No stability series in {RESULTS} (keys: {', '.join(sorted(r))}).", muted=True))
+            keys = sorted(run.results) if isinstance(run.results, dict) else []
+            sub.add(Text(f"No stability series in {RESULTS} (keys: {', '.join(keys)}).", muted=True))
         sub.add(*random_control_blocks(run))
         s.add(sub)
     return s
@@ -197,30 +207,30 @@ def compare_section(runs: list[Run]) -> Section | None:
     s.add(Text("Accuracy after masking the top-k heads of each head-finding method (Fig. 3 / Fig. 2); lower "
                "means the method found heads that matter more."))
     for run in cms:
-        r = run.res
-        ks = r.get("k") if isinstance(r.get("k"), list) else [r.get("k")]
-        methods = {name: (m.get("accuracy") if isinstance(m, dict) else m) for name, m in
-                   (r.get("methods") or {}).items()}
+        r = run.res  # a CompareResults
+        ks = r.k if isinstance(r.k, list) else [r.k]
+        methods = {name: m.accuracy for name, m in (r.methods or {}).items() if m is not None}
         methods = {n: (a if isinstance(a, list) else [a]) for n, a in methods.items() if a is not None}
-        rnd = (r.get("random") or {}).get("mean")
+        random = r.random or CompareRandom.empty()
+        rnd = random.mean
         curves = dict(methods)
         if rnd is not None:
             curves["random"] = rnd if isinstance(rnd, list) else [rnd]
         sub = Section(run.name, level=3)
         if curves and len(ks) > 1:
-            default = r.get("default_method")
+            default = r.default_method
             sub.add(Fig(f"{slug(run.name)}-compare", plots.curve_family(
-                ks, curves, baseline=r.get("baseline_accuracy"), title=run.title(), highlight=default),
+                ks, curves, baseline=r.baseline_accuracy, title=run.title(), highlight=default),
                 "Accuracy vs k per method" + (f"; red: the default method ({default})" if default in curves else "")
                 + "; methods with identical accuracies at every k share one line and one legend entry (a = b)."))
         sub.add(*random_control_blocks(run))
-        rstd = (r.get("random") or {}).get("std") or []
+        rstd = random.std or []
         rows = [[n] + [pct(at(a, i)) for i in range(len(ks))] for n, a in methods.items()]
         if rnd is not None:
             rl = rnd if isinstance(rnd, list) else [rnd]
             rows.append(["random"] + [pm(at(rl, i), at(rstd, i)) for i in range(len(ks))])
         sub.add(Table(["method"] + [f"k={k}" for k in ks], rows, "Accuracy (%) after masking the top-k heads"))
-        variants = _variant_lines(r.get("method_options"))
+        variants = _variant_lines(r.method_options)
         if variants:
             sub.add(Text("Which variant of each method ran (every option, defaults included; a prior method's "
                          "defaults are its authors' reference code, docs/baselines.md): " + variants, muted=True))

@@ -379,7 +379,7 @@ def _mean(xs) -> float | None:
 
 
 def _threshold(run: Run) -> float:
-    t = run.config.get("threshold", run.res.get("threshold"))
+    t = run.config.get("threshold", run.res.threshold)  # an EmergenceResults
     return float(t) if is_num(t) else DEFAULT_THRESHOLD
 
 

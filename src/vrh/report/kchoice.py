@@ -59,12 +59,13 @@ def run_k(run: Run) -> int | list[int] | None:
     """The k a run was made with: an int (demo, evaluate's top-k, transfer, stability), the list of a
     sweep or comparison, or None (detection, unmasked or random-only evaluations, unfinished runs)."""
     r, cmd = run.res, run.command
-    raw = r.get("k", run.config.get("k"))
+    raw = r.value("k")  # every kind that masks records its k
+    raw = run.config.get("k") if raw is None else raw
     if cmd == "evaluate":
-        cond = r.get("condition") if isinstance(r.get("condition"), dict) else {}
+        cond = r.condition if isinstance(r.condition, dict) else {}
         if sample_kind(cond) not in (None, "top_k"):
             return None  # a random or listed head set is not "the top-k"
-        heads = run.config.get("heads") or r.get("heads") or {}
+        heads = run.config.get("heads") or r.heads or {}
         if isinstance(heads, dict) and (heads.get("random") or heads.get("source") in ("random", "none", "list")):
             return None
     if cmd in K_LISTS:

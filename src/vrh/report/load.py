@@ -6,8 +6,10 @@ commands. So loading never raises on a run's *content*: an unreadable results or
 (no config) is an error, because that is a typo.
 
 Every artefact is read with the typed readers of :mod:`vrh.runs` (the run-folder contract); this package
-never names an artefact file itself (a test enforces it). Whether a run finished follows the contract too:
-the results file is written last, so a folder without it did not finish (:attr:`Run.finished`).
+never names an artefact file itself (a test enforces it). Results are read as the typed value of the run's
+command (:attr:`Run.res`, :func:`vrh.runs.results_from_json`: a missing key is None, an unknown one kept),
+head scores as :class:`vrh.runs.HeadScores`. Whether a run finished follows the contract too: the results
+file is written last, so a folder without it did not finish (:attr:`Run.finished`).
 
 Which runs a report covers (:func:`load_runs`): a run whose config or results names sub-runs (``vrh demo``'s
 ``subruns``, later a study's) stands for them too, so ``vrh report runs/demo`` reports everything the demo
@@ -40,17 +42,27 @@ def sample_kind(record: dict[str, Any]) -> str | None:
     return _OLD_KINDS.get(kind, kind) if isinstance(kind, str) else None
 
 
+@dataclass(frozen=True)
+class Control:
+    """A run's random controls, every task's together (a demo has one per task): each per-k entry with its
+    task (None for a run of one task), and every warning (prefixed by its task where there are several)."""
+
+    per_k: list[tuple[str | None, runs.ControlEntry]]
+    warnings: list[str]
+
+
 @dataclass
 class Run:
     path: Path
     name: str  # display label, unique within one report
     config: dict[str, Any]
     results: Any = None  # results.json as written (normally a dict), None when absent or unreadable
-    head_scores: dict[str, Any] | None = None  # runs.HeadScores.to_json(), for rendering
+    head_scores: runs.HeadScores | None = None  # None: not a detection run, unfinished, or unreadable
     problems: list[str] = field(default_factory=list)
     finished: bool = True
     part_of: str | None = None  # name of the run that named this one as a sub-run
     times_given: int = 1  # how often the user passed this folder (reported once)
+    _typed: tuple[Any, runs.RunResults] | None = field(default=None, repr=False, compare=False)
 
     @property
     def command(self) -> str:
@@ -104,14 +116,17 @@ class Run:
         return f"{self.name}" + (f": {what}" if what else "") + (f" ({detail})" if detail else "")
 
     @property
-    def res(self) -> dict[str, Any]:
-        """results.json, or an empty dict when there is none (so renderers can ``.get`` freely)."""
-        return self.results if isinstance(self.results, dict) else {}
+    def res(self) -> runs.RunResults:
+        """The results typed for the run's command (:func:`vrh.runs.results_from_json`), or that kind's empty
+        value when there are none (every key None), so renderers read attributes freely."""
+        if self._typed is None or self._typed[0] is not self.results:
+            self._typed = (self.results, runs.results_from_json(self.command, self.results))
+        return self._typed[1]
 
     @property
     def schema_version(self) -> int:
         """Schema of the results (runs without the key predate versioning: 1)."""
-        v = self.res.get("schema_version", 1)
+        v = self.res.schema_version
         return v if isinstance(v, int) and not isinstance(v, bool) else 1
 
     @property
@@ -120,24 +135,19 @@ class Run:
         return self.schema_version > runs.SCHEMA_VERSION
 
     @property
-    def random_control(self) -> dict[str, Any] | None:
-        """The ``random_control`` block (:func:`vrh.experiments.kcurves.random_control_report`), normalised to
-        ``{"per_k": [...], "warnings": [...]}``; None when the run drew no random heads or predates it.
+    def random_control(self) -> Control | None:
+        """The run's random control (:func:`vrh.experiments.kcurves.random_control_report`), every task's
+        together (:class:`Control`); None when the run drew no random heads or predates the block.
 
-        A run of several tasks (the demo) nests one block per task, ``{"grounding": {...}, "vqa": {...}}``:
-        its entries are tagged with their ``task`` and its warnings prefixed by it."""
-        rc = self.res.get("random_control")
-        nested = isinstance(rc, dict) and rc and not {"per_k", "warnings"} & set(rc)
-        if nested and all(isinstance(v, (dict, list)) for v in rc.values()):
-            parts = [(str(task), _control(block)) for task, block in rc.items()]
-            return {"per_k": [{**e, "task": task} for task, block in parts for e in block["per_k"]],
-                    "warnings": [f"{task}: {w}" for task, block in parts for w in block["warnings"]]}
-        return _control(rc) if isinstance(rc, (dict, list)) else None
+        A run of several tasks (the demo) has one block per task, ``{"grounding": {...}, "vqa": {...}}``: its
+        entries are tagged with their ``task`` and its warnings prefixed by it. A command without a results
+        kind is read the same way from the key as written."""
+        return _control_of(self.res.value("random_control"))
 
     @property
     def subruns(self) -> list[str]:
         """The sub-run folders (relative names) that config and results name, each once, config's first."""
-        named = [*(self.config.get("subruns") or []), *(self.res.get("subruns") or [])]
+        named = [*(self.config.get("subruns") or []), *(self.res.value("subruns") or [])]
         return list(dict.fromkeys(str(n) for n in named if isinstance(n, str) and n))
 
     def progress(self) -> str:
@@ -155,12 +165,20 @@ class Run:
         return out
 
 
-def _control(rc: dict | list) -> dict[str, list]:
-    """One task's random-control block (or a bare per-k list) as ``{"per_k": [...], "warnings": [...]}``."""
-    if isinstance(rc, list):
-        rc = {"per_k": rc, "warnings": [w for e in rc if isinstance(e, dict) for w in e.get("warnings") or []]}
-    return {"per_k": [e for e in rc.get("per_k") or [] if isinstance(e, dict)],
-            "warnings": [str(w) for w in rc.get("warnings") or []]}
+def _control_of(rc: Any) -> Control | None:
+    """:attr:`Run.random_control` from the typed field (a report, or a demo's report per task) or, for a
+    command without a results kind, from the value as written."""
+    if isinstance(rc, runs.RandomControlReport):
+        return Control([(None, e) for e in rc.entries()], rc.warning_lines())
+    if isinstance(rc, dict) and not {"per_k", "warnings"} & set(rc):  # one block per task, or no block at all
+        blocks = {task: b if isinstance(b, runs.RandomControlReport) else runs.RandomControlReport.coerce(b)
+                  for task, b in rc.items()}
+        if not blocks or not all(blocks.values()):
+            return Control([], [])  # nothing a control could have drawn
+        return Control([(str(task), e) for task, b in blocks.items() for e in b.entries()],
+                       [f"{task}: {w}" for task, b in blocks.items() for w in b.warning_lines()])
+    block = runs.RandomControlReport.coerce(rc)
+    return None if block is None else _control_of(block)
 
 
 def describe_model(model: Any) -> str:
@@ -221,7 +239,11 @@ def load_run(path: str | Path, name: str | None = None) -> Run:
     except (OSError, ValueError) as e:
         problems.append(f"{runs.RESULTS} unreadable: {e}")
     try:
-        run.head_scores = runs.read_head_scores(path).to_json()
+        hs = runs.read_head_scores(path)
+        primary = hs.variants[hs.scorer]  # the schema: the primary scorer's map and ranking, else unreadable
+        if not isinstance(primary, dict) or not {"scores", "ranking"} <= primary.keys():
+            raise KeyError(f"the primary scorer {hs.scorer!r} has no scores and ranking")
+        run.head_scores = hs
     except FileNotFoundError:
         pass  # not a detection run, or detection did not finish
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:  # not the schema
@@ -299,6 +321,15 @@ def _label(loaded: dict[Path, Run]) -> None:
 
 
 # --- formatting shared by every section ---------------------------------------------------------------
+def or_missing(value: Any, default: Any) -> Any:
+    """``value``, or ``default`` where it is None: how a key an older or partial run lacks is shown.
+
+    >>> or_missing(None, "?"), or_missing(0, "?")
+    ('?', 0)
+    """
+    return default if value is None else value
+
+
 def is_num(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 

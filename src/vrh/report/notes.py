@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from vrh import runs as run_contract
 from vrh.report.document import Text
-from vrh.report.load import Run
+from vrh.report.load import Control, Run, or_missing
 
 
 def report_notices(runs: list[Run]) -> list[Text]:
@@ -36,21 +36,20 @@ def report_notices(runs: list[Run]) -> list[Text]:
     return out
 
 
-def distinct_sets_line(rc: dict) -> str:
-    """``k=1: 3 distinct random head sets from 3 seeds; ...`` from a ``random_control`` block; entries of a
-    run of several tasks (:attr:`Run.random_control`) start with their task: ``grounding k=1: ...``."""
+def distinct_sets_line(rc: Control) -> str:
+    """``k=1: 3 distinct random head sets from 3 seeds; ...`` from a run's random control; entries of a run of
+    several tasks (:attr:`Run.random_control`) start with their task: ``grounding k=1: ...``."""
     parts = []
-    for e in rc["per_k"]:
-        drawn = e.get("seeds_drawn") or []
-        requested = e.get("seeds_requested") or drawn
-        n = e.get("n_distinct_sets")
-        task = f"{e['task']} " if e.get("task") else ""
-        part = (f"{task}k={e.get('k', '?')}: {n if n is not None else '?'} distinct random head set(s) from "
-                f"{len(drawn)} seed(s)")
+    for task, e in rc.per_k:
+        drawn = e.seeds_drawn or []
+        requested = e.seeds_requested or drawn
+        n = e.n_distinct_sets
+        part = (f"{task + ' ' if task else ''}k={or_missing(e.k, '?')}: "
+                f"{n if n is not None else '?'} distinct random head set(s) from {len(drawn)} seed(s)")
         if len(drawn) < len(requested):
             part += f" ({len(requested) - len(drawn)} of {len(requested)} requested seeds not drawable)"
-        if e.get("n_eligible_heads") is not None:
-            part += f", {e['n_eligible_heads']} eligible heads"
+        if e.n_eligible_heads is not None:
+            part += f", {e.n_eligible_heads} eligible heads"
         parts.append(part)
     return "; ".join(parts)
 
@@ -62,5 +61,5 @@ def random_control_blocks(run: Run) -> list[Text]:
     if rc is None:
         return []
     out = [Text(f"{run.name}: random control used " + (distinct_sets_line(rc) or "no random head sets") + ".")]
-    out += [Text(f"{run.name}: random control: {w}", warn=True) for w in rc["warnings"]]
+    out += [Text(f"{run.name}: random control: {w}", warn=True) for w in rc.warnings]
     return out

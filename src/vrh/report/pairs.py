@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from vrh import runs as run_contract
 from vrh.report.document import Section, Table, Text
-from vrh.report.load import Run, is_num, num, pct, short
+from vrh.report.load import Run, is_num, num, or_missing, pct, short
 from vrh.report.notes import random_control_blocks
 
 MAX_EXAMPLES = 5
@@ -36,25 +36,25 @@ def dpo_section(runs: list[Run]) -> Section | None:
 
 
 def _run_section(run: Run) -> Section:
-    r = run.res
+    r = run.res  # a DpoPairsResults
     sub = Section(run.name, level=3)
-    policy = r.get("negative_policy")
+    k = or_missing(r.k, "?")
     sub.add(Text(f"{run.name}: rejected answers with "
-                 + (f"{r.get('k', '?')} random heads masked per sample" if policy == "random"
-                    else f"the top-{r.get('k', '?')} VRHs masked")
-                 + (f" (mask mode {r['mask_mode']})" if r.get("mask_mode") else "")
-                 + f"; pairs in {r.get('pairs_file') or run_contract.PAIRS}"
-                 + (f", format {r['pair_format']} v{r.get('pair_format_version', '?')}" if r.get("pair_format") else "")
+                 + (f"{k} random heads masked per sample" if r.negative_policy == "random"
+                    else f"the top-{k} VRHs masked")
+                 + (f" (mask mode {r.mask_mode})" if r.mask_mode else "")
+                 + f"; pairs in {r.pairs_file or run_contract.PAIRS}"
+                 + (f", format {r.pair_format} v{or_missing(r.pair_format_version, '?')}" if r.pair_format else "")
                  + "."))
-    dropped = r.get("dropped") if isinstance(r.get("dropped"), dict) else {}
-    rows = [["samples", num(r.get("n_samples"), "d"), ""], ["pairs kept", num(r.get("n_pairs"), "d"), ""],
-            ["pairs dropped", num(r.get("n_dropped"), "d"), ""]]
+    dropped = r.dropped if isinstance(r.dropped, dict) else {}
+    rows = [["samples", num(r.n_samples, "d"), ""], ["pairs kept", num(r.n_pairs, "d"), ""],
+            ["pairs dropped", num(r.n_dropped, "d"), ""]]
     rows += [[f"dropped: {reason}", num(n, "d"), DROP_MEANING.get(reason, "")] for reason, n in dropped.items()]
-    rows += [["chosen accuracy (%)", pct(r.get("chosen_accuracy")), "unmasked answers"],
-             ["rejected accuracy (%)", pct(r.get("rejected_accuracy")), "answers with the heads masked"]]
+    rows += [["chosen accuracy (%)", pct(r.chosen_accuracy), "unmasked answers"],
+             ["rejected accuracy (%)", pct(r.rejected_accuracy), "answers with the heads masked"]]
     sub.add(Table(["", "value", "note"], rows, f"{run.name}: pairs and drop reasons"))
-    outcomes = [(label, r.get(key)) for key, label in (("chosen_outcomes", "chosen"), ("rejected_outcomes", "rejected"),
-                                                       ("kept_rejected_outcomes", "rejected, kept pairs"))]
+    outcomes = [("chosen", r.chosen_outcomes), ("rejected", r.rejected_outcomes),
+                ("rejected, kept pairs", r.kept_rejected_outcomes)]
     outcomes = [(label, o) for label, o in outcomes if isinstance(o, dict) and o]
     if outcomes:
         names = list(dict.fromkeys(name for _, o in outcomes for name in o))
@@ -66,14 +66,15 @@ def _run_section(run: Run) -> Section:
         sub.add(Table(["sample", "expression", "chosen (unmasked)", "rejected (masked)", "pair"], examples,
                       f"Examples: {len(examples)} of {len(_decisions(run))} samples"
                       + ("; kept pairs first, then one per drop reason" if both else "")))
-    elif r.get("n_samples"):
+    elif r.n_samples:
         sub.add(Text(f"{run.name} records no per-sample decisions: no examples to show.", muted=True))
     sub.add(*random_control_blocks(run))
     return sub
 
 
 def _decisions(run: Run) -> list[dict]:
-    return [d for d in run.res.get("decisions") or [] if isinstance(d, dict)]
+    decisions = run.res.decisions
+    return [d for d in decisions if isinstance(d, dict)] if isinstance(decisions, list) else []
 
 
 def _answer(d: dict, side: str) -> str:

@@ -28,9 +28,10 @@ from vrh.data import load_dataset
 from vrh.report import overlay, plots
 from vrh.report.document import Fig, Section, Table, Text, slug
 from vrh.report.kchoice import KChoice
-from vrh.report.load import Run, at, is_num, model_pair, num, pct, pm, sample_kind, short
+from vrh.report.load import Run, at, is_num, model_pair, num, or_missing, pct, pm, sample_kind, short
 from vrh.report.notes import random_control_blocks
 from vrh.experiments.sparsity import DEFAULT_THRESHOLDS, sparsity_summary
+from vrh.runs import RandomCurve, VrhCurve
 
 MAX_OVERLAYS = 4  # samples drawn per detection run; more adds bytes, not insight
 
@@ -45,7 +46,7 @@ def thresholds_text(thresholds=DEFAULT_THRESHOLDS) -> str:
 def recorded_sparsity(run: Run, key: str = "fraction_above") -> dict[float, object]:
     """``threshold -> value`` of the sparsity ``run`` recorded in its results (``sparsity.<key>``, a
     :func:`vrh.experiments.sparsity.sparsity_summary`), thresholds as numbers again (JSON keeps keys as strings)."""
-    sp = run.res.get("sparsity")
+    sp = run.res.value("sparsity")  # the demo's (DemoResults.sparsity); any run may record one
     recorded = sp.get(key) if isinstance(sp, dict) else None
     out = {}
     for t, v in (recorded.items() if isinstance(recorded, dict) else []):
@@ -98,10 +99,11 @@ def _mask_label(run: Run) -> str:
     """What an evaluate run masked, in words: 'no masking', 'top-20 VRHs', 'random k=20 (seed 1)'.
 
     From the run's ``condition`` (its kind; old sweep kinds accepted) or, for older runs, its heads info."""
-    info = run.config.get("heads") or run.res.get("heads") or {}
-    cond = run.res.get("condition") or next(iter(run.config.get("conditions") or []), None)
+    r = run.res  # an EvaluateResults
+    info = run.config.get("heads") or r.heads or {}
+    cond = r.condition or next(iter(run.config.get("conditions") or []), None)
     cond = cond if isinstance(cond, dict) else {}
-    k = run.res.get("k", cond.get("k", len(run.config.get("masked_heads") or [])))
+    k = cond.get("k", len(run.config.get("masked_heads") or [])) if r.k is None else r.k
     kind = sample_kind(cond)
     if kind is None:  # before conditions were recorded
         source = info.get("source")
@@ -120,49 +122,53 @@ def _mask_label(run: Run) -> str:
 def summary_row(run: Run) -> list[str]:
     r, cmd = run.res, run.command
     data = run.config.get("data") if isinstance(run.config.get("data"), dict) else {}
-    n = next((v for v in (r.get("n"), r.get("n_eval"), data.get("n")) if is_num(v)), None)  # compare: n_eval
-    acc = r.get("accuracy", r.get("baseline_accuracy"))
+    # what most runs record under these names (compare and stability: n_eval); each command refines below
+    n = next((v for v in (r.value("n"), r.value("n_eval"), data.get("n")) if is_num(v)), None)
+    acc = r.value("accuracy") if r.value("accuracy") is not None else r.value("baseline_accuracy")
     note = ""
     if cmd == "detect":
-        hs = run.head_scores or {}
-        n = hs.get("n_scored", r.get("n_scored", len(run.samples)))
+        hs = run.head_scores
+        n = hs.n_scored if hs is not None else (r.n_scored if r.n_scored is not None else len(run.samples))
         acc = _outcome_accuracy(run.samples)
-        note = f"scorer {hs.get('scorer', r.get('scorer', '?'))}; accuracy of unmasked answers on the detection split"
-        if is_num(r.get("n_skipped")) and r["n_skipped"]:
-            note += f"; {r['n_skipped']} samples skipped"
+        scorer = hs.scorer if hs is not None else (r.scorer if r.scorer is not None else "?")
+        note = f"scorer {scorer}; accuracy of unmasked answers on the detection split"
+        if is_num(r.n_skipped) and r.n_skipped:
+            note += f"; {r.n_skipped} samples skipped"
     elif cmd == "evaluate":
         note = _mask_label(run)
     elif cmd == "sweep":
-        note = f"unmasked; k = {r.get('k', '?')}, seeds {r.get('random', {}).get('seeds', '?')}"
+        seeds = r.random.seeds if r.random is not None and r.random.seeds is not None else "?"
+        note = f"unmasked; k = {r.k if r.k is not None else '?'}, seeds {seeds}"
     elif cmd == "transfer":
-        a, b = model_pair(r.get("model_a", "?"), r.get("model_b", "?"))
+        a, b = model_pair(or_missing(r.model_a, "?"), or_missing(r.model_b, "?"))
         note = f"heads of {a} masked in {b}, unmasked accuracy"
     elif cmd == "stability":
-        n = max(r["n_values"]) if r.get("n_values") else n
+        n = max(r.n_values) if r.n_values else n
         note = "n = largest scoring-set size"
     elif cmd == "demo":
-        n = r.get("n_eval", n)
-        note = (f"unmasked, held-out grounding split; heads detected on {num(r.get('n_detect'), 'd')} other "
-                f"samples; headline k = {r.get('k', '?')} of {r.get('num_heads_total', '?')} heads")
+        n = or_missing(r.n_eval, n)
+        note = (f"unmasked, held-out grounding split; heads detected on {num(r.n_detect, 'd')} other "
+                f"samples; headline k = {or_missing(r.k, '?')} of {or_missing(r.num_heads_total, '?')} heads")
     elif cmd == "dpo-pairs":
-        n, acc = r.get("n_samples", n), r.get("chosen_accuracy")
-        note = (f"{num(r.get('n_pairs'), 'd')} pairs kept of {num(n, 'd')} samples ({num(r.get('n_dropped'), 'd')} "
+        n, acc = or_missing(r.n_samples, n), r.chosen_accuracy
+        note = (f"{num(r.n_pairs, 'd')} pairs kept of {num(n, 'd')} samples ({num(r.n_dropped, 'd')} "
                 "dropped); accuracy of the unmasked (chosen) answers")
     elif cmd == "emergence":  # an organism's training log: the last phase's last causal test
-        final = r.get("final") if isinstance(r.get("final"), dict) else {}
+        final = r.final if isinstance(r.final, dict) else {}
         acc = final.get("acc")
-        spans = [f"{p.get('phase')} {p.get('first_step')}-{p.get('last_step')}" for p in r.get("phases") or []
+        spans = [f"{p.get('phase')} {p.get('first_step')}-{p.get('last_step')}" for p in r.phases or []
                  if isinstance(p, dict)]
         note = (f"training log ({'; '.join(spans)}); accuracy unmasked at {final.get('phase')} step "
                 f"{final.get('step')} ({'text jobs' if final.get('task') == 'text' else final.get('task')})")
     rc = run.random_control
-    if rc and rc["warnings"]:
+    if rc and rc.warnings:
         note = ((note + "; " if note else "")
-                + f"{len(rc['warnings'])} random-control warning(s), shown with its figures")
+                + f"{len(rc.warnings)} random-control warning(s), shown with its figures")
     if run.problems:
         note = (note + "; " if note else "") + "; ".join(run.problems)
     return [run.name, cmd, "finished" if run.finished else "INCOMPLETE", run.model, _data(run),
             num(n, "d") if is_num(n) else "–", pct(acc), note]
+
 
 
 def _data(run: Run) -> str:
@@ -198,7 +204,7 @@ def _overlap(a: list, b: list, k: int) -> float | None:
 
 
 def scores_section(runs: list[Run], kc: KChoice) -> Section | None:
-    dets = [r for r in runs if r.command == "detect" and r.head_scores and r.head_scores.get("scores")]
+    dets = [r for r in runs if r.command == "detect" and r.head_scores is not None and r.head_scores.score_map()]
     if not dets:
         return None
     s = Section("Head scores and sparsity")
@@ -210,11 +216,10 @@ def scores_section(runs: list[Run], kc: KChoice) -> Section | None:
                                            f"; where none were recorded, the paper's {thresholds_text()}.")))
     for run, th in zip(dets, ths):
         hs = run.head_scores
-        scores = np.asarray(hs["scores"], dtype=float)
+        scores = np.asarray(hs.score_map(), dtype=float)
         kk = kc.for_heads(scores.size)
-        ranking = hs.get("ranking") or []
-        title = run.title(", ".join(x for x in (hs.get("scorer"), is_num(hs.get("n_scored")) and
-                                                 f"n={hs['n_scored']}") if x))
+        ranking = hs.ranking() or []
+        title = run.title(", ".join(x for x in (hs.scorer, is_num(hs.n_scored) and f"n={hs.n_scored}") if x))
         sub = Section(run.name, level=3)
         sub.add(Fig(f"{slug(run.name)}-heatmap", plots.score_heatmap(scores, title=title, top=ranking[:kk]),
                     f"Layer x head VRH scores; ringed: the {kc.caption(scores.size)}."))
@@ -230,7 +235,7 @@ def scores_section(runs: list[Run], kc: KChoice) -> Section | None:
                       f"{sp['num_layers']} layers x {sp['num_heads']} heads; {th.describe()}"))
         if ranking:
             sub.add(Text(f"Top-{kk} heads (layer, head): " + " ".join(f"({l},{h})" for l, h in ranking[:kk])))
-        variants = hs.get("variants") or {}
+        variants = hs.variants or {}
         if len(variants) > 1:
             vrows = []
             for name, v in variants.items():
@@ -239,9 +244,9 @@ def scores_section(runs: list[Run], kc: KChoice) -> Section | None:
                               num(vsp["max"]), pct(vsp["top1pct_share"]), pct(_overlap(v.get("ranking"), ranking, kk))])
             sub.add(Table(["scorer", *(f"> {t:g} (%)" for t in th.values), "max", "top-1% share (%)",
                            f"top-{kk} overlap with primary (%)"], vrows, "Scorer variants of this run"))
-        if hs.get("skipped"):
-            sub.add(Text(f"{len(hs['skipped'])} samples skipped (e.g. {hs['skipped'][0]}).", muted=True))
-        for w in hs.get("warnings") or []:
+        if hs.skipped:
+            sub.add(Text(f"{len(hs.skipped)} samples skipped (e.g. {hs.skipped[0]}).", muted=True))
+        for w in hs.warnings or []:
             sub.add(Text(f"{run.name}: detection: {w}", warn=True))
         s.add(sub)
     return s
@@ -249,7 +254,7 @@ def scores_section(runs: list[Run], kc: KChoice) -> Section | None:
 
 # --- k-curves -----------------------------------------------------------------------------------------
 def kcurve_section(runs: list[Run]) -> Section | None:
-    sweeps = [r for r in runs if r.command == "sweep" and r.res.get("k")]
+    sweeps = [r for r in runs if r.command == "sweep" and r.res.k]
     if not sweeps:
         return None
     s = Section("k-curves")
@@ -257,57 +262,49 @@ def kcurve_section(runs: list[Run]) -> Section | None:
                "mean, band = min-max over seeds), as in Fig. 4; the dashed line is the unmasked model. "
                "Tables follow Tab. A1."))
     for run in sweeps:
-        r = run.res
-        ks, v, rnd = r["k"], r.get("vrh") or {}, r.get("random") or {}
-        per_seed = [x if isinstance(x, list) else [] for x in (rnd.get("accuracy") or [[]] * len(ks))]
-        title = run.title(r.get("task", "grounding"))
+        r = run.res  # a SweepResults
+        ks, v, rnd = r.k, r.vrh or VrhCurve.empty(), r.random or RandomCurve.empty()
+        per_seed = [x if isinstance(x, list) else [] for x in (rnd.accuracy or [[]] * len(ks))]
+        title = run.title(or_missing(r.task, "grounding"))
         sub = Section(run.name, level=3)
         sub.add(Fig(f"{slug(run.name)}-kcurve",
-                    plots.k_curve(ks, [at(v.get("accuracy"), i) for i in range(len(ks))], per_seed,
-                                  baseline=r.get("baseline_accuracy"), title=title),
+                    plots.k_curve(ks, [at(v.accuracy, i) for i in range(len(ks))], per_seed,
+                                  baseline=r.baseline_accuracy, title=title),
                     "Accuracy vs number of masked heads k."))
         sub.add(*random_control_blocks(run))
-        base = r.get("baseline_accuracy")
-        distinct = rnd.get("n_distinct_sets")  # fold_curves: distinct random head sets per k
+        base = r.baseline_accuracy
+        distinct = rnd.n_distinct_sets  # fold_curves: distinct random head sets per k
         rows = []
         for i, kv in enumerate(ks):
-            va = at(v.get("accuracy"), i)
+            va = at(v.accuracy, i)
             rows.append([str(kv), pct(va), (f"{100 * (va - base):+.1f}" if is_num(va) and is_num(base) else "–"),
-                         pm(at(rnd.get("mean"), i), at(rnd.get("std"), i)),
-                         pct(at(v.get("parse_failure_rate"), i)), pct(at(rnd.get("parse_failure_rate_mean"), i))]
+                         pm(at(rnd.mean, i), at(rnd.std, i)),
+                         pct(at(v.parse_failure_rate, i)), pct(at(rnd.parse_failure_rate_mean, i))]
                         + ([num(at(distinct, i), "d")] if isinstance(distinct, list) else []))
         n = (run.config.get("data") or {}).get("n", "?") if isinstance(run.config.get("data"), dict) else "?"
         sub.add(Table(["k", "VRH acc (%)", "Δ vs unmasked", "random acc (%) mean ± std", "VRH parse fail (%)",
                        "random parse fail (%)"] + (["distinct random sets"] if isinstance(distinct, list) else []),
-                      rows, f"{run.name}: n = {n} samples, {len(rnd.get('seeds') or [])} random seeds"))
+                      rows, f"{run.name}: n = {n} samples, {len(rnd.seeds or [])} random seeds"))
         s.add(sub)
     return s
 
 
 # --- outcomes -----------------------------------------------------------------------------------------
-def _fractions(summary: dict) -> dict | None:
-    f = summary.get("fractions")
-    if isinstance(f, dict):
-        return f
-    keys = ("correct", "mislocated", "parse_failure")
-    return {o: summary[o] for o in keys if is_num(summary.get(o))} or None
-
-
 def outcome_section(runs: list[Run]) -> Section | None:
     s = Section("Outcome breakdown")
     s.add(Text("Why accuracy drops (Fig. 8a): a mislocated box means the model still answers in form but "
                "looks in the wrong place; a parse failure means it no longer produces a box at all."))
-    for run in (r for r in runs if r.command == "sweep" and r.res.get("k")):
-        r = run.res
-        v, rnd = r.get("vrh") or {}, r.get("random") or {}
+    for run in (r for r in runs if r.command == "sweep" and r.res.k):
+        r = run.res  # a SweepResults
+        v, rnd = r.vrh or VrhCurve.empty(), r.random or RandomCurve.empty()
         labels, fracs = [], []
-        for i, kv in enumerate(r["k"]):
+        for i, kv in enumerate(r.k):
             if kv == 0:
                 labels.append("unmasked")
-                fracs.append(at(v.get("fractions"), i))
+                fracs.append(at(v.fractions, i))
                 continue
             labels += [f"VRH k={kv}", f"random k={kv}"]
-            fracs += [at(v.get("fractions"), i), at(rnd.get("fractions_mean"), i)]
+            fracs += [at(v.fractions, i), at(rnd.fractions_mean, i)]
         if any(fracs):
             s.add(Fig(f"{slug(run.name)}-outcomes",
                       plots.outcome_bars(labels, fracs, title=f"{run.name}: outcomes per masking condition"),
@@ -318,17 +315,22 @@ def outcome_section(runs: list[Run]) -> Section | None:
         evals = unmasked + [r for r in evals if r not in unmasked]  # the reference bar first
         ref, ref_from = _unmasked_reference(evals, runs)
         labels = [f"{r.name}\n{_mask_label(r)}" for r in evals]
-        fracs = [_fractions(r.res) for r in evals]
+        fracs = [r.res.summary.outcome_fractions() for r in evals]  # EvaluateResults
         if any(fracs):
             s.add(Fig("evaluate-outcomes", plots.outcome_bars(labels, fracs, title="Masked evaluations", reference=ref),
                       "One bar per evaluate run" + (f"; dashed line: unmasked accuracy {pct(ref)} % ({ref_from})."
                                                     if ref is not None else
                                                     "; no unmasked run of the same model and data to compare with.")))
         s.add(Table(["run", "masked", "n", "accuracy (%)", "mislocated / wrong (%)", "parse failure (%)", "mean IoU"],
-                    [[r.name, _mask_label(r), num(r.res.get("n"), "d"), pct(r.res.get("accuracy")),
-                      pct((_fractions(r.res) or {}).get("mislocated", (_fractions(r.res) or {}).get("wrong"))),
-                      pct(r.res.get("parse_failure_rate")), num(r.res.get("mean_iou"), ".3f")] for r in evals]))
+                    [_evaluate_row(r) for r in evals]))
     return s if len(s.blocks) > 1 else None
+
+
+def _evaluate_row(run: Run) -> list[str]:
+    s = run.res.summary  # the task's summary of an EvaluateResults
+    fr = s.outcome_fractions() or {}
+    return [run.name, _mask_label(run), num(s.n, "d"), pct(s.accuracy), pct(fr.get("mislocated", fr.get("wrong"))),
+            pct(s.parse_failure_rate), num(s.mean_iou, ".3f")]
 
 
 def _model_and_data(run: Run) -> tuple[str, str] | None:
@@ -344,16 +346,16 @@ def _unmasked_reference(evals: list[Run], runs: list[Run]) -> tuple[float | None
     run among them; else a baseline an evaluate run recorded; else the baseline of another run (a sweep, a
     demo's sub-run) on the same model and data as every masked evaluate run. (None, "") when there is none."""
     for r in evals:
-        if _mask_label(r) == "no masking" and is_num(r.res.get("accuracy")):
-            return r.res["accuracy"], r.name
-    for r in evals:
-        if is_num(r.res.get("baseline_accuracy")):
-            return r.res["baseline_accuracy"], f"recorded by {r.name}"
+        if _mask_label(r) == "no masking" and is_num(r.res.summary.accuracy):
+            return r.res.summary.accuracy, r.name
+    for r in evals:  # an evaluation that recorded its model's unmasked accuracy too
+        if is_num(r.res.value("baseline_accuracy")):
+            return r.res.value("baseline_accuracy"), f"recorded by {r.name}"
     keys = {_model_and_data(r) for r in evals}
     if len(keys) == 1 and None not in keys:
         for r in runs:
-            if r.command != "evaluate" and _model_and_data(r) in keys and is_num(r.res.get("baseline_accuracy")):
-                return r.res["baseline_accuracy"], f"{r.name}, same model and data"
+            if r.command != "evaluate" and _model_and_data(r) in keys and is_num(r.res.value("baseline_accuracy")):
+                return r.res.value("baseline_accuracy"), f"{r.name}, same model and data"
     return None, ""
 
 
@@ -410,7 +412,7 @@ def overlay_section(runs: list[Run], kc: KChoice) -> Section | None:
     left_out = []  # "run/sample (why)" of every overlay drawn without its image
     for run in (r for r in runs if r.command == "detect" and r.overlays):
         records = {str(rec.get("id")): rec for rec in run.samples}
-        ranking = (run.head_scores or {}).get("ranking") or []
+        ranking = run.head_scores.ranking() if run.head_scores is not None else []
         named, why_unnamed = dataset_images(run)
         for i, (sid, (att, rects)) in enumerate(list(run.overlays.items())[:MAX_OVERLAYS]):
             rec = records.get(sid, {})

@@ -32,9 +32,11 @@ Every ``torch.load`` in vrh goes through :func:`load_torch_file` (``weights_only
 cannot run code), and ``.npz`` artefacts keep user strings (sample ids, scorer names) as data, never as
 array names (:func:`_write_named_arrays`).
 
-The contract is split in two modules, both re-exported here (``from vrh import runs; runs.RunFolder``):
-:mod:`vrh.runs.folder` (names, the folder being written, its lock and clean-up) and :mod:`vrh.runs.artefacts`
-(typed readers and writers).
+The contract is split in four modules, all re-exported here (``from vrh import runs; runs.RunFolder``):
+:mod:`vrh.runs.folder` (names, the folder being written, its lock and clean-up), :mod:`vrh.runs.artefacts`
+(typed readers and writers), and :mod:`vrh.runs.results` with :mod:`vrh.runs.results_characterize` (the
+``results.json`` of every kind of run: one typed value each, its keys and their order, ``to_json`` for the
+command writing it and ``from_json`` for the report reading it).
 """
 
 from vrh.runs.artefacts import (read_config, read_results, read_samples, is_finished, DetectionSplit,
@@ -46,14 +48,22 @@ from vrh.runs.folder import (CONFIG, SAMPLES, RESULTS, HEAD_SCORES, SAMPLE_SCORE
     DETECT_STATE, SHARD_GLOB, ARTEFACTS, LOCK, RUN_MARK, RUN_FORMAT, COMMAND_FILES, SCHEMA_VERSION, git_hash,
     environment, write_json, read_json, read_jsonl, shard_name, write_jsonl, RunFolder, RunFolderInUse,
     is_run_folder, run_folder_contents, clear_run_folder, config_differences)
+from vrh.runs.results import (ENVELOPE, RunResults, TaskSummary, ControlEntry, RandomControlReport, DetectResults,
+    EvaluateResults, DpoPairsResults, EmergenceResults, VrhCurve, RandomCurve, KCurves, SweepResults, DemoVqa,
+    DemoKCurve, DemoResults, results_type, results_from_json)
+from vrh.runs.results_characterize import (MethodCurve, CompareRandom, CompareResults, TransferResults, TokenChoice,
+    StabilityResults)
 
-__all__ = ["ARTEFACTS", "COMMAND_FILES", "CONFIG", "DETECT_STATE", "DetectionSplit", "EMERGENCE",
-           "EMERGENCE_TASKS", "HEAD_SCORES", "HeadScores", "LOCK", "NPZ_FORMAT", "OVERLAYS", "PAIRS",
-           "RESULTS", "RUN_FORMAT", "RUN_MARK", "RunFolder", "RunFolderInUse", "SAMPLES", "SAMPLE_SCORES",
-           "SCHEMA_VERSION", "SHARD_GLOB", "clear_batch_states", "clear_run_folder", "config_differences",
+__all__ = ["ARTEFACTS", "COMMAND_FILES", "CONFIG", "CompareRandom", "CompareResults", "ControlEntry", "DETECT_STATE",
+           "DemoKCurve", "DemoResults", "DemoVqa", "DetectResults", "DetectionSplit", "DpoPairsResults", "EMERGENCE",
+           "EMERGENCE_TASKS", "ENVELOPE", "EmergenceResults", "EvaluateResults", "HEAD_SCORES", "HeadScores",
+           "KCurves", "LOCK", "MethodCurve", "NPZ_FORMAT", "OVERLAYS", "PAIRS", "RESULTS", "RUN_FORMAT", "RUN_MARK",
+           "RandomControlReport", "RandomCurve", "RunFolder", "RunFolderInUse", "RunResults", "SAMPLES",
+           "SAMPLE_SCORES", "SCHEMA_VERSION", "SHARD_GLOB", "StabilityResults", "SweepResults", "TaskSummary",
+           "TokenChoice", "TransferResults", "VrhCurve", "clear_batch_states", "clear_run_folder", "config_differences",
            "emergence_causal_task", "environment", "git_hash", "is_finished", "is_run_folder", "iter_runs",
            "load_torch_file", "read_batch_states", "read_config", "read_detection_split", "read_emergence",
            "read_head_scores", "read_json", "read_jsonl", "read_overlays", "read_results",
-           "read_sample_scores", "read_samples", "run_folder_contents", "shard_name", "write_batch_state",
-           "write_emergence", "write_head_scores", "write_json", "write_jsonl", "write_overlays",
-           "write_sample_scores"]
+           "read_sample_scores", "read_samples", "results_from_json", "results_type", "run_folder_contents",
+           "shard_name", "write_batch_state", "write_emergence", "write_head_scores", "write_json", "write_jsonl",
+           "write_overlays", "write_sample_scores"]

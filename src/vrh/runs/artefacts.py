@@ -87,6 +87,11 @@ class HeadScores:
                              f"(detect with --scorers to add one)")
         return torch.tensor(self.variants[name]["scores"], dtype=torch.float32)
 
+    def score_map(self, scorer: str | None = None) -> list[list[float]]:
+        """The ``[L][H]`` score map of ``scorer`` (default: the primary one) as stored, for readers without
+        torch (the report)."""
+        return self.variants[scorer or self.scorer]["scores"]
+
     def ranking(self, scorer: str | None = None) -> list[tuple[int, int]]:
         return [tuple(h) for h in self.variants[scorer or self.scorer]["ranking"]]
 

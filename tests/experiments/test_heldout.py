@@ -6,7 +6,7 @@ import pytest
 
 from vrh import runs
 from vrh.data import dataset_hash
-from vrh.experiments.evaluation import select_eval_samples
+from vrh.experiments.heldout import select_eval_samples
 
 
 def _det_run(path, data, detect_ids, eval_ids, sha=None):
