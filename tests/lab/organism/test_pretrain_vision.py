@@ -117,7 +117,7 @@ def test_routing_penalty_can_spare_the_protected_heads():
 
 def test_answer_box_mass_first_positions_only():
     from vrh_lab.organism.batches import train_batch
-    from vrh_lab.organism.train import answer_box_mass
+    from vrh_lab.organism.pressures import answer_box_mass
 
     org = Organisms(replace(PRESETS["tiny"], batch_b=0))
     s = world.grounding_sample(0, 3)

@@ -65,7 +65,7 @@ def _attention_with_box_mass(batch, masses, layers=2, heads=4):
 
 
 def test_box_nll_batch_mean_and_per_sample():
-    from vrh_lab.organism.train import box_nll
+    from vrh_lab.organism.pressures import box_nll
 
     spec = ImageSpec()
     proc = build_processor(spec)
@@ -170,7 +170,8 @@ def test_resume_needs_only_the_runs_own_checkpoint(tmp_path):
 def test_training_forward_without_attention_losses_runs_sdpa_with_eager_loss_and_gradients():
     """No loss reads attention weights (organism C): the forward runs SDPA, with eager's loss and gradients,
     and the model's eager setting is back afterwards (tracking reads the weights)."""
-    from vrh_lab.organism.train import forward_loss, make_batches
+    from vrh_lab.organism.pressures import forward_loss
+    from vrh_lab.organism.train import make_batches
 
     org = Organisms(replace(PRESETS["tiny"], batch_a=6, vqa_frac=0.3, attr_aux=0.3, attr_aux_layers=(0, 1)))
     batch = make_batches(org.cfg, org.tok, {"a": org.spec_a}, 0)["a"]
