@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every finding of vrh on the shipped organisms, one run folder each, plus one report.
-# Usage: bash lab/scripts/organism_findings.sh [OUT]   (default runs/findings; ~4.5 min on 2 CPU cores, C ~4.5 more)
+# Usage: bash lab/scripts/organism_findings.sh [OUT]   (default runs/findings; 5 min 48 s for A, B, C and C' on 2 CPU cores, measured 2026-12-01)
 # Organism C (an independently trained LM on A's architecture, no planted heads) runs when its checkpoint
 # resolves: C=${C:-organism:organism_c}, e.g. C=path/to/organism_c bash lab/scripts/organism_findings.sh OUT.
 set -euo pipefail
