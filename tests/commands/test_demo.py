@@ -141,3 +141,11 @@ def test_a_k_without_room_is_refused_before_the_previous_run_is_touched(finished
     with pytest.raises(ValueError, match=r"--ks 40 is outside \[0, 32\]"):
         demo.run(demo.Config(out=str(out), ks=(0, 40), **SMALL), organism)
     assert runs.is_finished(out) and runs.is_finished(out / "sweep_vqa")
+
+
+def test_the_demo_prints_no_note_about_its_own_second_dataset(tmp_path, organism, no_report, capsys):
+    demo.run(demo.Config(out=str(tmp_path / "d"), **SMALL), organism)
+    err = capsys.readouterr().err
+    assert "is not the dataset" not in err
+    res = runs.read_config(tmp_path / "d" / "sweep_vqa")["data"]
+    assert "disjointness checked by sample id only" in res["disjointness"]  # still recorded in the run

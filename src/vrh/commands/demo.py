@@ -128,7 +128,8 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
         for sub, data, task_name, sweep_ks in (("sweep_grounding", grounding, "grounding", ks),
                                                ("sweep_vqa", vqa, "vqa", (0, k))):
             task = get_task(task_name)
-            samples, data_info = select_eval_samples(data, task_name, None, [det_dir])
+            # the demo wrote both datasets: the VQA set is another file by design, not a surprise to print
+            samples, data_info = select_eval_samples(data, task_name, None, [det_dir], other_dataset_expected=True)
             sweep_cfg = {"model": cfg.model, "device": cfg.device, "dtype": cfg.dtype, "data": str(data),
                          "heads": str(det_dir), "task": task_name, "ks": list(sweep_ks), "seeds": list(cfg.seeds),
                          "scorer": method, "mask_mode": cfg.mask_mode, "exclude_layers": list(cfg.exclude_layers),

@@ -34,7 +34,8 @@ def load_task_samples(data: str | Path, task: str, hint: str = "choose --task ac
 
 
 def select_eval_samples(data: str | Path, task: str, n: int | None, heads_runs: Sequence[str | Path] = (),
-                        disjoint: bool = True) -> tuple[list[Sample], dict[str, Any]]:
+                        disjoint: bool = True, other_dataset_expected: bool = False
+                        ) -> tuple[list[Sample], dict[str, Any]]:
     """Evaluation samples of ``task`` in ``data`` that no detection run in ``heads_runs`` scored.
 
     Per detection run (a folder; anything else, e.g. a head list, is ignored):
@@ -42,8 +43,9 @@ def select_eval_samples(data: str | Path, task: str, n: int | None, heads_runs: 
     * same dataset, same task: the run's held-out split (``eval_ids``, detection's ``--n-eval``);
     * same dataset, another task (e.g. VQA samples of the detection dataset): every sample of the task
       whose id the run did not score;
-    * another dataset: disjointness can only be checked by id -- recorded in the returned info and printed,
-      and any id the run scored is an error (``--no-disjoint`` allows it).
+    * another dataset: disjointness can only be checked by id -- recorded in the returned info and printed
+      (unless ``other_dataset_expected``: a caller that wrote both datasets itself, as the demo does), and
+      any id the run scored is an error (``--no-disjoint`` allows it).
 
     ``disjoint=False`` keeps every sample (recorded). ``n`` caps the result; asking for more samples than
     there are is an error naming ``--n``.
@@ -72,7 +74,8 @@ def select_eval_samples(data: str | Path, task: str, n: int | None, heads_runs: 
             overlap = sorted(s.id for s in samples if s.id in scored)
             note = (f"{data} is not the dataset {run_dir} detected on ({split.data_path}): disjointness checked by "
                     f"sample id only")
-            console.print(f"[yellow]note:[/yellow] {note}")
+            if not other_dataset_expected:
+                console.print(f"[yellow]note:[/yellow] {note}")
             notes.append(note)
             if overlap:
                 raise ValueError(f"{len(overlap)} evaluation samples have ids that {run_dir} scored during detection "

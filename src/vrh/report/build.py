@@ -153,7 +153,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--k", type=int, default=None,
                    help="top heads to mark and to average in attention overlays (default: the k the runs were made "
                         "with; 20, fewer on tiny models, when no run records one)")
-    p.add_argument("--title", default="Visual Retrieval Heads report")
+    p.add_argument("--title", default="Visual Retrieval Heads report",
+                   help="the report's title, shown as plain text (default: %(default)s)")
 
 
 def report_main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
