@@ -182,14 +182,12 @@ class RunFolder:
         share rank 0's run, so a refusal reaches them all instead of leaving them at a barrier)."""
         lock, err = None, None
         if self.world.is_main:
-            created = not self.path.exists()
+            # a refused process removes nothing: the folder it found (or just raced to create) is the holder's
+            self.path.mkdir(parents=True, exist_ok=True)
             try:
-                self.path.mkdir(parents=True, exist_ok=True)
                 lock = _Lock.acquire(self.path)
             except RunFolderInUse as e:
                 err = str(e)
-                if created:  # nothing of ours stays behind
-                    shutil.rmtree(self.path, ignore_errors=True)
         errs = self.world.all_gather(err) if self.world.active else [err]
         first = next((e for e in errs if e), None)
         if first:
