@@ -22,7 +22,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    description="the sources and the local layout each expects")
     c = sub.add_parser("convert", help="convert a local benchmark snapshot to DIR/data.jsonl + DIR/images",
                        description="convert a local benchmark snapshot to DIR/data.jsonl + DIR/images; skipped rows "
-                                   "and their reasons go to DIR/skipped.jsonl, a summary to DIR/convert.json")
+                                   "and their reasons go to DIR/skipped.jsonl, a summary to DIR/convert.json; the "
+                                   "last line puts the sample count next to the paper's and says why they differ")
     c.add_argument("name", metavar="NAME", help="source name (see `vrh data list`)")
     c.add_argument("src", metavar="SRC", help="the local snapshot: a parquet/CSV file or the snapshot's folder")
     c.add_argument("--out", required=True, metavar="DIR", help="folder to write data.jsonl and images/ into")
@@ -50,8 +51,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="vaw: seed of the multiple-choice generator (default: 0)")
     c.add_argument("--regions", default=None, choices=("draw", "describe"),
                    help="spatialrgpt: draw the regions on the image (default) or describe their boxes in the text")
-    i = sub.add_parser("inspect", help="counts, box/answer statistics and a few samples drawn as PNG",
-                       description="counts, box/answer statistics and a few samples drawn as PNG")
+    i = sub.add_parser("inspect", help="counts (next to the paper's), box/answer statistics, a few samples as PNG",
+                       description="counts, box/answer statistics and a few samples drawn as PNG; each benchmark's "
+                                   "sample count next to the paper's (App. E.2), with the reasons they differ (read "
+                                   "from the convert.json beside FILE when there is one)")
     i.add_argument("file", metavar="FILE", help="a dataset JSONL (e.g. DIR/data.jsonl from convert)")
     i.add_argument("--out", required=True, metavar="DIR", help="folder for inspect.json and the PNGs")
     i.add_argument("--n-render", type=int, default=8, metavar="N", help="samples to render (default: 8)")

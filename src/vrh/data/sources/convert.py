@@ -31,6 +31,7 @@ from typing import Any
 
 from vrh.data.jsonl import load_dataset, write_dataset
 from vrh.data.sources.images import ImageStore
+from vrh.data.sources.paper_counts import ConversionFacts, CountCheck, check_count
 from vrh.data.sources.registry import NotInSubset, RowContext, Skip, SkipRow, get_source
 
 DATA, SKIPPED, SUMMARY, IMAGES = "data.jsonl", "skipped.jsonl", "convert.json", "images"
@@ -111,10 +112,18 @@ class ConvertReport:
         """How many rows were skipped for each kind of reason (see :func:`_reason_kind`), most first."""
         return dict(Counter(_reason_kind(s.reason) for s in self.skipped).most_common())
 
+    def count_check(self) -> CountCheck:
+        """The samples written next to the paper's count for this benchmark and split, and why they differ."""
+        facts = ConversionFacts(complete=self.complete, limit=self.limit, rows_read=self.rows_read,
+                                expected_rows=self.expected_rows, n_skipped=len(self.skipped), excluded=self.excluded,
+                                options=self.options, src=self.src)
+        return check_count(self.source, self.split, self.n_samples, facts)
+
     def to_json(self) -> dict[str, Any]:
         d = {k: v for k, v in asdict(self).items() if k != "skipped"}
         return {**d, "n_skipped": len(self.skipped), "skip_rate": self.skip_rate, "n_excluded": self.n_excluded,
-                "rows_match": self.rows_match, "skip_reasons": self.skip_reasons()}
+                "rows_match": self.rows_match, "skip_reasons": self.skip_reasons(),
+                "paper_count": self.count_check().to_json()}
 
     def lines(self) -> list[str]:
         """A human summary, one fact per line."""
@@ -134,6 +143,7 @@ class ConvertReport:
             out.append(f"  e.g. {s.id}: {s.reason}")
         if self.skipped:
             out.append(f"  (every skipped id and its reason: {Path(self.out) / SKIPPED})")
+        out.append(self.count_check().line())
         return out
 
 

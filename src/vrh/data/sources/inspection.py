@@ -2,7 +2,10 @@
 a few samples rendered with their boxes drawn (``vrh data inspect FILE --out DIR``).
 
 Reads the file as every run will (:func:`vrh.data.load_dataset`, bad lines skipped and counted), so
-what it reports is what ``vrh detect`` / ``evaluate`` will see.
+what it reports is what ``vrh detect`` / ``evaluate`` will see. Each (benchmark, split) in the file is
+counted against the paper's count for it (:mod:`vrh.data.sources.paper_counts`), with the reasons they
+differ; what the conversion did (``--limit``, skips, rows outside the subset, options) is read from the
+``convert.json`` that ``vrh data convert`` wrote beside the file, when there is one.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from vrh.data.jsonl import Sample, load_dataset
+from vrh.data.sources.paper_counts import ConversionFacts, check_count
 
 QUANTILES = (0, 25, 50, 75, 100)
 N_TOP = 10  # most frequent answers listed per answer type
@@ -63,6 +67,40 @@ def answer_stats(samples: list[Sample]) -> dict[str, Any]:
     return {t: {"n": sum(c.values()), "top": c.most_common(N_TOP)} for t, c in sorted(by_type.items())}
 
 
+def _conversion(path: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """The ``convert.json`` beside ``path`` (None when absent), and why it could not be read."""
+    summary = path.parent / "convert.json"
+    if not summary.is_file():
+        return None, None
+    try:
+        d = json.loads(summary.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        return None, f"{summary} could not be read ({type(e).__name__}: {e}); counts compared without it"
+    if not isinstance(d, dict):
+        return None, f"{summary} is not a JSON object; counts compared without it"
+    return d, None
+
+
+def paper_count_checks(samples: list[Sample], path: str | Path) -> tuple[list[dict[str, Any]], str | None]:
+    """Per (benchmark, split) in the file, in first-seen order: its sample count next to the paper's, with
+    the reasons they differ (``line``: the printed form); and a note when ``convert.json`` is unreadable."""
+    conversion, note = _conversion(Path(path))
+    groups = Counter((str(s.meta.get("benchmark", "?")), str(s.meta.get("split", "?"))) for s in samples)
+    checks = []
+    for (source, split), n in groups.items():
+        if source == "?":  # a hand-written file: the lines do not say which benchmark they are
+            checks.append({"benchmark": source, "split": split, "n": n, "paper_n": None, "status": "unknown",
+                           "line": f"{n} samples name no benchmark (their `benchmark` field): no paper count to "
+                                   "compare"})
+            continue
+        facts = None
+        if conversion is not None and (conversion.get("source"), conversion.get("split")) == (source, split):
+            facts = ConversionFacts.from_json(conversion)
+        check = check_count(source, split, n, facts)
+        checks.append({"benchmark": source, "split": split, **check.to_json(), "line": check.line()})
+    return checks, note
+
+
 def summarize_dataset(path: str | Path) -> tuple[dict[str, Any], list[Sample]]:
     samples = load_dataset(path, on_error="skip")
     text_words = [len((s.expression or s.question or "").split()) for s in samples]
@@ -75,6 +113,9 @@ def summarize_dataset(path: str | Path) -> tuple[dict[str, Any], list[Sample]]:
         "boxes": box_stats(samples), "answers": answer_stats(samples),
         "text_words": _quantiles([float(n) for n in text_words]),
     }
+    summary["paper_counts"], note = paper_count_checks(samples, path)
+    if note:
+        summary["convert_json_note"] = note
     for key in ("image_source", "category", "split"):  # what per-group scores (CV-Bench, MMStar) need
         values = [s.meta[key] for s in samples if s.meta.get(key) is not None]
         if values:
@@ -140,6 +181,11 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
     for key in ("image_source", "category"):
         if key in summary:
             out.append(f"{key}: " + ", ".join(f"{k} {v}" for k, v in list(summary[key].items())[:8]))
+    for check in summary.get("paper_counts", []):
+        named = check["benchmark"] != "?"
+        out.append(f"{check['benchmark']} {check['split']}: {check['line']}" if named else check["line"])
+    if summary.get("convert_json_note"):
+        out.append(f"note: {summary['convert_json_note']}")
     if summary.get("rendered"):
         out.append(f"rendered {len(summary['rendered'])} samples")
     return out
