@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 from vrh.models.adapters import registered_adapters
 from vrh.models.adapters.refusals import REFUSALS
 from vrh.cli import main
@@ -36,18 +38,53 @@ def test_json_lists_every_registered_family_and_every_refusal(capsys):
     assert statuses == sorted(statuses, key=["tested", "custom", "refused"].index)  # tested first, refused last
 
 
-def test_text_listing_names_types_conventions_and_reasons(capsys):
-    assert main(["models"]) == 0
-    out = capsys.readouterr().out
+def _table(capsys, monkeypatch, columns: int, *extra: str) -> str:
+    monkeypatch.setenv("COLUMNS", str(columns))  # the table's width (a terminal's, or COLUMNS)
+    assert main(["models", *extra]) == 0
+    return capsys.readouterr().out
+
+
+def read_table(out: str, columns: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
+    """The table whose header names ``columns``, as first cell -> cells, each cell's wrapped pieces joined
+    without white space (a folded cell may split inside a word)."""
+    lines = out.splitlines()
+    top = next(i for i, line in enumerate(lines) if line.split() == " ".join(columns).split())
+    starts = [lines[top].index(c) for c in columns] + [None]
+    rows: list[list[str]] = []
+    for line in lines[top + 2:]:  # past the header's rule
+        if not line.strip():
+            break
+        cells = [line[a:b] if b else line[a:] for a, b in zip(starts, starts[1:])]
+        if cells[0].strip():
+            rows.append(["" for _ in columns])
+        for i, piece in enumerate(cells):
+            rows[-1][i] += "".join(piece.split())
+    return {r[0]: tuple(r[1:]) for r in rows}
+
+
+FAMILY_COLUMNS = models.FAMILY_COLUMNS
+
+
+def _squeezed(*cells: str) -> tuple[str, ...]:
+    return tuple("".join(c.split()) for c in cells)
+
+
+@pytest.mark.parametrize("columns", [1000, 80])
+def test_text_listing_is_a_table_of_types_status_boxes_and_layouts(capsys, monkeypatch, columns):
+    out = _table(capsys, monkeypatch, columns)
+    assert max(len(line) for line in out.splitlines()) <= columns
+    table = read_table(out, FAMILY_COLUMNS)
+    assert len(table) == len(registered_adapters()) + len(REFUSALS)
     for name, cls in registered_adapters().items():
-        assert f"{name}  [{', '.join(cls.model_types)}]  tested" in out
+        assert table[name] == _squeezed(", ".join(cls.model_types), "tested", cls.box_convention, cls.token_layout)
+    refused = read_table(out, models.REFUSED_COLUMNS)
     for ref in REFUSALS:
-        assert f"{ref.name}  [{', '.join(ref.model_types)}]  refused ({ref.kind})" in out
-        assert f"    why:    {ref.reason}\n    do:     {ref.remedy}" in out
-    assert out.count("    boxes:  ") == out.count("    tokens: ") == len(registered_adapters()) + len(REFUSALS)
+        assert table[ref.name] == _squeezed(", ".join(ref.model_types), "refused", ref.box_convention, ref.token_layout)
+        assert refused[ref.name] == _squeezed(ref.kind, ref.reason, ref.remedy)
+    assert "".join(models.TESTED_NOTE.split()) in "".join(out.split())
 
 
-def test_custom_adapter_is_listed_with_its_attributes(tmp_path, capsys):
+def test_custom_adapter_is_listed_with_its_attributes(tmp_path, capsys, monkeypatch):
     plugin = tmp_path / "my_models_plugin.py"
     plugin.write_text("from vrh.models.adapters.llava import LlavaAdapter\n\n"
                       "class Mine(LlavaAdapter):\n"
@@ -60,8 +97,12 @@ def test_custom_adapter_is_listed_with_its_attributes(tmp_path, capsys):
 
     assert mine["token_layout"].startswith("one token per 14-px")  # its own
     assert mine["box_convention"] == LlavaAdapter.box_convention  # inherited from the adapter it extends
+    monkeypatch.setenv("COLUMNS", "1000")
     assert main(["models", "--adapter", f"{plugin}:Mine"]) == 0
-    assert f"    class:  {mine['source']}" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert read_table(out, FAMILY_COLUMNS)["mine"] == _squeezed("mine_vlm", "custom", mine["box_convention"],
+                                                                mine["token_layout"])
+    assert f"custom: mine is {mine['source']} (not tested by vrh)" in out
 
 
 def test_bad_adapter_is_a_clear_error(capsys):
@@ -79,3 +120,30 @@ def test_command_module_imports_only_stdlib_and_options_at_module_level():
     for name in names:
         root = name.split(".")[0]
         assert name in ("__future__", "vrh.infra.options") or root in sys.stdlib_module_names, name
+
+
+def test_inspect_prints_the_structure_and_the_visual_tokens(capsys):
+    """``--inspect`` through the CLI: the text says what the library found, ``--json`` gives the same values."""
+    from vrh.models.inspect import inspect_checkpoint
+
+    found = inspect_checkpoint("organism", image_sizes=((64, 48),))
+    assert main(["models", "--inspect", "organism", "--image-size", "64x48"]) == 0
+    assert capsys.readouterr().out.strip() == found.format()
+    data = _json(capsys, "--inspect", "organism", "--image-size", "64x48")
+    assert data["total_heads"] == data["num_layers"] * data["num_heads"] == found.total_heads
+    assert data["attention_modules"] == found.attention_modules
+    (v,) = data["visual"]
+    assert (v["width"], v["height"], v["tokens"], v["cells"]) == (64, 48, found.visual[0].tokens, found.visual[0].cells)
+    assert v["tokens"] > 0
+
+
+def test_inspect_errors_are_one_line(tmp_path, capsys, monkeypatch):
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
+    for argv, said in [(["--inspect", "some-org/not-cached"], "is not in the local Hugging Face cache"),
+                       (["--inspect", "organism", "--image-size", "64"], "expected WIDTHxHEIGHT"),
+                       (["--image-size", "64x64"], "--image-size and --revision go with --inspect")]:
+        assert main(["models", *argv]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("vrh models: error: ") and said in err and err.count("\n") == 1, err

@@ -1,0 +1,174 @@
+"""``vrh.models.inspect``: a checkpoint built on the meta device from its config, its heads and its visual tokens.
+
+The real-config tests read ``../shared/real/checkpoints`` (skipped where it is absent). Those folders hold the
+published config and processor files but no tokenizer (too large to share), so the visual-token tests copy them
+next to the family's tiny stand-in tokenizer (``vrh.testing``), which carries the family's special tokens: the
+count is the processor's expansion of the image placeholder, set by the image processor and processor configs,
+not by the vocabulary. Expected figures: paper Table A7 (784 heads) and App. I (3,328 InternVL3 tokens at
+1792x1344), and ``../shared/real/SOURCES.md``.
+"""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from huggingface_hub import constants
+
+from vrh.models.inspect import inspect_checkpoint, parse_image_size
+
+REAL = Path(__file__).resolve().parents[2] / ".." / "shared" / "real" / "checkpoints"
+needs_real = pytest.mark.skipif(not REAL.is_dir(), reason="the real checkpoint files (../shared/real) are absent")
+
+# folder, tiny tokenizer family, layers, heads, head dim, {(W, H): (visual tokens, cells)}
+CASES = [
+    ("qwen2_5_vl_7b", "qwen2_5_vl", 28, 28, 128,
+     {(448, 448): (256, 256), (640, 480): (391, 391), (1792, 1344): (3072, 3072)}),
+    ("internvl3_8b_hf", "internvl", 28, 28, 128,
+     {(448, 448): (256, 256), (640, 480): (3328, 3072), (1792, 1344): (3328, 3072)}),
+    ("llama3_llava_next_8b_hf", "llava_next", 32, 32, 128,
+     {(448, 448): (2928, 2304), (640, 480): (2340, 1728), (1792, 1344): (2340, 1728)}),
+]
+
+
+def _qwen():
+    from vrh.testing.tiny_models import qwen_tokenizer
+
+    return qwen_tokenizer()
+
+
+def _internvl():
+    from vrh.testing.tiny_internvl import internvl_tokenizer
+
+    return internvl_tokenizer()
+
+
+def _llava():
+    from vrh.testing.tiny_models import llava_tokenizer
+
+    return llava_tokenizer()
+
+
+STAND_INS = {"qwen2_5_vl": _qwen, "internvl": _internvl, "llava_next": _llava}  # the tiny builds' tokenizers
+
+
+def with_stand_in_tokenizer(folder: str, family: str, dest: Path) -> Path:
+    """The real folder's files (the reconstructed LLaVA-NeXT processor config under its real name, as
+    SOURCES.md's figures assume) plus the family's tiny tokenizer."""
+    dest.mkdir()
+    for f in (REAL / folder).iterdir():
+        if "first_release" not in f.name and "475-byte" not in f.name:  # the current files only
+            shutil.copy(f, dest / f.name.replace(".RECONSTRUCTED", ""))
+    STAND_INS[family]().save_pretrained(dest)
+    return dest
+
+
+@needs_real
+@pytest.mark.parametrize("folder, family, layers, heads, head_dim, counts", CASES, ids=[c[0] for c in CASES])
+def test_real_configs_give_the_published_figures(tmp_path, folder, family, layers, heads, head_dim, counts):
+    path = with_stand_in_tokenizer(folder, family, tmp_path / folder)
+    found = inspect_checkpoint(str(path), image_sizes=tuple(counts))
+    assert (found.adapter, found.num_layers, found.num_heads, found.head_dim) == (family, layers, heads, head_dim)
+    assert found.total_heads == layers * heads and found.o_proj_in_features == heads * head_dim
+    assert found.attention_modules == [f"model.language_model.layers.{i}.self_attn" for i in range(layers)]
+    assert {(v.width, v.height): (v.tokens, v.cells) for v in found.visual} == counts
+    text = found.format()
+    assert f"{layers} layers x {heads} heads = {layers * heads:,}" in text
+    assert f"model.language_model.layers.{{0..{layers - 1}}}.self_attn" in text
+
+
+@needs_real
+def test_table_a7_head_counts_from_the_bare_real_folders():
+    """784 = 28 x 28 for Qwen2.5-VL-7B and InternVL3-8B (paper Table A7), from the shared folders as they are;
+    without a tokenizer there, the count is refused in one line, not guessed."""
+    for folder in ("qwen2_5_vl_7b", "internvl3_8b_hf"):
+        found = inspect_checkpoint(str(REAL / folder), image_sizes=((1792, 1344),))
+        assert found.total_heads == 784 and found.head_dim == 128
+        (v,) = found.visual
+        assert v.tokens is None and "has no tokenizer files" in v.note
+        assert "visual tokens not counted" in found.format()
+
+
+@needs_real
+def test_a_processor_that_cannot_count_is_one_line_per_size(tmp_path):
+    """A tokenizer but no image processor config: the structure is still read, each size says why in one line."""
+    shutil.copy(REAL / "qwen2_5_vl_7b" / "config.json", tmp_path / "config.json")
+    STAND_INS["qwen2_5_vl"]().save_pretrained(tmp_path)
+    found = inspect_checkpoint(str(tmp_path), image_sizes=((448, 448), (64, 64)))
+    assert found.total_heads == 784 and [v.tokens for v in found.visual] == [None, None]
+    assert all(v.note.startswith(f"the processor in {tmp_path} could not expand an image (OSError: ")
+               and "\n" not in v.note for v in found.visual)
+
+
+def test_qwen3_vl_8b_shape_gives_1152_heads(tmp_path):
+    """Qwen3-VL-8B's LM shape (36 layers x 32 heads of 128, 8 KV heads, hidden 4096: its published
+    text_config; paper Table A7 gives 36 x 32 = 1,152) built on the meta device; no shared file has it."""
+    from transformers import Qwen3VLConfig
+
+    Qwen3VLConfig(text_config=dict(num_hidden_layers=36, num_attention_heads=32, num_key_value_heads=8, head_dim=128,
+                                   hidden_size=4096, intermediate_size=12288)).save_pretrained(tmp_path)
+    found = inspect_checkpoint(str(tmp_path))
+    assert (found.adapter, found.num_layers, found.num_heads, found.total_heads) == ("qwen3_vl", 36, 32, 1152)
+    assert found.num_kv_heads == 8 and found.o_proj_in_features == 4096
+
+
+def test_meta_inspection_counts_what_a_real_load_builds():
+    """The organism (weights loaded for real) makes as many visual tokens and cells as its inspection says."""
+    from PIL import Image
+
+    from vrh.models.loading import load_model
+
+    lm = load_model("organism")
+    found = inspect_checkpoint("organism", image_sizes=((64, 64), (100, 60)))
+    assert (found.num_layers, found.num_heads) == (lm.num_layers, lm.num_heads)
+    assert found.parameters == sum(p.numel() for p in lm.model.parameters())
+    for v in found.visual:
+        batch = lm.adapter.build_batch(lm.processor, [Image.new("RGB", (v.width, v.height))],
+                                       [lm.adapter.grounding_prompt("it")])
+        assert (v.tokens, v.cells) == (len(batch.visual_positions[0]), int(batch.cell_tokens[0].sum()))
+
+
+def test_hub_id_resolves_from_the_local_cache_only(tmp_path, monkeypatch):
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="not in the local Hugging Face cache and inspect does not download"):
+        inspect_checkpoint("some-org/not-cached-model")
+    snapshot = tmp_path / "models--some-org--cached-model" / "snapshots" / "0123abcd"
+    snapshot.mkdir(parents=True)
+    (snapshot.parents[1] / "refs").mkdir()
+    (snapshot.parents[1] / "refs" / "main").write_text("0123abcd")
+    from transformers import Qwen2_5_VLConfig
+
+    Qwen2_5_VLConfig(text_config=dict(num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+                                      hidden_size=64, intermediate_size=128)).save_pretrained(snapshot)
+    found = inspect_checkpoint("some-org/cached-model")
+    assert found.path == str(snapshot) and (found.num_layers, found.num_heads, found.head_dim) == (3, 4, 16)
+
+
+def test_refused_family_and_bad_input_are_one_line_errors(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "internvl_chat"}))
+    with pytest.raises(ValueError, match="remote-code checkpoint") as e:
+        inspect_checkpoint(str(tmp_path))
+    assert "\n" not in str(e.value)
+    with pytest.raises(FileNotFoundError, match="has no config.json"):
+        inspect_checkpoint(str(tmp_path / ".."))
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        inspect_checkpoint(str(tmp_path / "nope"))
+    with pytest.raises(FileNotFoundError, match="is a file, not a checkpoint folder"):
+        inspect_checkpoint(str(tmp_path / "config.json"))
+    for bad in ("1792", "0x10", "axb", "12x"):
+        with pytest.raises(ValueError, match="expected WIDTHxHEIGHT"):
+            parse_image_size(bad)
+
+
+def test_heads_that_do_not_split_o_proj_are_refused(tmp_path):
+    """An adapter whose head count does not divide o_proj's input as [heads, head_dim] (a custom adapter's
+    mistake) is refused before anything reports its grid."""
+    from transformers import Qwen2_5_VLConfig
+
+    Qwen2_5_VLConfig(text_config=dict(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                      hidden_size=64, intermediate_size=128)).save_pretrained(tmp_path / "ckpt")
+    (tmp_path / "wrong_heads.py").write_text(
+        "from vrh.models.adapters.qwen_vl import Qwen2_5_VLAdapter\n\n"
+        "class WrongHeads(Qwen2_5_VLAdapter):\n    def num_heads(self, model):\n        return 8\n")
+    with pytest.raises(ValueError, match=r"o_proj input features \[64\] != 8 heads x 16 head dim"):
+        inspect_checkpoint(str(tmp_path / "ckpt"), adapter=f"{tmp_path / 'wrong_heads.py'}:WrongHeads")
