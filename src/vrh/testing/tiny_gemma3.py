@@ -6,7 +6,9 @@ turn markers) and a chat template shaped like the released one (``<bos><start_of
 
 Shapes: a 1-layer SigLIP tower on 112-px images of 7-px patches (16 x 16 patches) pooled 4 x 4, as released,
 into 4 x 4 = 16 soft tokens of 28 px (the released models: 896 px, 64 x 64 patches, 16 x 16 = 256 tokens of
-56 px); 2 Gemma 3 LM layers (sliding window of 12 tokens, then global), 4q/2kv heads of 16.
+56 px); 2 Gemma 3 LM layers (sliding window of 12 tokens, then global), 4q/2kv heads of 16. The image
+projector is drawn at random (transformers initialises it to zeros, which would leave the image tokens without
+pixels).
 """
 
 from __future__ import annotations
@@ -66,6 +68,11 @@ def _tiny_gemma3(seed: int, overrides_json: str):
     config = Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=tokens, **ids, **ov)
     torch.manual_seed(seed)
     model = Gemma3ForConditionalGeneration._from_config(config, attn_implementation="sdpa", dtype=torch.float32)
+    # Gemma 3 initialises its image projector to zeros (the released weights replace it): the image tokens of a
+    # random build would carry no pixels at all, so draw it like the other weights
+    with torch.no_grad():
+        torch.nn.init.normal_(model.model.multi_modal_projector.mm_input_projection_weight,
+                              std=config.text_config.initializer_range)
     return finish_tiny_model(model, tok), processor
 
 

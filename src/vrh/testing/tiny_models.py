@@ -201,11 +201,13 @@ def tiny_qwen3_vl(seed: int = 0, **overrides):
 
 @functools.lru_cache(maxsize=None)
 def _tiny_llava(seed: int, overrides_json: str):
-    from transformers import CLIPImageProcessorPil, LlavaConfig, LlavaForConditionalGeneration, LlavaProcessor
+    from transformers import (CLIPImageProcessorPil, LlavaConfig, LlavaForConditionalGeneration,
+                              LlavaImageProcessorPil, LlavaProcessor)
 
     ov = json.loads(overrides_json)
     text_ov, vision_ov = ov.pop("text_config", {}), ov.pop("vision_config", {})
     image_size = ov.pop("image_size", 112)
+    do_pad, resize = ov.pop("do_pad", False), ov.pop("resize", image_size)  # pad to square; shortest edge
     tok = llava_tokenizer()
     vision = dict(model_type="clip_vision_model", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                   num_attention_heads=2, image_size=image_size, patch_size=16, projection_dim=32)
@@ -217,8 +219,9 @@ def _tiny_llava(seed: int, overrides_json: str):
                          vision_feature_layer=-2, **ov)
     torch.manual_seed(seed)
     model = LlavaForConditionalGeneration._from_config(config, attn_implementation="sdpa", dtype=torch.float32)
-    ip = CLIPImageProcessorPil(size={"shortest_edge": image_size},
-                               crop_size={"height": image_size, "width": image_size})
+    ip_cls = LlavaImageProcessorPil if do_pad else CLIPImageProcessorPil
+    ip = ip_cls(size={"shortest_edge": resize}, crop_size={"height": image_size, "width": image_size},
+                **({"do_pad": True} if do_pad else {}))
     processor = LlavaProcessor(image_processor=ip, tokenizer=tok, patch_size=vision["patch_size"],
                                vision_feature_select_strategy="default", num_additional_image_tokens=1,
                                chat_template=tok.chat_template)
@@ -226,7 +229,9 @@ def _tiny_llava(seed: int, overrides_json: str):
 
 
 def tiny_llava(seed: int = 0, **overrides):
-    """LlavaForConditionalGeneration: tiny Llama LM + 2-layer CLIP tower (112 px, 16-px patches, CLS dropped)."""
+    """LlavaForConditionalGeneration: tiny Llama LM + 2-layer CLIP tower (112 px, 16-px patches, CLS dropped).
+    ``do_pad=True``: ``LlavaImageProcessorPil`` pads to a square first (LLaVA-1.5's pad); ``resize=N``: the
+    shortest edge is resized to N before the 112-px centre crop (N < 112: the crop pads)."""
     return _tiny_llava(seed, json.dumps(overrides, sort_keys=True))
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from PIL import Image
 
 import vrh.models.adapters as adapters_pkg
 from vrh.models.adapters import get_adapter, registered_adapters
@@ -175,6 +176,46 @@ def test_llava_full_strategy_marks_cls_as_no_cell():
         cell = batch.cell_tokens[b]
         assert not cell[0] and cell[1:].all() and len(cell) == 1 + 7 * 7
         assert batch.visual_rects[b][0].tolist() == [0, 0, *image.size]
+
+
+def test_image_tokens_depend_on_pixels(family):
+    """Every cell token's input to the LM (``hidden_states[0]`` at its position) changes when the image's pixels
+    do (the same image inverted, so the token layout is the same): a tiny build whose image features ignore
+    the pixels (Gemma 3's projector is all zeros at random init) would make every map test vacuous."""
+    name, adapter, model, processor = family
+    image = IMAGES[0]
+    inverted = Image.fromarray(255 - np.asarray(image))
+    batch = adapter.build_batch(processor, [image, inverted], [adapter.grounding_prompt("red ball")] * 2)
+    assert torch.equal(batch.visual_positions[0], batch.visual_positions[1])
+    with torch.no_grad():
+        embeds = model(**batch.inputs, output_hidden_states=True).hidden_states[0]  # [2, S, hidden]
+    vis, cell = batch.visual_positions[0], batch.cell_tokens[0]
+    change = (embeds[0, vis] - embeds[1, vis]).abs().amax(-1)  # [V] per visual token
+    assert bool((change[cell] > 1e-4).all()), (name, int((change[cell] <= 1e-4).sum()), "cell tokens ignore pixels")
+
+
+def test_grid_places_are_row_major(family):
+    """Where the adapter's token grid has one place per visual token (what detection hands to grid scorers), the
+    cell tokens' rectangles follow it row-major: top edges rise with the row, left edges with the column."""
+    from vrh.experiments.detection_batch import grid_shape
+
+    name, adapter, model, processor = family
+    batch, _ = grounding_batch(adapter, processor, answers=False)
+    found = 0
+    for b in range(batch.batch_size):
+        rects, cell = batch.visual_rects[b], batch.cell_tokens[b]
+        grid = grid_shape(rects, cell, batch.meta[b])
+        if grid is None:
+            continue
+        rows, cols = grid
+        r, c = rects.view(rows, cols, 4), cell.view(rows, cols)  # [rows, cols, 4], [rows, cols]
+        for i in range(rows):
+            assert bool((r[i, c[i], 0].diff() > 0).all())  # x1 along row i
+        for j in range(cols):
+            assert bool((r[c[:, j], j, 1].diff() > 0).all())  # y1 down column j
+        found += 1
+    one_view = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "glm4v", "llava", "paligemma", "gemma3")  # no tiles here
+    assert found == batch.batch_size or name not in one_view
 
 
 # --- capture and masking on the family's real inputs -------------------------------------------

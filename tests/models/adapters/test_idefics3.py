@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -168,6 +169,35 @@ def test_smolvlm_checkpoint_is_served(tmp_path):
 
 
 # --- prompt and answers --------------------------------------------------------------------------
+
+REAL = Path(__file__).resolve().parents[3] / ".." / "shared" / "real" / "checkpoints" / "idefics3_8b_llama3"
+
+
+@pytest.mark.skipif(not REAL.is_dir(), reason="the real checkpoint files (../shared/real) are absent")
+def test_one_bos_with_the_real_template_and_a_tokenizer_that_adds_its_own():
+    """Idefics3-8B-Llama3's real template writes ``<|begin_of_text|>`` and Llama 3's tokenizer adds it too (its
+    post-processor ``<|begin_of_text|> $A``): each sequence starts with exactly one, and the expression and the
+    teacher-forced answer are still found."""
+    import json
+
+    from tokenizers import processors
+
+    tok = idefics3_tokenizer()
+    tok._tokenizer.post_processor = processors.TemplateProcessing(
+        single="<|begin_of_text|> $A", special_tokens=[("<|begin_of_text|>", tok.bos_token_id)])  # as Llama 3's
+    assert tok("x")["input_ids"][0] == tok.bos_token_id
+    tok.chat_template = json.loads((REAL / "chat_template.json").read_text())["chat_template"]
+    processor = idefics3_processor(tok)
+    prompts = [ADAPTER.grounding_prompt(e) for e in ("red ball", "man in a hat")]
+    batch = ADAPTER.build_batch(processor, [coord_image(150, 100), coord_image(40, 40)], prompts,
+                                answers=["[0.10, 0.20, 0.30, 0.40]"] * 2, expressions=["red ball", "man in a hat"])
+    ids, mask = batch.inputs["input_ids"], batch.inputs["attention_mask"].bool()
+    for b, expression in enumerate(("red ball", "man in a hat")):
+        real = ids[b][mask[b]]
+        assert real[0] == tok.bos_token_id and int((real == tok.bos_token_id).sum()) == 1
+        assert tok.decode(ids[b, batch.expression_positions[b]]).strip() == expression
+        assert tok.decode(ids[b, batch.answer_positions[b]]).strip() == "[0.10, 0.20, 0.30, 0.40]"
+
 
 def test_prompt_and_box_format_are_lmms_eval_rec():
     assert ADAPTER.grounding_prompt("red ball").endswith("the region this sentence describes: red ball")

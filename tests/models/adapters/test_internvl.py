@@ -6,6 +6,8 @@ shuffle), the thumbnail marked as no cell, the official prompt and answers, and 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -86,6 +88,33 @@ def test_single_tile_without_tiling(real_processor):
     assert batch.meta[0]["tile_grid"] == (1, 1) and not batch.meta[0]["thumbnail"]
     assert len(batch.visual_positions[0]) == 256 and batch.cell_tokens[0].all()
     assert check_pixels("internvl", batch, proc)[1] <= 1.0
+
+
+REAL = Path(__file__).resolve().parents[3] / ".." / "shared" / "real" / "checkpoints" / "internvl3_8b_hf"
+
+
+@pytest.mark.skipif(not REAL.is_dir(), reason="the real checkpoint files (../shared/real) are absent")
+def test_both_released_chat_templates_give_the_same_batch(tmp_path):
+    """The -hf checkpoints ship two templates: the current one (``<IMG_CONTEXT>\\n``) and an older 475-byte one
+    (``<image>\\n``; InternVL3-78B-hf, some InternVL3.5 -hf) that the processor does not expand. Both, read from
+    the real files and loaded from a saved checkpoint, give the same tokens, visual positions and rectangles."""
+    model, processor = TINY_BUILDERS["internvl"]()
+    images = [coord_image(150, 100), coord_image(40, 40)]
+    prompts = [ADAPTER.grounding_prompt(e) for e in ("red ball", "the image on the left")]
+    batches = []
+    for name in ("chat_template.jinja", "chat_template.475-byte-image-version.jinja"):
+        ckpt = save_tiny(model, processor, tmp_path / name)
+        (ckpt / "chat_template.jinja").write_text((REAL / name).read_text(encoding="utf-8"), encoding="utf-8")
+        loaded = ADAPTER.processor_for(str(ckpt))
+        assert loaded.chat_template == (REAL / name).read_text(encoding="utf-8")
+        batches.append(ADAPTER.build_batch(loaded, images, prompts, answers=["[[1, 2, 3, 4]]"] * 2,
+                                           expressions=["red ball", "image"]))
+    new, old = batches
+    assert torch.equal(new.inputs["input_ids"], old.inputs["input_ids"])
+    for b in range(2):
+        assert torch.equal(new.visual_positions[b], old.visual_positions[b]) and len(old.visual_positions[b]) > 0
+        assert torch.equal(new.visual_rects[b], old.visual_rects[b])
+        assert torch.equal(new.expression_positions[b], old.expression_positions[b])
 
 
 def test_tile_count_mismatch_is_an_error(real_processor, monkeypatch):

@@ -5,6 +5,7 @@ on the Mistral backbone; and the commands end to end."""
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -140,6 +141,42 @@ def test_load_sets_the_answer_separator_from_the_template(tmp_path):
     save_tiny(model, blank_end, tmp_path / "llama3_like")
     adapter.load(str(tmp_path / "llama3_like"))
     assert adapter.answer_sep == ""
+
+
+REAL = Path(__file__).resolve().parents[3] / ".." / "shared" / "real" / "checkpoints" / "llama3_llava_next_8b_hf"
+
+
+@pytest.mark.skipif(not REAL.is_dir(), reason="the real checkpoint files (../shared/real) are absent")
+def test_real_processor_config_without_num_additional_image_tokens():
+    """llama3-llava-next-8b's real config and image processor, with a processor config that omits
+    ``num_additional_image_tokens`` (as older ones do): refused before load() completes the processor (2,339
+    tokens against the 2,340 the map has at 640x480), then 2,340 visual tokens of which 1,728 cells."""
+    import json
+    from types import SimpleNamespace
+
+    from transformers import AutoConfig, LlavaNextImageProcessorPil, LlavaNextProcessor
+    from transformers.models.clip.modeling_clip import CLIPVisionEmbeddings
+
+    from vrh.testing.tiny_models import llava_tokenizer
+
+    config = AutoConfig.from_pretrained(REAL)
+    assert config.vision_config.model_type == "clip_vision_model"
+    with torch.device("meta"):  # the tower's embeddings only (they hold its class token), without weights
+        tower = CLIPVisionEmbeddings(config.vision_config)
+    model = SimpleNamespace(config=config, model=SimpleNamespace(vision_tower=tower))
+    settings = json.loads((REAL / "processor_config.RECONSTRUCTED.json").read_text())
+    older = {k: v for k, v in settings.items() if k not in ("processor_class", "num_additional_image_tokens")}
+    tok = llava_tokenizer()
+    processor = LlavaNextProcessor(image_processor=LlavaNextImageProcessorPil.from_pretrained(REAL), tokenizer=tok,
+                                   chat_template=tok.chat_template, **older)
+    adapter = get_adapter("llava_next")
+    image, prompt = [coord_image(640, 480)], [adapter.grounding_prompt("red ball")]
+    with pytest.raises(ValueError, match="2339 visual tokens but the processor outputs map 2340"):
+        adapter.build_batch(processor, image, prompt)
+    adapter.on_load(model, processor)
+    batch = adapter.build_batch(processor, image, prompt)
+    assert processor.num_additional_image_tokens == settings["num_additional_image_tokens"] == 1
+    assert len(batch.visual_positions[0]) == 2340 and int(batch.cell_tokens[0].sum()) == 1728
 
 
 # --- the commands, end to end on the tiny checkpoint -------------------------------------------

@@ -11,9 +11,13 @@ checkpoint's ``config.model_type``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -37,6 +41,10 @@ class VisionBatch:
     global-view token has the coarse cell of the downscaled whole image it came from (InternVL, Idefics3),
     a class token or a row-newline token has the whole image. Why a flag and not NaN rectangles: overlays and
     plots still need a place to draw every token, and ``rects[cell]`` is one obvious selection.
+
+    ``meta[b]["token_grid"]`` (rows, cols), where an adapter sets it: the fine grid of the sample's tokens. When
+    it has exactly V_b places, the visual tokens ARE that grid, row-major (non-cell places included, such as
+    LLaVA's padding-only patches): detection hands it to grid-based scorers. Never counted off the rectangles.
     """
 
     inputs: dict[str, torch.Tensor]  # kwargs for model(**inputs) and model.generate(**inputs)
@@ -210,6 +218,18 @@ class ChatTemplateAdapter(Adapter):
         messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": prompt}]}]
         return processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
+    @staticmethod
+    def one_bos(processor: Any, chat: str) -> str:
+        """``chat`` without its leading BOS when the tokenizer adds one itself, so that the sequence starts with
+        exactly one: released templates write it (Gemma 3's ``<bos>``, Idefics3's ``<|begin_of_text|>``, Mistral
+        LLaVA-NeXT's ``{{ bos_token }}``) and their tokenizers add another. The same single BOS as transformers'
+        own ``processor.apply_chat_template(..., tokenize=True)``, which then tokenizes without special tokens."""
+        tok = processor.tokenizer
+        bos = tok.bos_token
+        if not bos or tok.bos_token_id is None or not chat.startswith(bos):
+            return chat
+        return chat[len(bos):] if tok("x")["input_ids"][:1] == [tok.bos_token_id] else chat
+
     def feature_token_id(self, processor: Any) -> int:
         """The token id that carries one visual feature. Default: the processor's image placeholder token,
         which the expansion repeats (Qwen ``<|image_pad|>``, LLaVA ``<image>``, InternVL ``<IMG_CONTEXT>``)."""
@@ -229,7 +249,7 @@ class ChatTemplateAdapter(Adapter):
         image_token = processor.image_token
         texts, spans = [], []  # spans: per sample {"expression": (c0, c1), "answer": (c0, c1)} in `texts`
         for i, prompt in enumerate(prompts):
-            chat = self.chat_text(processor, prompt)
+            chat = self.one_bos(processor, self.chat_text(processor, prompt))
             if chat.count(image_token) != 1:
                 raise ValueError(f"expected one {image_token!r} in the rendered chat, got {chat.count(image_token)}")
             p0 = chat.rfind(prompt)
@@ -303,9 +323,64 @@ def image_only(processor_cls: type) -> type:
         "__module__": processor_cls.__module__, "__doc__": image_only.__doc__})
 
 
+# image processor classes that early snapshots name and transformers 5 no longer knows -> the class the current
+# snapshots of the same checkpoints name (same settings, same outputs)
+RENAMED_IMAGE_PROCESSORS = {"Qwen2_5_VLImageProcessor": "Qwen2VLImageProcessor"}  # Qwen2.5-VL's first upload
+_WEIGHT_FILES = ["*.safetensors", "*.bin", "*.pt", "*.pth", "*.gguf", "*.h5", "*.msgpack", "*.onnx"]
+
+
+def _renamed_image_processor(path: str) -> tuple[dict, str] | None:
+    """``(preprocessor config, current class name)`` when ``path``'s ``preprocessor_config.json`` names a class
+    of :data:`RENAMED_IMAGE_PROCESSORS`; else None."""
+    import json
+
+    from transformers.utils import cached_file
+
+    try:  # an unreadable checkpoint is left to from_pretrained, which says why
+        found = cached_file(path, "preprocessor_config.json", _raise_exceptions_for_missing_entries=False,
+                            _raise_exceptions_for_connection_errors=False)
+    except OSError:
+        return None
+    if found is None:
+        return None
+    config = json.loads(Path(found).read_text(encoding="utf-8"))
+    current = RENAMED_IMAGE_PROCESSORS.get(config.get("image_processor_type", ""))
+    return (config, current) if current else None
+
+
+@contextlib.contextmanager
+def _renamed_view(path: str, config: dict, current: str) -> Iterator[str]:
+    """A temporary folder of links to the checkpoint's processor files, its ``preprocessor_config.json`` naming
+    ``current``: what ``from_pretrained`` then loads, unchanged (the checkpoint itself is not touched)."""
+    import json
+
+    folder = Path(path)
+    if not folder.is_dir():  # a hub id: its small files (the weights are the model's, loaded before)
+        from huggingface_hub import snapshot_download
+
+        folder = Path(snapshot_download(path, ignore_patterns=_WEIGHT_FILES))
+    with tempfile.TemporaryDirectory(prefix="vrh-processor-") as view:
+        for f in folder.iterdir():
+            if f.is_file() and f.name != "preprocessor_config.json":
+                (Path(view) / f.name).symlink_to(f.resolve())
+        (Path(view) / "preprocessor_config.json").write_text(
+            json.dumps({**config, "image_processor_type": current}, indent=2), encoding="utf-8")
+        yield view
+
+
 def load_processor(path: str, processor_class: str = "") -> Any:
     """``AutoProcessor`` when it works; else, given ``processor_class`` (a transformers class name), that
-    class without its video processor (:func:`image_only`), e.g. where torchvision is missing."""
+    class without its video processor (:func:`image_only`), e.g. where torchvision is missing. A
+    ``preprocessor_config.json`` naming a class transformers renamed (:data:`RENAMED_IMAGE_PROCESSORS`) is read
+    as naming the current one."""
+    renamed = _renamed_image_processor(path)
+    if renamed is None:
+        return _load_processor(path, processor_class)
+    with _renamed_view(path, *renamed) as view:
+        return _load_processor(view, processor_class)
+
+
+def _load_processor(path: str, processor_class: str) -> Any:
     from transformers import AutoProcessor
 
     try:

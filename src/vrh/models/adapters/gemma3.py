@@ -84,15 +84,7 @@ class Gemma3Adapter(ChatTemplateAdapter):
     pan_and_scan: bool = False  # also feed 2-4 crops of an elongated image (Gemma3Processor's do_pan_and_scan)
     model_class = "Gemma3ForConditionalGeneration"
 
-    # --- prompts and inputs --------------------------------------------------------------------
-    def chat_text(self, processor: Any, prompt: str) -> str:
-        """The rendered chat, without its leading ``<bos>`` when the tokenizer adds one itself (the released
-        tokenizer does; the template writes one too), so the sequence starts with exactly one."""
-        chat = super().chat_text(processor, prompt)
-        tok = processor.tokenizer
-        adds_bos = tok.bos_token_id is not None and tok("x")["input_ids"][:1] == [tok.bos_token_id]
-        return chat[len(tok.bos_token):] if adds_bos and chat.startswith(tok.bos_token) else chat
-
+    # --- prompts and inputs (the template's <bos> and the tokenizer's: ChatTemplateAdapter.one_bos) ------
     def feature_token_id(self, processor: Any) -> int:
         """``<image_soft_token>``: ``processor.image_token`` is the begin-of-image marker (BOI)."""
         return int(processor.tokenizer.image_token_id)

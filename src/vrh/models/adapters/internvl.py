@@ -29,6 +29,10 @@ height. Like the official judge, a box whose four numbers sum to less than 4 is 
 (so, there as here, a 0-1000 box such as ``[[0, 0, 1, 2]]`` is misread). The official evaluation tiles with
 at most 6 tiles (``--max-num 6``); vrh uses the checkpoint's processor settings (``max_patches``, 12 in the
 -hf processors): save a processor with ``max_patches=6`` to match the official numbers exactly.
+
+Two chat templates ship with the -hf checkpoints: the current one writes the image as ``<IMG_CONTEXT>\n``, an
+older one (InternVL3-78B-hf, some InternVL3.5 -hf) as ``<image>\n``; :meth:`InternVLAdapter.chat_text` serves
+both (the same tokens either way).
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ import torch
 from vrh.models.adapters.base import Box, ChatTemplateAdapter, register_adapter
 
 NORM = 1000  # the answer frame: 0-1000 relative to the original image
+LEGACY_IMAGE = "<image>"  # the image placeholder of the older -hf chat template
 
 
 def tiling_settings(processor: Any) -> dict[str, Any]:
@@ -86,6 +91,17 @@ class InternVLAdapter(ChatTemplateAdapter):
                        "<ref>{expression}</ref>")
     model_class = "InternVLForConditionalGeneration"
     processor_class = "InternVLProcessor"  # loaded without its video processor where torchvision is missing
+
+    # --- prompts -------------------------------------------------------------------------------
+    def chat_text(self, processor: Any, prompt: str) -> str:
+        """The rendered chat, with the image as ``processor.image_token`` (``<IMG_CONTEXT>``) whichever of the two
+        -hf templates the checkpoint ships: the older one (475 bytes; InternVL3-78B-hf, some InternVL3.5 -hf)
+        writes ``<image>``, which the processor does not expand (nor does transformers' own pipeline)."""
+        chat = super().chat_text(processor, prompt)
+        head = chat[:max(chat.rfind(prompt), 0)]  # the template's text before the prompt: where it put the image
+        if processor.image_token not in chat and head.count(LEGACY_IMAGE) == 1:
+            chat = head.replace(LEGACY_IMAGE, processor.image_token) + chat[len(head):]
+        return chat
 
     # --- token -> image map --------------------------------------------------------------------
     def visual_map(self, processor: Any, enc: Any, b: int, image: Any

@@ -4,7 +4,10 @@ The processor turns the image into one fixed-size ``pixel_values`` crop (optiona
 center crop) and expands ``<image>`` to one token per patch (plus CLS under the "full" feature strategy).
 Each visual token is one ``patch x patch`` square of that crop, row-major; mapping it to the original image
 undoes the crop offset, the resize and the padding, all read from the image processor's settings and the
-``pixel_values`` shape, never from a token count.
+``pixel_values`` shape, never from a token count. A patch wholly in the padding (pad-to-square, or a centre
+crop larger than the resized image) shows no pixel of the image: it keeps its place in the patch grid
+(``meta["token_grid"]``, which detection reads as the grid) with a zero-area rectangle on the image's edge, and
+is no cell (:class:`vrh.models.adapters.base.VisionBatch`), so it never enters K.
 
 Per-checkpoint settings (our model organism uses them): a ``vrh`` dict either in ``vrh.json`` next to the
 weights or as ``config.vrh`` in ``config.json``, read by :meth:`LlavaAdapter.load`, with any of the keys
@@ -29,6 +32,8 @@ from torch import nn
 
 from vrh.models.adapters.base import Box, ChatTemplateAdapter, register_adapter
 
+_EDGE = 1e-6  # original px: a side this short is float rounding of a patch edge on the padding's border
+
 
 def _resized_hw(ip: Any, height: int, width: int) -> tuple[int, int]:
     """(height, width) after the image processor's resize step, using transformers' own size helpers."""
@@ -51,12 +56,28 @@ def _resized_hw(ip: Any, height: int, width: int) -> tuple[int, int]:
 
 
 def complete_processor(processor: Any, model: nn.Module) -> None:
-    """Fill in the settings older LLaVA / LLaVA-NeXT processor configs omit, from the model config (which is
-    authoritative): ``patch_size`` and ``vision_feature_select_strategy``."""
+    """Fill in the settings older LLaVA / LLaVA-NeXT processor configs omit, from the model (which is
+    authoritative): ``patch_size``, ``vision_feature_select_strategy`` and ``num_additional_image_tokens``.
+    The last defaults to 0 in the processor, so an absent one cannot be told from a written one: it is always
+    set to the tower's own count (:func:`tower_class_tokens`) where the tower says it."""
     if getattr(processor, "patch_size", None) is None:
         processor.patch_size = model.config.vision_config.patch_size
     if getattr(processor, "vision_feature_select_strategy", None) is None:
         processor.vision_feature_select_strategy = model.config.vision_feature_select_strategy
+    extra = tower_class_tokens(model)
+    if extra is not None and hasattr(processor, "num_additional_image_tokens"):
+        processor.num_additional_image_tokens = extra
+
+
+def tower_class_tokens(model: nn.Module) -> int | None:
+    """How many tokens the vision tower outputs besides its patches (CLIP: 1, its class token; SigLIP: 0), read
+    off its embeddings' ``num_positions - num_patches``; None for a tower that does not say."""
+    tower = getattr(getattr(model, "model", model), "vision_tower", None)
+    for module in tower.modules() if tower is not None else ():
+        positions, patches = getattr(module, "num_positions", None), getattr(module, "num_patches", None)
+        if isinstance(positions, int) and isinstance(patches, int):
+            return positions - patches
+    return None
 
 
 @register_adapter
@@ -64,7 +85,8 @@ class LlavaAdapter(ChatTemplateAdapter):
     name = "llava"
     model_types = ("llava",)
     box_convention = '[x1, y1, x2, y2] integer pixels of the original image (box_template in vrh.json may change it)'
-    token_layout = "one token per patch of the processor's crop, row-major; CLS first under the 'full' strategy (whole image, no cell)"
+    token_layout = ("one token per patch of the processor's crop, row-major (patches wholly in the padding: no cells); "
+                    "CLS first under the 'full' strategy (whole image, no cell)")
     answer_sep = " "  # "... ASSISTANT:" + " " + answer, as LLaVA-1.5 answers
     prompt_template = "Locate the {expression} in the image. Answer with its bounding box [x1, y1, x2, y2] in pixels."
     vqa_template = "{question}"
@@ -113,19 +135,24 @@ class LlavaAdapter(ChatTemplateAdapter):
         res_h, res_w = _resized_hw(ip, pad_h, pad_w)
         top, left = ((res_h - crop_h) // 2, (res_w - crop_w) // 2) if getattr(ip, "do_center_crop", False) else (0, 0)
         i, j = torch.meshgrid(torch.arange(rows), torch.arange(cols), indexing="ij")  # [rows, cols] each
-        i, j = i.flatten().float(), j.flatten().float()  # [V], row-major patch order
+        i, j = i.flatten().double(), j.flatten().double()  # [V], row-major patch order
         rect = torch.stack([j * patch, i * patch, (j + 1) * patch, (i + 1) * patch], dim=1)  # [V, 4] crop px
-        rect = rect + torch.tensor([left, top, left, top])  # resized px
-        rect = rect * torch.tensor([pad_w / res_w, pad_h / res_h] * 2) - torch.tensor([off_x, off_y] * 2)
-        rect = rect.clamp(min=0).minimum(torch.tensor([width, height, width, height]))  # [V, 4] original px
+        rect = rect + torch.tensor([left, top, left, top], dtype=torch.double)  # resized px
+        rect = (rect * torch.tensor([pad_w / res_w, pad_h / res_h] * 2, dtype=torch.double)
+                - torch.tensor([off_x, off_y] * 2, dtype=torch.double))
+        rect = rect.clamp(min=0).minimum(torch.tensor([width, height] * 2, dtype=torch.double))  # [V, 4] original px
+        # a patch wholly in the padding (do_pad, or a crop larger than the resize) shows no pixel of the image:
+        # clamped to a zero-area rectangle at the image's edge, it is no cell (never in K), yet keeps its place
+        # in the rows x cols patch grid (meta token_grid) that the model sees
+        shows = ((rect[:, 2] - rect[:, 0]) > _EDGE) & ((rect[:, 3] - rect[:, 1]) > _EDGE)  # [V]
         # prefix tokens beyond the grid (CLS under the "full" strategy) see the whole image
         n_extra = int(getattr(processor, "num_additional_image_tokens", 0) or 0)
         n_extra -= 1 if processor.vision_feature_select_strategy == "default" else 0
-        whole = torch.tensor([[0.0, 0.0, width, height]]).expand(max(n_extra, 0), 4)  # [n_extra, 4]
+        whole = torch.tensor([[0.0, 0.0, width, height]], dtype=torch.double).expand(max(n_extra, 0), 4)  # [n_extra, 4]
         meta = {"input_size": (crop_w, crop_h), "resized_size": (res_w, res_h), "crop_offset": (left, top),
                 "pad_offset": (off_x, off_y), "token_grid": (rows, cols), "cell_px": patch}
-        cell = torch.cat([torch.zeros(len(whole), dtype=torch.bool), torch.ones(len(rect), dtype=torch.bool)])
-        return torch.cat([whole, rect]), meta, cell  # CLS is no cell: never in K
+        cell = torch.cat([torch.zeros(len(whole), dtype=torch.bool), shows])
+        return torch.cat([whole, rect]).float(), meta, cell  # CLS is no cell: never in K
 
     # --- answers -------------------------------------------------------------------------------
     def parse_box(self, text: str, meta: dict[str, Any], image_size: tuple[int, int]) -> Box | None:
