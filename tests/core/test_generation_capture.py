@@ -39,20 +39,23 @@ def _images(n):
 
 
 class _StopAt:
-    """A logits processor that forces the EOS as generated token ``stops[b]`` of row b (0-based) and nothing
-    else changes: answers of chosen, unequal lengths whatever a random-init model emits."""
+    """A logits processor that forces the EOS as generated token ``stops[b]`` of row b (0-based) and forbids
+    every EOS id before it: answers of chosen, unequal lengths whatever a random-init model emits."""
 
-    def __init__(self, eos: int, stops: list[int]):
+    def __init__(self, eos: list[int], stops: list[int]):
         self.eos, self.stops, self.start = eos, stops, None
 
     def __call__(self, input_ids, scores):
         if self.start is None:
             self.start = input_ids.shape[1]  # the prompt's (padded) length: the first call is the prefill's
         t = input_ids.shape[1] - self.start  # tokens generated so far
+        low = torch.finfo(scores.dtype).min
         for b, n in enumerate(self.stops[:len(scores)]):
-            if t == n:
-                scores[b] = torch.finfo(scores.dtype).min
-                scores[b, self.eos] = 0.0
+            if t < n:
+                scores[b, self.eos] = low  # no EOS of its own before the chosen step
+            elif t == n:
+                scores[b] = low
+                scores[b, self.eos[0]] = 0.0
         return scores
 
 
@@ -62,7 +65,7 @@ def _force_stops(monkeypatch, model, stops: list[int]) -> None:
     from transformers import LogitsProcessorList
 
     eos = model.generation_config.eos_token_id
-    eos = eos[0] if isinstance(eos, list) else eos
+    eos = list(eos) if isinstance(eos, (list, tuple)) else [eos]  # Gemma 3 has several
     plain = model.generate
 
     def generate(*args, **kw):
@@ -118,7 +121,7 @@ def test_rows_during_generation_equal_teacher_forced(family, monkeypatch):
     _force_stops(monkeypatch, model, [3, 1, MAX_NEW + 5])  # EOS after 3 and 1 tokens; the last runs to the limit
     gen = generate_with_rows(lm, images, prompts, exprs, MAX_NEW)
     lengths = [len(a) for a in gen.answer_ids]
-    assert lengths[:2] == [3, 1] and lengths[2] <= MAX_NEW  # stopped at different steps (or an EOS of its own)
+    assert lengths == [3, 1, MAX_NEW]  # stopped at different steps, the last at the limit
     assert gen.texts == generate_answers(lm, images, prompts, MAX_NEW)[0]  # the same answers as plain generate
     prompt_batch = lm.adapter.build_batch(processor, images, prompts, expressions=exprs)
     for b, q in enumerate(gen.queries):  # the scored ids are the generated ones
