@@ -86,3 +86,31 @@ def test_vision_options_and_missing_fields(rows_of, info_of):
     with pytest.raises(ValueError, match="row=producer"):
         make_scorer("ocr_heads").update(A, info_of(queries={"out": [4, 5]}))
     assert lcs_ratio([], [1]) == 0.0 and lcs_ratio([1, 2], [1, 2]) == 1.0
+
+
+class _Tok:
+    """A tokenizer that writes each character of a box string as its code point (no special tokens)."""
+
+    def __call__(self, text, add_special_tokens=True):
+        return {"input_ids": [ord(c) for c in text]}
+
+
+@pytest.mark.parametrize("family, want", [("qwen2_5_vl", 0.75), ("llava", 0.75), ("internvl", 0.25)])
+def test_detection_fills_the_hit_weight_as_the_reference_per_family(family, want):
+    # step2_ocr_retrieval_head.py L204 (Qwen): compute_score(gold, outputs.sequences) with sequences = prompt
+    # + generated; L206 (InternVL): generated only. Gold "5678", a prompt holding "567", the answer "5999".
+    from types import SimpleNamespace
+
+    from vrh.experiments.detection_batch import _answer_facts
+    from vrh.scoring.ocr_heads import hit_weight
+
+    ids = [ord(c) for c in "xx567y5999"]  # (S,) two left-padding tokens, prompt "567y", answer "5999"
+    mask = torch.tensor([[0, 0] + [1] * 8])  # (1, S)
+    batch = SimpleNamespace(answer_positions=[torch.arange(6, 10)],
+                            inputs={"input_ids": torch.tensor([ids]), "attention_mask": mask})
+    lm = SimpleNamespace(processor=SimpleNamespace(tokenizer=_Tok()),
+                         adapter=SimpleNamespace(name=family, format_box=lambda box, meta, size: "5678"))
+    sample = SimpleNamespace(box=(0, 0, 1, 1), read_image_size=lambda: (2, 2))
+    facts = _answer_facts(lm, batch, 0, sample, {})
+    assert facts["prompt_positions"].tolist() == [2, 3, 4, 5]
+    assert facts["answer_lcs"] == want == hit_weight([5, 6, 7, 8], [5, 6, 7, 0], [5, 9, 9, 9], family)

@@ -3,12 +3,13 @@
 At fixed step intervals the trainer (``TrainConfig.track_every``) calls :func:`track`, which appends one
 JSON line to the run's ``emergence.jsonl``:
 
-* the detector's head-score map on a fixed probe set (:func:`score_map`): Eq. 1 with ``Phi = sum`` and
-  ``Omega = mean``, computed by vrh's own scoring functions -- mean over samples of the mean over the
-  teacher-forced answer tokens, EOS excluded, of the attention mass on the referent's key positions (the
-  patches overlapping the GT box, vrh's K; for text jobs the referent's item tokens). The query rows are
-  the answer tokens' own positions (vrh's ``out_own`` query kind), not the rows that produce them (``out``,
-  one position earlier, which ``vrh detect`` scores by default);
+* the detector's head-score map on a fixed probe set (:func:`score_map`): vrh's ``out/sum/mean`` scorer
+  (Eq. 1 with ``Q = Q_out``, ``Phi = sum``, ``Omega = mean``) -- mean over samples of the mean over the rows
+  that produce the teacher-forced answer tokens (EOS excluded; ``Q_out`` as
+  :func:`vrh.models.generation.query_sets` defines it, the answer positions - 1) of the attention mass on
+  the referent's key positions (the patches overlapping the GT box, vrh's K; for text jobs the referent's
+  item tokens). Records written before 2026-12-01 read the answer tokens' own rows instead (vrh's
+  ``out_own``);
 * a small-n causal test: held-out accuracy unmasked, with the map's top-k heads zeroed, and with k random
   heads outside them zeroed (a few seeds), through the evaluation's own masking.
 
@@ -33,15 +34,18 @@ import torch
 
 from vrh import runs
 from vrh.core.heads import random_heads, top_k
+from vrh.models.adapters.base import VisionBatch
+from vrh.models.generation import query_sets
 from vrh.organism import world
-from vrh.scoring.functions import omega_mean, per_sample_score
-from vrh_lab.organism.batches import train_batch
+from vrh.scoring import SampleInfo, make_scorer
+from vrh_lab.organism.batches import TrainBatch, train_batch
 from vrh_lab.organism.evaluate import grounding_accuracy
 from vrh_lab.organism.text_tasks import text_sample
 
 THRESHOLD = 0.1  # the sparsity threshold of the findings (heads with a score above it)
 TASKS = runs.EMERGENCE_TASKS  # the entries a record may hold, in the order track() writes them
 causal_task = runs.emergence_causal_task  # the task of a record's causal test
+SCORER = "out/sum/mean"  # the map: vrh's design-space default, the scorer `vrh detect` runs
 
 
 def probe_sets(heldout_seed: int, n: int, task: str, size: int = world.IMAGE_SIZE) -> tuple[list, list]:
@@ -52,29 +56,50 @@ def probe_sets(heldout_seed: int, n: int, task: str, size: int = world.IMAGE_SIZ
     return ([make(heldout_seed + 1, k, size) for k in range(n)], [make(heldout_seed, k, size) for k in range(n)])
 
 
-def answer_queries(labels: torch.Tensor) -> torch.Tensor:
-    """Query positions of one row of a training batch (``labels`` ``[S]``): the teacher-forced answer tokens'
-    own positions (vrh's ``out_own``), EOS (the row's last label) excluded."""
+def answer_positions(labels: torch.Tensor) -> torch.Tensor:
+    """Positions of the teacher-forced answer tokens of one row of a training batch (``labels`` ``[S]``), EOS
+    (the row's last label) excluded: what ``VisionBatch.answer_positions`` holds for vrh's batches."""
     return (labels != -100).nonzero().squeeze(1)[:-1]  # (A,)
 
 
+def sample_infos(b: TrainBatch, tok) -> list[tuple[torch.Tensor, SampleInfo]]:
+    """Per sample of a training batch: ``(positions, info)``, the sequence positions whose attention rows a
+    scorer reads (ascending) and its :class:`~vrh.scoring.SampleInfo` (K the referent's key positions, the
+    query kinds of :func:`vrh.models.generation.query_sets` -- one definition of ``Q_out`` -- indexing
+    ``positions``)."""
+    B = b.input_ids.shape[0]
+    none = torch.zeros(0, dtype=torch.long)
+    vis = [b.visual[j].nonzero().reshape(-1) for j in range(B)]  # B x (V_j,)
+    vb = VisionBatch(inputs={"input_ids": b.input_ids, "attention_mask": b.attention_mask}, visual_positions=vis,
+                     visual_rects=[torch.zeros(len(v), 4) for v in vis], expression_positions=[none] * B,
+                     answer_positions=[answer_positions(b.labels[j]) for j in range(B)], image_sizes=[(0, 0)] * B)
+    out = []
+    for j in range(B):
+        qs = query_sets(vb, j, tok)
+        out.append((qs.positions, SampleInfo(key_positions=b.box_keys[j], visual_positions=vis[j],
+                                             queries=qs.as_query_dict())))
+    return out
+
+
 @torch.no_grad()
-def score_map(model, tok, spec, samples: list[dict[str, Any]], batch_size: int = 64) -> torch.Tensor:
-    """[L, H] head scores on ``samples``: Eq. 1 through vrh's own pure functions
-    (:func:`vrh.scoring.functions.per_sample_score` with ``Phi = sum``, then
-    :func:`~vrh.scoring.functions.omega_mean`), K the referent's key positions (``TrainBatch.box_keys``),
-    Q :func:`answer_queries`. One forward per batch; each sample's ``[L, H, S, S]`` rows are scored as vrh
-    scores a captured sample."""
+def score_map(model, tok, spec, samples: list[dict[str, Any]], batch_size: int = 64,
+              scorer: str = SCORER) -> torch.Tensor:
+    """[L, H] head scores on ``samples``: vrh's scorer ``scorer`` (:func:`vrh.scoring.make_scorer`, default
+    ``out/sum/mean``) fed each sample's attention rows at the positions :func:`sample_infos` names, as
+    ``vrh detect`` feeds a captured sample. One forward per batch."""
     model.eval()
-    per_sample = []
+    sc = make_scorer(scorer)
     for i in range(0, len(samples), batch_size):
         b = train_batch(samples[i: i + batch_size], tok, spec)
         out = model(input_ids=b.input_ids, attention_mask=b.attention_mask, pixel_values=b.pixel_values,
                     output_attentions=True)
-        att = torch.stack(out.attentions, 1)  # [B, L, H, S, S]
-        per_sample += [per_sample_score(att[j], b.box_keys[j], answer_queries(b.labels[j]), "sum")
-                       for j in range(att.shape[0])]  # B x [L, H]
-    return omega_mean(torch.stack(per_sample))  # [N, L, H] -> [L, H]
+        att = torch.stack(out.attentions, 1)  # L x [B, H, S, S] -> [B, L, H, S, S]
+        for j, (positions, info) in enumerate(sample_infos(b, tok)):
+            sc.update(att[j][:, :, positions], info)  # (L, H, S, S) -> (L, H, Q, S)
+    if sc.n_empty_keys or sc.n_empty_queries:
+        raise ValueError(f"{sc.n_empty_keys} probe samples without a key position and {sc.n_empty_queries} "
+                         "without an answer token: the probe set is broken")
+    return sc.result()
 
 
 def causal_test(model, tok, spec, samples, scores: torch.Tensor, k: int, seeds: int) -> dict[str, Any]:

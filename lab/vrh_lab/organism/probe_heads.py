@@ -1,9 +1,9 @@
 """A quick, self-contained VRH check on a trained organism (the full experiment lives in vrh.commands).
 
-VRH score of head (l, h) = mean over held-out grounding samples of the attention mass that the
-teacher-forced answer tokens put on the visual tokens whose patch overlaps the GT box (the emergence
-tracker's map, :func:`vrh_lab.organism.emergence.score_map`: vrh's Eq. 1 functions). Then held-out
-accuracy with the top-k heads zeroed vs k random heads (outside the top-k) zeroed.
+VRH score of head (l, h) = mean over held-out grounding samples of the attention mass that the rows
+producing the teacher-forced answer tokens (``Q_out``) put on the visual tokens whose patch overlaps the GT
+box: the emergence tracker's map, :func:`vrh_lab.organism.emergence.score_map`, i.e. vrh's ``out/sum/mean``
+scorer. Then held-out accuracy with the top-k heads zeroed vs k random heads (outside the top-k) zeroed.
 
 ``python -m vrh_lab.organism.probe_heads DIR [DIR_B] [--n 300] [--k 3]``: with DIR_B, also masks A's top-k in B.
 """

@@ -27,14 +27,25 @@ from vrh.data import Sample
 from vrh.models.generation import generate_answers, query_sets
 from vrh.models.loading import LoadedModel
 from vrh.scoring import SampleInfo, make_scorer
-from vrh.scoring.functions import NULL_QUERY_PASS, lcs_ratio
+from vrh.scoring.functions import NULL_QUERY_PASS
+from vrh.scoring.ocr_heads import hit_weight
 from vrh.tasks import Task
 
 NULL_QUERY = "N/A"  # QRHead's content-free query, in place of the referring expression
 
 
-def grid_shape(rects: torch.Tensor) -> tuple[int, int]:
-    """(rows, cols) of a row-major visual token grid, read off the adapter's rectangles."""
+def grid_shape(rects: torch.Tensor, cell: torch.Tensor, meta: dict[str, Any]) -> tuple[int, int] | None:
+    """(rows, cols) of the row-major grid a sample's V visual tokens form, or None when they form none.
+
+    The adapter's ``meta["token_grid"]`` when it has exactly V places (the tokens are that grid, padding-only
+    patches included: LLaVA's pad-to-square); None when it has other tokens besides (a thumbnail, class or
+    newline token). Only an adapter that reports no ``token_grid`` has its grid read off the rectangles, and
+    only when every token is a cell."""
+    if meta.get("token_grid") is not None:
+        rows, cols = (int(v) for v in meta["token_grid"])
+        return (rows, cols) if rows * cols == len(rects) else None
+    if not bool(cell.all()):
+        return None
     rows = len(torch.unique(rects[:, 1]))
     cols = len(torch.unique(rects[:, 0]))
     if rows * cols != len(rects):
@@ -264,8 +275,9 @@ def _answer_batch(lm: LoadedModel, task: Task, part: Sequence[tuple[int, Sample]
 def _answer_facts(lm: LoadedModel, batch, b: int, sample: Sample, meta: dict[str, Any]) -> dict[str, Any]:
     """What scorers may need about sample ``b``'s prompt and answer beyond its rows: every prompt key
     position (text and image, no padding, no answer), which answer tokens occur in the tokenized ground-truth
-    answer (the GT box as the family writes it), and the longest common run of the two token sequences over
-    the GT length (OCR heads' correctness weight)."""
+    answer (the GT box as the family writes it), and OCR Heads' correctness weight: the longest common run of
+    the GT ids and the output sequence over the GT length, the sequence being prompt + answer or the answer
+    alone as its reference has it for this family (:func:`vrh.scoring.ocr_heads.hit_weight`)."""
     ans = batch.answer_positions[b]  # (A,)
     mask = batch.inputs["attention_mask"][b]  # (S,) 1 = real token (left padding is 0)
     prompt = torch.nonzero(mask[: int(ans[0])]).reshape(-1)  # (P,) every real token before the answer
@@ -274,8 +286,9 @@ def _answer_facts(lm: LoadedModel, batch, b: int, sample: Sample, meta: dict[str
     gold_ids = tok(lm.adapter.format_box(sample.box, meta, sample.read_image_size()),
                    add_special_tokens=False)["input_ids"]
     gold = set(gold_ids)
+    prompt_ids = batch.inputs["input_ids"][b][prompt].tolist()  # (P,) what the reference's sequences start with
     return {"prompt_positions": prompt, "answer_in_gold": [i for i, t in enumerate(answer_ids) if t in gold],
-            "answer_lcs": lcs_ratio(gold_ids, answer_ids)}
+            "answer_lcs": hit_weight(gold_ids, prompt_ids, answer_ids, lm.adapter.name)}
 
 
 def _score_batch(lm: LoadedModel, answered: _Answered, settings: DetectSettings) -> _Scored:
@@ -319,7 +332,7 @@ def _sample_info(lm: LoadedModel, answered: _Answered, main: _Capture, extra: di
     cells = getattr(main.batch, "cell_tokens", None)  # only cell tokens may enter K (adapters.base.VisionBatch)
     cell = cells[b] if cells else torch.ones(len(vis), dtype=torch.bool)  # (V,)
     in_box = box_token_mask(rects, s.box, min_overlap) & cell  # (V,)
-    grid = grid_shape(rects) if bool(cell.all()) else None  # non-cell tokens: no single row-major grid
+    grid = grid_shape(rects, cell, main.batch.meta[b] if main.batch.meta else {})
     rec = answered.records[b]
     fields = dict(key_positions=vis[in_box], visual_positions=vis, grid=grid, queries=main.queries[b].as_query_dict(),
                   correct=rec.get("outcome") == "correct", iou=rec.get("iou"), index=answered.index[b],

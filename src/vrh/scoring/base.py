@@ -44,8 +44,9 @@ class SampleInfo:
     * ``prompt_positions``: positions in ``S`` of every prompt token (system, text and image; not the
       answer, not left padding), ascending -- OCR Heads' argmax over prompt keys (``keys=prompt``).
     * ``answer_lcs``: longest common contiguous run of token ids between the ground-truth answer and the
-      generated sequence, divided by the ground-truth answer's token count, in [0, 1] -- OCR Heads'
-      correctness weight (``weight=lcs``; :func:`lcs_ratio` computes it).
+      output sequence (prompt + answer, or the answer alone for InternVL, as OCR Heads' reference has it per
+      family), divided by the ground-truth answer's token count, in [0, 1] -- OCR Heads' correctness weight
+      (``weight=lcs``; :func:`vrh.scoring.ocr_heads.hit_weight` computes it).
     * ``answer_in_gold``: which answer tokens (0-based, answer order; positions or a bool mask over the
       answer tokens) have a token id that occurs in the tokenized ground-truth answer -- the answer tokens
       OCR Heads' reference scores (``answer=gold``).

@@ -267,7 +267,8 @@ def aggregate(per_sample: torch.Tensor, omega: str, m: int = DEFAULT_M, include:
 def lcs_ratio(gold: Sequence[int], pred: Sequence[int]) -> float:
     """Length of the longest common contiguous run of ``gold`` and ``pred`` over ``len(gold)``; 0 if
     ``gold`` is empty (the reference's ``compute_score``, ``utils/metrics.py`` L17-43). Detection fills
-    ``SampleInfo.answer_lcs`` with it (gold: the tokenized ground-truth answer; pred: the generated ids).
+    ``SampleInfo.answer_lcs`` with it through :func:`vrh.scoring.ocr_heads.hit_weight` (gold: the tokenized
+    ground-truth answer; pred: the output sequence the reference scores for the model's family).
 
     >>> lcs_ratio([5, 6, 7, 8], [1, 6, 7, 2, 5])  # [6, 7]: 2 of 4
     0.5

@@ -14,7 +14,13 @@ Reference: ``baekingeol/OCR_Head`` @ 25471315, ``step2_ocr_retrieval_head.py`` (
   first; a sample without one adds no entry (L219-220); coarse mode (L231-244): every such token;
 * a hit (``argmax in the box's tiles``) adds the sample's correctness score, a miss adds 0; the score is
   ``utils/metrics.py`` ``compute_score`` (L34-43): the longest common contiguous run of token ids between
-  the gold answer and the output sequence over the gold length (L204-206);
+  the gold answer and ``outputs.sequences`` over the gold length (L203-206). For Qwen (L204) that sequence
+  is prompt + generated tokens (``generate`` on ``input_ids``), so gold ids that occur in the prompt count;
+  for InternVL (L206) it is the generated tokens only (its ``generate`` runs on embeddings; L175 takes
+  ``outputs.sequences`` as the generated ids).
+  :func:`hit_weight` follows that per family: generated only for :data:`ANSWER_ONLY_FAMILIES`, prompt +
+  generated for every other family (what ``generate`` on ``input_ids`` returns; the reference has no
+  other branch);
 * a head's score is the mean over ALL its entries, samples and tokens pooled (L253-256).
 
 Box tiles are those covering > 0.1 % of the box (utils L55-60, ``valuable_weights``); vrh's ``K`` is the
@@ -23,7 +29,7 @@ visual tokens overlapping the box (detection's ``--min-overlap``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import torch
 
@@ -31,12 +37,29 @@ from vrh.scoring.registry import Option, register_scorer
 from vrh.scoring.functions import Index, as_index, check_rows, lcs_ratio, take
 from vrh.scoring.base import AccumulatingScorer, SampleInfo  # noqa: F401 (re-exported)
 
+# families whose reference LCS runs over the generated tokens only (step2_ocr_retrieval_head.py L206); vrh
+# adapter names
+ANSWER_ONLY_FAMILIES = ("internvl",)
+
 KEY_SETS = ("prompt", "visual")
 ROWS = ("own", "producer")
 TOKENS = ("first", "all")
 ANSWER_TOKENS = ("gold", "all")
 WEIGHTS = ("lcs", "correct", "iou")
 POOLS = ("entries", "sample")
+
+
+def hit_weight(gold_ids: Sequence[int], prompt_ids: Sequence[int], answer_ids: Sequence[int], family: str) -> float:
+    """OCR Heads' correctness weight of a sample as its reference computes it for model family ``family``
+    (an adapter name): :func:`lcs_ratio` of the gold ids against prompt + answer ids, or against the answer
+    ids alone for :data:`ANSWER_ONLY_FAMILIES`. Detection fills ``SampleInfo.answer_lcs`` with it.
+
+    >>> gold, prompt, answer = [5, 6, 7, 8], [1, 5, 6, 7, 2], [5, 9, 9, 9]
+    >>> hit_weight(gold, prompt, answer, "qwen2_5_vl"), hit_weight(gold, prompt, answer, "internvl")
+    (0.75, 0.25)
+    """
+    seq = list(answer_ids) if family in ANSWER_ONLY_FAMILIES else [*prompt_ids, *answer_ids]
+    return lcs_ratio(gold_ids, seq)
 
 
 def ocr_heads_hits(rows: torch.Tensor, keys: Index, candidates: Index, queries: Index) -> torch.Tensor:
@@ -91,7 +114,8 @@ def ocr_heads_sample(rows: torch.Tensor, keys: Index, candidates: Index, queries
                                             "(coarse mode)", choices=TOKENS),
              Option("answer", str, "gold", "answer tokens eligible: gold (ids that occur in the tokenized "
                                            "ground-truth answer, the reference) or all", choices=ANSWER_TOKENS),
-             Option("weight", str, "lcs", "a hit is worth: lcs (gold/answer token LCS ratio, the reference), "
+             Option("weight", str, "lcs", "a hit is worth: lcs (gold vs output-sequence token LCS ratio, the "
+                                          "reference's per family: hit_weight), "
                                           "correct (0/1 at IoU >= 0.5) or iou", choices=WEIGHTS),
              Option("pool", str, "entries", "mean over all (sample, token) entries (the reference) or over "
                                             "per-sample means (sample)", choices=POOLS)))

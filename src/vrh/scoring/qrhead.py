@@ -14,9 +14,12 @@ Reference: ``princeton-pli/QRHead`` @ 7a668e79, ``src/qrretriever/attn_retriever
 3. L300-311: per document span, keys with ``CAL <= mean - 2 * std`` are dropped (``torch.std``: unbiased;
    ``>`` strict, L304-307) and the rest **summed** -> one ``[L, H]`` map per document.
 
-Across queries the reference ranks documents per head and scores a head by NDCG@10
-(``exp_scripts/detection/detect_qrhead_beir.py`` L62-89). A grounding sample has one "document" (the
-box region ``K``) and nothing to rank, so vrh averages the box's step-3 score over samples. The
+Across queries the repository scores a head two ways: ``exp_scripts/detection/detect_qrhead_lme.py``
+(L9-32, ``lme_eval``; L66-101) by the mean over queries of the summed step-3 scores of the gold documents
+-- what vrh computes, with the box region ``K`` as the one gold document -- and
+``exp_scripts/detection/detect_qrhead_beir.py`` (L83-118, ``score_heads``; NDCG@10 at L111) by ranking the
+documents per head. A grounding sample has one "document" and nothing to rank, so vrh follows the LME
+script. The
 reference's query span is the late instruction + ``Query:`` + the query + the chat suffix (L177); vrh's
 is the referring expression's tokens (``in``).
 """

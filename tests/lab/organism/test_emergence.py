@@ -1,13 +1,14 @@
-"""The emergence tracker's head-score map is vrh's Eq. 1 scorer on the same attention rows (no second copy of
-the statistic), and its numbers are those of the batched formula it replaced."""
+"""The emergence tracker's head-score map is vrh's ``out/sum/mean`` scorer (:class:`VariantScorer`) on the rows
+that produce the answer tokens (``Q_out`` = answer positions - 1, EOS excluded), not on the answer tokens' own
+rows: checked against the scorer fed the full rows and an independent batched formula."""
 
 import pytest
 import torch
 
 from vrh.organism import world
-from vrh.scoring import SampleInfo, make_scorer
+from vrh.scoring import SampleInfo, VariantScorer
 from vrh_lab.organism.batches import train_batch
-from vrh_lab.organism.emergence import answer_queries, score_map
+from vrh_lab.organism.emergence import answer_positions, sample_infos, score_map
 from vrh_lab.organism.text_tasks import text_sample
 from vrh_lab.organism.train import PRESETS, Organisms
 
@@ -27,31 +28,43 @@ def _rows(org, samples):
 
 
 @pytest.mark.parametrize("make", [world.grounding_sample, text_sample], ids=["image", "text"])
-def test_score_map_is_vrhs_out_sum_mean_scorer_on_the_same_rows(org, make):
+def test_score_map_is_variant_scorer_out_sum_mean_on_the_producer_rows(org, make):
     samples = [make(5, i) for i in range(5)]
     ours = score_map(org.a, org.tok, org.spec_a, samples)  # one batch, as below
     b, att = _rows(org, samples)
-    scorer = make_scorer("out/sum/mean")
+    want, own = VariantScorer("out/sum/mean"), VariantScorer("out/sum/mean")
     for j in range(len(samples)):
-        # the lab's query rows (the answer tokens' own positions) handed to the scorer as its query set
-        info = SampleInfo(key_positions=b.box_keys[j], visual_positions=b.visual[j],
-                          queries={"out": answer_queries(b.labels[j])})
-        scorer.update(att[j], info)
-    assert ours.shape == (2, 4) and torch.equal(ours, scorer.result())
-    assert scorer.n_empty_keys == scorer.n_empty_queries == 0 and float(ours.sum()) > 0
+        ans = (b.labels[j] != -100).nonzero().reshape(-1)[:-1]  # (A,) answer tokens, EOS excluded
+        for sc, q in ((want, ans - 1), (own, ans)):  # every row S given; Q_out = the rows producing them
+            sc.update(att[j], SampleInfo(key_positions=b.box_keys[j], visual_positions=b.visual[j],
+                                         queries={"out": q}))
+    assert ours.shape == (2, 4) and float(ours.sum()) > 0
+    assert torch.allclose(ours, want.result(), rtol=0, atol=1e-7)
+    assert not torch.allclose(ours, own.result(), rtol=0, atol=1e-4)  # the answer tokens' own rows differ
 
 
-def test_score_map_keeps_the_numbers_of_the_batched_formula_it_replaced(org):
+def test_score_map_equals_the_batched_formula_on_the_producer_rows(org):
     samples = [world.grounding_sample(5, i) for i in range(6)]
     b, att = _rows(org, samples)
     q = b.labels != -100  # [B, S]: answer tokens + EOS
     q = q & (q.long().cumsum(1) < q.sum(1, keepdim=True))  # EOS excluded
+    prod = torch.roll(q, -1, dims=1)  # [B, S]: position i produces token i + 1
     mass = (att * b.box_keys[:, None, None, None, :].to(att.dtype)).sum(-1)  # [B, L, H, S]
-    per = (mass * q[:, None, None, :].to(att.dtype)).sum(-1) / q.sum(1).clamp(min=1)[:, None, None]  # [B, L, H]
-    # float32 summation order only: emergence.jsonl keeps 5 decimals
+    per = (mass * prod[:, None, None, :].to(att.dtype)).sum(-1) / prod.sum(1).clamp(min=1)[:, None, None]  # [B, L, H]
     assert torch.allclose(score_map(org.a, org.tok, org.spec_a, samples), per.mean(0), rtol=0, atol=1e-6)
 
 
-def test_answer_queries_are_the_answer_tokens_without_eos():
+def test_sample_infos_use_vrhs_query_sets(org):
+    samples = [world.grounding_sample(5, 0), text_sample(5, 1)]
+    b = train_batch(samples, org.tok, org.spec_a)
+    for j, (positions, info) in enumerate(sample_infos(b, org.tok)):
+        ans = answer_positions(b.labels[j])
+        assert positions[info.query("out")].tolist() == (ans - 1).tolist()  # Q_out: answer positions - 1
+        assert positions[info.query("out_own")].tolist() == ans.tolist()
+        first = int((b.labels[j] != -100).nonzero()[0])
+        assert positions[info.query("last_prompt")].tolist() == [first - 1]  # the first producer: last prompt token
+
+
+def test_answer_positions_are_the_answer_tokens_without_eos():
     labels = torch.tensor([-100, -100, 7, 8, 9, 2, -100])  # answer 7 8 9, EOS 2, right padding
-    assert answer_queries(labels).tolist() == [2, 3, 4]
+    assert answer_positions(labels).tolist() == [2, 3, 4]
