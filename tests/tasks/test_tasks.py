@@ -16,7 +16,7 @@ from vrh.tasks import base
 
 GT = (8.0, 12.0, 40.0, 44.0)
 GROUNDING_KEYS = {"id", "task", "image", "pred_text", "expression", "gt_box", "pred_box", "iou", "outcome"}
-VQA_KEYS = {"id", "task", "image", "pred_text", "question", "answer", "answer_type", "outcome"}
+VQA_KEYS = {"id", "task", "image", "pred_text", "question", "answer", "answer_type", "answer_rule", "read", "outcome"}
 
 
 class FakeAdapter:
@@ -80,7 +80,7 @@ def test_unknown_task_lists_registered_ones():
 def test_unknown_option_lists_the_task_options():
     with pytest.raises(ValueError, match=r"'tua'.*'grounding'.*tau \(default 0\.5\)"):
         get_task("grounding", tua=0.7)
-    with pytest.raises(ValueError, match=r"'tau'.*'vqa'.*its options: none"):
+    with pytest.raises(ValueError, match=r"'tau'.*'vqa'.*its options: answer_rule \(default 'official'\)"):
         get_task("vqa", tau=0.5)
 
 
@@ -93,7 +93,8 @@ def test_bad_tau_is_rejected(tau):
 def test_config_records_the_settings():
     assert get_task("grounding").config() == {"name": "grounding", "tau": 0.5, "clip": False}
     assert get_task("grounding", tau=1, clip=True).config() == {"name": "grounding", "tau": 1.0, "clip": True}
-    assert get_task("vqa").config() == {"name": "vqa"}
+    assert get_task("vqa").config() == {"name": "vqa", "answer_rule": "official"}
+    assert get_task("vqa", answer_rule="lenient").config() == {"name": "vqa", "answer_rule": "lenient"}
     json.dumps(get_task("grounding", tau=0.3).config())
 
 
@@ -201,7 +202,8 @@ def test_summarize_empty(name):
     task = get_task(name)
     s = task.summarize([])
     assert s == {"n": 0, "accuracy": 0.0, "counts": dict.fromkeys(task.outcomes, 0),
-                 "fractions": dict.fromkeys(task.outcomes, 0.0), "parse_failure_rate": 0.0, "mean_iou": None}
+                 "fractions": dict.fromkeys(task.outcomes, 0.0), "parse_failure_rate": 0.0, "mean_iou": None,
+                 **({"mean_rel_error": None, "answer_rules": {}} if name == "vqa" else {})}
     json.dumps(s)
 
 

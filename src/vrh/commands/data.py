@@ -51,6 +51,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="vaw: seed of the multiple-choice generator (default: 0)")
     c.add_argument("--regions", default=None, choices=("draw", "describe"),
                    help="spatialrgpt: draw the regions on the image (default) or describe their boxes in the text")
+    c.add_argument("--subset", default=None, choices=("size", "qualitative", "all", "multi_choice"),
+                   help="spatialrgpt: size (default: width/height questions, the paper's 266) or qualitative; "
+                        "mathvista: all (default: testmini's 1,000) or multi_choice (its 540)")
     i = sub.add_parser("inspect", help="counts (next to the paper's), box/answer statistics, a few samples as PNG",
                        description="counts, box/answer statistics and a few samples drawn as PNG; each benchmark's "
                                    "sample count next to the paper's (App. E.2), with the reasons they differ (read "
@@ -80,7 +83,7 @@ def _convert(args: argparse.Namespace) -> int:
     report = convert(args.name, args.src, args.out, split=args.split, limit=args.limit, overwrite=args.overwrite,
                      all_expressions=args.all_expressions, images=args.images, expression=args.expression,
                      task=args.task, allow_pickle=args.allow_pickle, refs=args.refs, seed=args.seed,
-                     regions=args.regions)
+                     regions=args.regions, subset=args.subset)
     print("\n".join(report.lines()))
     return 0
 

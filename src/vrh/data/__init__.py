@@ -1,6 +1,7 @@
 """Datasets: the project's JSONL sample format (:mod:`vrh.data.jsonl`)."""
 
 from vrh.data.jsonl import (
+    ANSWER_RULES,
     ANSWER_TYPES,
     BOX_FORMATS,
     TASKS,
@@ -15,5 +16,5 @@ from vrh.data.jsonl import (
     write_dataset,
 )
 
-__all__ = ["ANSWER_TYPES", "BOX_FORMATS", "TASKS", "DatasetError", "LoadReport", "Sample", "Samples",
+__all__ = ["ANSWER_RULES", "ANSWER_TYPES", "BOX_FORMATS", "TASKS", "DatasetError", "LoadReport", "Sample", "Samples",
            "check_answer", "dataset_hash", "load_dataset", "split_detect_eval", "write_dataset"]

@@ -18,9 +18,12 @@ judged inside the ``mask`` image (non-zero pixels; a path resolved like ``image`
 
 A VQA line may say how its ``answer`` is judged with ``"answer_type"`` (default ``"exact"``): ``"exact"``
 (normalised full-string match; the answer needs a letter or digit), ``"choice"`` (the answer is one option
-letter ``A``-``Z``) or ``"number"`` (the answer is a number in digits, e.g. ``3`` or ``-2.5``). The rules
-for reading a *prediction* of each type live in :func:`vrh.tasks.vqa.judge_answer`; this module only
-checks that the gold answer fits its type, so a bad line fails at load time rather than mid-run.
+letter ``A``-``Z``), ``"number"`` (a number in digits, e.g. ``3`` or ``-2.5``), ``"integer"`` (``12``),
+``"float"`` (``1.45``, with the line's ``"precision"``: the decimal places the benchmark rounds to) or
+``"length"`` (a positive length in meters, e.g. ``0.76``). ``"answer_rule"`` (optional, one of
+``ANSWER_RULES``) names the benchmark's own scoring rule, which the VQA task applies by default. The rules
+for reading a *prediction* live in :mod:`vrh.tasks.answer_rules`; this module only checks that the gold
+answer fits its type, so a bad line fails at load time rather than mid-run.
 
 ``image`` is relative to the JSONL file's folder, or absolute. ``box_format`` is required wherever ``box``
 is given: guessing it from the numbers is how datasets silently get corrupted. ``"xyxy"`` and ``"xywh"``
@@ -58,14 +61,21 @@ SCALED_BOX_FORMATS = {"xyxy_norm": 1.0, "xywh_norm": 1.0, "xyxy_1000": 1000.0}  
 BOX_FORMATS = PIXEL_BOX_FORMATS + tuple(SCALED_BOX_FORMATS)
 MIN_SIDE_FOR_NORM_CHECK = 16  # px; on smaller images a box within 0-1 px may be real
 BOUNDS_TOLERANCE = 1.0  # pixels a GT box may stick out of the image (rounding in annotation tools)
-ANSWER_TYPES = ("exact", "choice", "number")  # how a VQA answer is judged; see vrh.tasks.vqa.judge_answer
+# how a VQA answer is judged (vrh.tasks.answer_rules); a benchmark's own rule, by the benchmark's name
+ANSWER_TYPES = ("exact", "choice", "number", "integer", "float", "length")
+ANSWER_RULES = ("mmstar", "cvbench", "countbenchqa", "mathvista")
 _BOX_ALIASES = ("bbox", "bbox_2d", "bounding_box", "boxes", "gt_box")  # other datasets' names for `box`: hinted
-_KNOWN = ("id", "image", "task", "expression", "box", "box_format", "question", "answer", "answer_type")
+_VQA_ONLY = ("answer_type", "precision", "answer_rule")
+_KNOWN = ("id", "image", "task", "expression", "box", "box_format", "question", "answer") + _VQA_ONLY
+_DECIMAL = r"[-+]?(?:\d+(?:\.\d+)?|\.\d+)"
 # What a gold answer of each type must look like, and the rule in words for the error message.
 _GOLD_FORMS = {
     "exact": (re.compile(r".*[^\W_].*", re.DOTALL), "contain a letter or digit"),
     "choice": (re.compile(r"[A-Z]"), "be one option letter A-Z"),
-    "number": (re.compile(r"[-+]?(?:\d+(?:\.\d+)?|\.\d+)"), "be a number in digits, e.g. 3 or -2.5"),
+    "number": (re.compile(_DECIMAL), "be a number in digits, e.g. 3 or -2.5"),
+    "integer": (re.compile(r"[-+]?\d+"), "be a whole number in digits, e.g. 12"),
+    "float": (re.compile(_DECIMAL), "be a number in digits, e.g. 1.45"),
+    "length": (re.compile(r"\+?(?=[\d.]*[1-9])(?:\d+(?:\.\d+)?|\.\d+)"), "be a positive length in meters, e.g. 0.76"),
 }
 
 
@@ -109,10 +119,19 @@ class Sample:
     image_size: tuple[int, int] | None = None
     meta: dict[str, Any] = field(default_factory=dict, hash=False)  # hash=False keeps Sample hashable
     answer_type: str = "exact"  # VQA: how `answer` is judged, one of ANSWER_TYPES
+    precision: int | None = None  # answer_type "float": the decimal places the benchmark rounds to
+    answer_rule: str | None = None  # the benchmark's own scoring rule (ANSWER_RULES); None: vrh's rule
 
     def __post_init__(self):
         if self.answer_type not in ANSWER_TYPES:
             raise ValueError(f"unknown answer_type {self.answer_type!r}; expected one of {ANSWER_TYPES}")
+        if self.answer_rule is not None and self.answer_rule not in ANSWER_RULES:
+            raise ValueError(f"unknown answer_rule {self.answer_rule!r}; expected one of {ANSWER_RULES}")
+        float_type = self.answer_type == "float"
+        if float_type != (self.precision is not None) or not (
+                self.precision is None or (type(self.precision) is int and self.precision >= 0)):
+            raise ValueError(f"'precision' (decimal places, an integer >= 0) goes with answer_type 'float' and "
+                             f"only with it; got precision {self.precision!r} with answer_type {self.answer_type!r}")
         if self.task == "vqa" and self.answer is not None:
             check_answer(self.answer, self.answer_type)
 
@@ -296,8 +315,8 @@ def _parse_line(rec: Any, folder: Path, check_images: bool) -> Sample:
     answer = _text(rec, "answer", required=task == "vqa")
     if rec.get("box_format") is not None and rec["box_format"] not in BOX_FORMATS:
         raise ValueError(f"unknown box_format {rec['box_format']!r}; expected one of {BOX_FORMATS}")
-    if grounding and "answer_type" in rec:
-        raise ValueError("'answer_type' applies to vqa samples only")
+    if grounding and any(k in rec for k in _VQA_ONLY):
+        raise ValueError(f"{next(k for k in _VQA_ONLY if k in rec)!r} applies to vqa samples only")
     if grounding and rec.get("box") is None:
         alias = next((k for k in _BOX_ALIASES if k in rec), None)
         raise ValueError("grounding sample needs 'box'" + (" (it is null)" if "box" in rec else "")
@@ -323,7 +342,8 @@ def _parse_line(rec: Any, folder: Path, check_images: bool) -> Sample:
         meta["mask"] = str(_mask_path(rec, folder, check_images))
     return Sample(id=rec["id"], image_path=image_path, task=task, expression=expression, box=box,
                   question=question, answer=answer, image_size=size, meta=meta,
-                  answer_type=rec.get("answer_type", "exact"))
+                  answer_type=rec.get("answer_type", "exact"), precision=rec.get("precision"),
+                  answer_rule=rec.get("answer_rule"))
 
 
 def load_dataset(path: str | os.PathLike, *, limit: int | None = None, check_images: bool = True,
@@ -399,6 +419,7 @@ def _record(sample: Sample, folder: Path) -> dict[str, Any]:
         rec["answer"] = sample.answer
     if sample.answer_type != "exact":  # the default stays implicit, so existing files round-trip byte for byte
         rec["answer_type"] = sample.answer_type
+    rec.update({k: getattr(sample, k) for k in ("precision", "answer_rule") if getattr(sample, k) is not None})
     rec.update(sample.meta)
     return rec
 

@@ -158,7 +158,7 @@ def task_from_settings(name: str, settings: Mapping[str, Any]) -> Task:
     knowing which task takes which.
 
     >>> task_from_settings("vqa", {"tau": 0.7}).config(), task_from_settings("grounding", {"tau": 0.7}).config()
-    ({'name': 'vqa'}, {'name': 'grounding', 'tau': 0.7, 'clip': False})
+    ({'name': 'vqa', 'answer_rule': 'official'}, {'name': 'grounding', 'tau': 0.7, 'clip': False})
     """
     if name not in _TASKS:
         raise ValueError(f"unknown task {name!r}; registered tasks: {', '.join(task_names()) or 'none'}")

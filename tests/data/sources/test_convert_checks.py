@@ -62,7 +62,7 @@ def test_rows_outside_the_subset_are_counted_apart_not_skipped(tmp_path):
              line(1, "height_data", "quantitative", "Region [0] is 2.1 feet in height."),
              line(2, "width_data", "quantitative", "Region [0] is 30 centimeters wide.")]
     (tmp_path / "val_SpatialRGPT-Bench.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
-    rep = convert("spatialrgpt", tmp_path, tmp_path / "out", progress=False)
+    rep = convert("spatialrgpt", tmp_path, tmp_path / "out", progress=False, subset="qualitative")
     assert (rep.rows_read, rep.n_samples, rep.skipped) == (3, 1, [])
     assert rep.excluded == {"quantitative question (not in the qualitative subset)": 2}
     summary = json.loads((tmp_path / "out" / "convert.json").read_text())

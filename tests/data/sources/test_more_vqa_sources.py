@@ -12,6 +12,7 @@ from vrh.data import load_dataset
 from vrh.data.sources import SkipRow, convert
 from vrh.data.sources.choices import CHOICE_SUFFIX
 from vrh.data.sources.vaw import make_question
+from vrh.tasks import get_task
 from vrh.tasks.vqa import judge_answer
 
 
@@ -36,27 +37,78 @@ def mathvista_row(pid, **kw):
     return {**row, **kw}
 
 
-def test_mathvista_multiple_choice(tmp_path, write_parquet):
-    rows = [mathvista_row(1), mathvista_row(2, question_type="free_form", choices=None, answer="12"),
+def free_form(pid, answer_type, answer, **kw):
+    return mathvista_row(pid, question="How long is the bar?", question_type="free_form", choices=None,
+                         answer_type=answer_type, answer=answer, **kw)
+
+
+def test_mathvista_converts_every_question(tmp_path, write_parquet):
+    rows = [mathvista_row(1), free_form(2, "integer", "12"), free_form(9, "float", "1.45", precision=2.0, unit="cm"),
+            free_form(10, "list", "[2014, 2016]"),
             mathvista_row(3, answer="75°"),  # gold not among the options
             mathvista_row(4, choices=[]), mathvista_row(5, decoded_image={"bytes": b"nope", "path": None}),
-            *(mathvista_row(pid) for pid in (6, 7, 8))]  # as many good rows as bad: the conversion passes
+            free_form(11, "integer", "1.5"), free_form(12, "float", "2.5"),  # no precision
+            *(mathvista_row(pid) for pid in (6, 7, 8))]  # more good rows than bad: the conversion passes
     write_parquet(tmp_path / "mv" / "data" / "testmini-00000-of-00001.parquet", rows)
     rep = convert("mathvista", tmp_path / "mv", tmp_path / "out", progress=False)
-    s = load_dataset(tmp_path / "out" / "data.jsonl")[0]
-    assert rep.split == "testmini" and rep.expected_rows == 1000 and rep.n_samples == 4
+    by_id = {s.id.removeprefix("mathvista-testmini-"): s for s in load_dataset(tmp_path / "out" / "data.jsonl")}
+    assert rep.split == "testmini" and rep.expected_rows == 1000 and sorted(by_id) == ["1", "10", "2", "6", "7", "8", "9"]
+    s = by_id["1"]
     assert s.question == ("What is the measure of angle B?\nChoices:\n(A) 30°\n(B) 45°\n(C) 60°\n(D) 90°\n"
                           + CHOICE_SUFFIX)
-    assert s.answer == "C" and s.answer_type == "choice" and s.meta["answer_text"] == "60°"
+    assert (s.answer, s.answer_type, s.answer_rule, s.meta["answer_text"]) == ("C", "choice", "mathvista", "60°")
     assert s.meta["category"] == "geometry problem solving"
-    # the rule-based extractor: a letter is read, the option's text alone is not
-    assert judge_answer("The answer is (C).", s.answer, s.answer_type) == "correct"
-    assert judge_answer("60°", s.answer, s.answer_type) == "parse_failure"
+    assert [(by_id[k].answer, by_id[k].answer_type, by_id[k].precision) for k in ("2", "9", "10")] == [
+        ("12", "integer", None), ("1.45", "float", 2), ("[2014, 2016]", "exact", None)]
+    assert by_id["9"].question == ("How long is the bar? (Unit: cm)\nPlease answer the question requiring a "
+                                   "floating-point number with two decimal places and provide the final value, "
+                                   "e.g., 1.23, 1.34, 1.45, at the end.")
     reasons = skipped(tmp_path / "out")
-    assert reasons["mathvista-testmini-2"] == "question_type 'free_form': only multi_choice questions are converted"
     assert "is not one of the choices" in reasons["mathvista-testmini-3"]
     assert "1-26 choices" in reasons["mathvista-testmini-4"]
     assert "unreadable image" in reasons["mathvista-testmini-5"]
+    assert "does not fit answer_type 'integer'" in reasons["mathvista-testmini-11"]
+    assert "needs its precision" in reasons["mathvista-testmini-12"]
+
+
+@pytest.mark.parametrize("pid, answer, official, lenient", [
+    # MathVista's calculate_score on vrh's extraction: an option's text is matched, the last number read
+    ("1", "The answer is (C).", "correct", "correct"),
+    ("1", "60°", "correct", "parse_failure"),  # the option's text alone: vrh's letter rule reads nothing
+    ("1", "60", "correct", "parse_failure"),  # nearest option by edit distance
+    ("1", "C", "correct", "correct"),
+    ("2", "There are 12.", "correct", "correct"),
+    ("2", "5 + 7 = 12", "correct", "wrong"),  # the last number vs the first
+    ("9", "1.449", "correct", "correct"),  # rounded to the precision, 2
+    ("9", "1.4", "wrong", "wrong"),
+    ("10", "[2014, 2016]", "correct", "correct"),
+    ("10", "2014, 2016", "wrong", "correct"),  # MathVista compares a list as written; vrh normalises
+])
+def test_mathvista_answers_scored_both_ways(tmp_path, write_parquet, pid, answer, official, lenient):
+    rows = [mathvista_row(1), free_form(2, "integer", "12"), free_form(9, "float", "1.45", precision=2),
+            free_form(10, "list", "[2014, 2016]")]
+    write_parquet(tmp_path / "mv" / "data" / "testmini-00000-of-00001.parquet", rows)
+    convert("mathvista", tmp_path / "mv", tmp_path / "out", progress=False)
+    s = {x.id: x for x in load_dataset(tmp_path / "out" / "data.jsonl")}[f"mathvista-testmini-{pid}"]
+    assert get_task("vqa").judge(None, s, answer, {})["outcome"] == official
+    assert get_task("vqa", answer_rule="lenient").judge(None, s, answer, {})["outcome"] == lenient
+
+
+def test_mathvista_multiple_choice_subset(tmp_path, write_parquet):
+    rows = [mathvista_row(1), free_form(2, "integer", "12"),
+            mathvista_row(781, choices=["9", "12", "18", "18"], answer="18")]  # the gold written twice
+    write_parquet(tmp_path / "mv" / "data" / "testmini-00000-of-00001.parquet", rows)
+    rep = convert("mathvista", tmp_path / "mv", tmp_path / "out", progress=False, subset="multi_choice")
+    one, dup = load_dataset(tmp_path / "out" / "data.jsonl")
+    assert (rep.n_samples, rep.skipped) == (2, []) and rep.options == {"subset": "multi_choice"}
+    assert rep.excluded == {"free-form question (not in the multi_choice subset)": 1}
+    assert dup.answer == "C"  # the first letter of the text; both rules accept either
+    for rule in ("official", "lenient"):
+        task = get_task("vqa", answer_rule=rule)
+        assert [task.judge(None, dup, a, {})["outcome"] for a in ("C", "D", "(D) 18", "B")] == [
+            "correct", "correct", "correct", "wrong"], rule
+    with pytest.raises(ValueError, match="--subset must be one of"):
+        convert("mathvista", tmp_path / "mv", tmp_path / "x", subset="mcq")
 
 
 # --- VAW ------------------------------------------------------------------------------------------------
@@ -145,7 +197,7 @@ def rgpt(tmp_path):
 
 
 def test_spatialrgpt_draws_regions_and_keeps_rule_judgeable_questions(rgpt, tmp_path):
-    rep = convert("spatialrgpt", rgpt, tmp_path / "out", progress=False)
+    rep = convert("spatialrgpt", rgpt, tmp_path / "out", progress=False, subset="qualitative")
     pred, choice, tall, above = load_dataset(tmp_path / "out" / "data.jsonl")
     assert rep.n_samples == 4 and rep.expected_rows == 1406
     assert (tall.answer, above.answer) == ("A", "no")
@@ -167,7 +219,7 @@ def test_spatialrgpt_draws_regions_and_keeps_rule_judgeable_questions(rgpt, tmp_
 
 
 def test_spatialrgpt_describe_leaves_the_image_and_writes_the_boxes(rgpt, tmp_path):
-    convert("spatialrgpt", rgpt, tmp_path / "out", progress=False, regions="describe")
+    convert("spatialrgpt", rgpt, tmp_path / "out", progress=False, regions="describe", subset="qualitative")
     pred = load_dataset(tmp_path / "out" / "data.jsonl")[0]
     assert pred.question.startswith("Region [0] is the box from (0.05, 0.07) to (0.30, 0.33); Region [1] is the box "
                                     "from (0.50, 0.13) to (0.90, 0.67) (fractions of the image width and height).")
@@ -177,6 +229,33 @@ def test_spatialrgpt_describe_leaves_the_image_and_writes_the_boxes(rgpt, tmp_pa
     (rgpt / "scenes" / "a.png").unlink()
     with pytest.raises(FileNotFoundError, match=r"1 image file\(s\) .* scenes/a.png"):
         convert("spatialrgpt", rgpt, tmp_path / "y")
+
+
+def test_spatialrgpt_converts_the_size_questions_by_default(tmp_path):
+    """Issue 29 item 5: width_data + height_data, gold in meters, scored as SpatialRGPT scores sizes."""
+    (tmp_path / "scenes").mkdir()
+    Image.new("RGB", (40, 30), "white").save(tmp_path / "scenes" / "a.png")
+    one = ((2, 2, 12, 10),)
+    lines = [rgpt_line(0, "width_data", "How wide is Region [0]?", "Region [0] is 30 centimeters wide.",
+                       qtype="quantitative", bbox=one),
+             rgpt_line(1, "height_data", "How tall is Region [0]?", "It is 2.1 feet.", qtype="quantitative", bbox=one),
+             rgpt_line(2, "height_data", "How tall is Region [0]?", "About 30.", qtype="quantitative", bbox=one),
+             rgpt_line(3, "distance_data", "How far is Region [0] from Region [1]?", "2.5 meters", qtype="quantitative"),
+             rgpt_line(4, "behind_predicate", "Is Region [0] behind Region [1]?", "Indeed, it is.")]
+    (tmp_path / "val_SpatialRGPT-Bench.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    rep = convert("spatialrgpt", tmp_path, tmp_path / "out", progress=False)
+    wide, tall = load_dataset(tmp_path / "out" / "data.jsonl")
+    assert [(s.answer, s.answer_type) for s in (wide, tall)] == [("0.3", "length"), ("0.64008", "length")]
+    assert wide.question == ("Region [0] is outlined in red. How wide is Region [0]?\n"
+                             "Answer with a number and its unit of length.")
+    assert "cannot read a positive length" in skipped(tmp_path / "out")["spatialrgpt-val-r2"]
+    assert rep.excluded == {"distance or direction question (not in the size subset)": 1,
+                            "qualitative question (not in the size subset)": 1}
+    rec = get_task("vqa").judge(None, wide, "Region [0] is about 1 foot wide.", {})  # 0.3048 m
+    assert rec["outcome"] == "correct" and rec["rel_error"] == pytest.approx(0.0048 / 0.3001)
+    assert get_task("vqa").judge(None, tall, "It is 40 cm tall.", {})["outcome"] == "wrong"  # under 0.75 x 0.64
+    with pytest.raises(ValueError, match="--subset must be one of"):
+        convert("spatialrgpt", tmp_path, tmp_path / "x", subset="quantitative")
 
 
 # --- SpatialRGPT-Bench's official annotation file, and every qualitative gold read (issue 29, items 3, 6) -
@@ -190,11 +269,12 @@ def test_spatialrgpt_reads_the_official_json_list(tmp_path, indent):
                          "Region [1] is more to the left."),
                rgpt_line(2, "tall_predicate", "Is Region [0] taller than Region [1]?", "No.")]
     (tmp_path / "SpatialRGPT-Bench_v1.json").write_text(json.dumps(records, indent=indent))
-    rep = convert("spatialrgpt", tmp_path, tmp_path / "out", progress=False)
+    rep = convert("spatialrgpt", tmp_path, tmp_path / "out", progress=False, subset="qualitative")
     assert (rep.rows_read, rep.n_samples, rep.skipped) == (3, 3, [])
     assert [(s.id, s.answer) for s in load_dataset(tmp_path / "out" / "data.jsonl")] == [
         ("spatialrgpt-val-r0", "yes"), ("spatialrgpt-val-r1", "B"), ("spatialrgpt-val-r2", "no")]
-    rep = convert("spatialrgpt", tmp_path / "SpatialRGPT-Bench_v1.json", tmp_path / "file", progress=False)
+    rep = convert("spatialrgpt", tmp_path / "SpatialRGPT-Bench_v1.json", tmp_path / "file", progress=False,
+                  subset="qualitative")
     assert rep.n_samples == 3  # the file itself, as --src, reads the same
     broken = json.dumps(records, indent=indent)[:-40]  # a truncated download: one error, nothing written
     (tmp_path / "SpatialRGPT-Bench_v1.json").write_text(broken)

@@ -55,15 +55,21 @@ def rows(folder):
         "spatial457": {"image": image, "question": "What color is the small cube?", "answer": "red"},
         "mathvista": {"pid": "1", "question": "What is the measure of angle B?", "choices": ["30°", "60°"],
                       "answer": "60°", "question_type": "multi_choice", "decoded_image": image, "metadata": {}},
+        ("mathvista", "float"): {"pid": "2", "question": "How long is the bar?", "choices": None, "answer": "1.5",
+                                 "question_type": "free_form", "answer_type": "float", "precision": 1.0,
+                                 "unit": "cm", "decoded_image": image, "metadata": {}},
         "vaw": {"image_id": "9", "instance_id": "3", "instance_bbox": [2, 3, 10, 12], "object_name": "mug",
                 "positive_attributes": ["red"], "negative_attributes": ["blue", "green", "white"],
                 "_image_path": folder / "a.jpg", "_types": {"red": ("color",), "blue": ("color",),
                                                             "green": ("color",), "white": ("color",)}},
-        "spatialrgpt": {"id": "r1", "image_info": {"file_path": "a.jpg"}, "text_q": "Is Region [0] behind Region [1]?",
-                        "conversations": [{"from": "gpt", "value": "Yes, it is."}],
-                        "bbox": [[2, 2, 12, 10], [20, 4, 36, 20]], "qa_info": {"type": "qualitative",
-                                                                               "category": "behind_predicate"},
+        "spatialrgpt": {"id": "r2", "image_info": {"file_path": "a.jpg"}, "text_q": "How tall is Region [0]?",
+                        "conversations": [{"from": "gpt", "value": "Region [0] is 30.05 inches tall."}],
+                        "bbox": [[2, 2, 12, 10]], "qa_info": {"type": "quantitative", "category": "height_data"},
                         "_images": folder},
+        ("spatialrgpt", "subset=qualitative"): {
+            "id": "r1", "image_info": {"file_path": "a.jpg"}, "text_q": "Is Region [0] behind Region [1]?",
+            "conversations": [{"from": "gpt", "value": "Yes, it is."}], "bbox": [[2, 2, 12, 10], [20, 4, 36, 20]],
+            "qa_info": {"type": "qualitative", "category": "behind_predicate"}, "_images": folder},
     }
 
 
@@ -81,14 +87,19 @@ SNAPSHOTS = {
                 "Answer with the option's letter from the given choices directly."),
     "mmstar": ("Which is on the table?\nOptions: A: a cup, B: a pen\n"
                "Answer with the option's letter from the given choices directly."),
-    "countbenchqa": "How many cats are there?",
+    "countbenchqa": "How many cats are there?\nAnswer with a single number.",  # lmms-eval's post-prompt
     "spatial457": "What color is the small cube?",
     "mathvista": ("What is the measure of angle B?\nChoices:\n(A) 30°\n(B) 60°\n"
                   "Answer with the option's letter from the given choices directly."),
     "vaw": ("What is the color of the mug in the red box?\nChoices:\n(A) red\n(B) green\n(C) blue\n(D) white\n"
             "Answer with the option's letter from the given choices directly."),
-    "spatialrgpt": ("Region [0] is outlined in red and Region [1] in blue. Is Region [0] behind Region [1]?\n"
-                    "Answer with yes or no."),
+    ("mathvista", "float"): ("How long is the bar? (Unit: cm)\nPlease answer the question requiring a floating-point "
+                             "number with one decimal place and provide the final value, e.g., 1.2, 1.3, 1.4, at the "
+                             "end."),  # MathVista's own hint (build_query.py)
+    "spatialrgpt": "Region [0] is outlined in red. How tall is Region [0]?\nAnswer with a number and its unit of length.",
+    ("spatialrgpt", "subset=qualitative"): (
+        "Region [0] is outlined in red and Region [1] in blue. Is Region [0] behind Region [1]?\n"
+        "Answer with yes or no."),
 }
 SNAPSHOTS["refcoco+"] = SNAPSHOTS["refcocog"] = SNAPSHOTS["refcoco"]
 SNAPSHOTS["refcoco+-refer"] = SNAPSHOTS["refcocog-refer"] = SNAPSHOTS["refcoco-refer"]
@@ -105,7 +116,9 @@ def qwen25():
 def full_prompt(key, folder, adapter, processor):
     name, task_option = key if isinstance(key, tuple) else (key, None)
     source = get_source(name)
-    options = {"task": task_option} if task_option else {}
+    # a variant is a source option ("subset=qualitative"), a --task value ("point"), or just another row
+    options = dict([task_option.split("=", 1)]) if task_option and "=" in task_option else (
+        {"task": task_option} if task_option in ("point", "grounding") else {})
     ctx = RowContext(source=name, split=source.default_split, images=ImageStore(folder / "images"), options=options)
     [sample] = source.convert_row("1", rows(folder)[key], ctx)
     return adapter.chat_text(processor, get_task(sample.task).prompt(adapter, sample))

@@ -16,6 +16,7 @@ from PIL import Image
 from vrh.cli import main
 from vrh.data import load_dataset
 from vrh.data.sources import convert
+from vrh.tasks import get_task
 
 REAL = Path(__file__).resolve().parents[3] / ".." / "shared" / "real" / "benchmarks"
 pytestmark = pytest.mark.skipif(not REAL.is_dir(), reason="the real benchmark files (../shared/real) are absent")
@@ -119,7 +120,7 @@ def test_spatialrgpt_official_annotation_file(tmp_path, indent):
     (tmp_path / "images").mkdir()
     Image.new("RGB", (64, 48), "white").save(tmp_path / "images" / "scene.png")
     (tmp_path / "SpatialRGPT-Bench_v1.json").write_text(json.dumps(records, indent=indent))
-    rep = convert("spatialrgpt", tmp_path, tmp_path / "out", progress=False)
+    rep = convert("spatialrgpt", tmp_path, tmp_path / "out", progress=False, subset="qualitative")
     qualitative = [r for r in records if r["qa_info"]["type"] == "qualitative"]
     assert (len(records), len(qualitative)) == (52, 30)
     assert (rep.rows_read, rep.n_samples, rep.skipped) == (52, 30, [])  # every qualitative gold is read
@@ -132,6 +133,35 @@ def test_spatialrgpt_official_annotation_file(tmp_path, indent):
         elif gold == "That is True.":
             assert answers[rid] == "yes", gold
     assert sum(g.startswith(("In fact,", "Actually,", "That is")) for g in golds.values()) == 12
+
+
+def test_spatialrgpt_size_subset_reads_every_real_size_gold(tmp_path):
+    """Issue 29 item 5: the default subset is the paper's, width_data + height_data; every real gold sentence
+    of those kinds states a length with its unit, converted to meters with SpatialRGPT's factors."""
+    records = spatialrgpt_records()
+    (tmp_path / "images").mkdir()
+    Image.new("RGB", (64, 48), "white").save(tmp_path / "images" / "scene.png")
+    (tmp_path / "SpatialRGPT-Bench_v1.json").write_text(json.dumps(records))
+    rep = convert("spatialrgpt", tmp_path, tmp_path / "out", progress=False)
+    size = [r for r in records if r["qa_info"]["category"] in ("width_data", "height_data")]
+    assert (len(size), rep.rows_read, rep.n_samples, rep.skipped) == (18, 52, 18, [])
+    assert rep.excluded == {"qualitative question (not in the size subset)": 30,
+                            "distance or direction question (not in the size subset)": 4}
+    samples = {s.meta["gold_text"]: s for s in load_dataset(tmp_path / "out" / "data.jsonl")}
+    assert {s.answer_type for s in samples.values()} == {"length"}
+    # one gold per unit the bench writes, in meters by hand: 30.05 * 0.0254, 6.91 * 0.3048, 26.25 * 0.01
+    for gold, meters in (("Region [0] is 30.05 inches in height.", "0.76327"),
+                         ("Region [0] is 6.91 feet in height.", "2.106168"),
+                         ("Region [0] is 26.25 centimeters in width.", "0.2625"),
+                         ("The height of Region [0] is 2.16 meters.", "2.16"), ("6.76 feet", "2.060448")):
+        assert samples[gold].answer == meters, gold
+    s = samples["Region [0] is 30.05 inches in height."]
+    assert s.question.endswith("Determine the vertical dimensions of Region [0].\nAnswer with a number and its unit of "
+                               "length.")
+    task = get_task("vqa")  # SpatialRGPT's success: 0.75 * gold <= pred <= 1.25 * gold
+    for answer, outcome in (("About 76 cm.", "correct"), ("2.5 feet", "correct"), ("0.95 meters", "correct"),
+                            ("0.96 m", "wrong"), ("0.57 m", "wrong"), ("30", "parse_failure")):
+        assert task.judge(None, s, answer, {})["outcome"] == outcome, answer
 
 
 # --- Toloka: the labelled training sample converts; the unlabelled first release fails ------------------

@@ -77,7 +77,8 @@ def test_countbenchqa(tmp_path, write_parquet):
     rep = convert("countbenchqa", tmp_path, tmp_path / "out", progress=False)
     s = load_dataset(tmp_path / "out" / "data.jsonl")[0]
     assert rep.n_samples == 2 and s.id == "countbenchqa-test-0" and (s.answer, s.answer_type) == ("3", "number")
-    assert s.question == "How many dogs are in the image?"
+    assert s.question == "How many dogs are in the image?\nAnswer with a single number."
+    assert s.answer_rule == "countbenchqa"  # lmms-eval's exact match by default
     assert judge_answer("I see three.", s.answer, s.answer_type) == "correct"
     reasons = skipped(tmp_path / "out")
     assert "whole count" in reasons["countbenchqa-test-1"] and reasons["countbenchqa-test-2"] == "missing image bytes"

@@ -7,8 +7,9 @@ files, in that order (the hub card's default config, ``test*.parquet``); ``test_
 
 Columns used: ``idx``, ``image``, ``prompt`` (the question with its choices written out), ``choices``
 (list), ``answer`` (``"(A)"``), ``source`` (ADE20K / COCO / Omni3D), ``task``, ``type``. The model sees
-``prompt`` plus :data:`~vrh.data.sources.choices.CHOICE_SUFFIX`; the answer is judged as a ``choice``
-letter. The benchmark's official score averages per image source, ½((ADE20K + COCO)/2 + Omni3D), so the
+``prompt`` plus :data:`~vrh.data.sources.choices.CHOICE_SUFFIX`; the answer is scored by lmms-eval's
+CV-Bench rule (``answer_rule`` ``cvbench``, :mod:`vrh.tasks.answer_rules`: the first letter of the answer,
+so ``"Answer: B"`` reads as A), or with ``--answer-rule lenient`` as vrh's ``choice`` letter. The benchmark's official score averages per image source, ½((ADE20K + COCO)/2 + Omni3D), so the
 source is kept in the line's ``image_source`` field (``vrh data inspect`` counts it).
 """
 
@@ -40,13 +41,14 @@ def convert_row(key: str, row: dict[str, Any], ctx: RowContext) -> list[Sample]:
     answer = gold_letter(row.get("answer"), letters_for(len(choices)))
     image_path, size = ctx.images.put(*image_bytes(row.get("image")))
     return [Sample(id=ctx.sample_id(key), image_path=image_path, task="vqa", question=with_suffix(prompt),
-                   answer=answer, answer_type="choice", image_size=size,
+                   answer=answer, answer_type="choice", answer_rule="cvbench", image_size=size,
                    meta={"benchmark": ctx.source, "split": ctx.split, "choices": [str(c) for c in choices],
                          "image_source": row.get("source"), "category": row.get("task"), "type": row.get("type")})]
 
 
 register_source(Source(
-    name="cvbench", summary="nyu-visionx/CV-Bench multiple choice -> vqa, answer_type choice (letter match)",
+    name="cvbench", summary="nyu-visionx/CV-Bench multiple choice -> vqa, answer_type choice, scored by lmms-eval's "
+                            "first-letter rule",
     layout="a parquet file, or the snapshot folder with test_2d.parquet + test_3d.parquet (2024: test.parquet); "
            "columns idx, image, prompt, choices, answer '(A)', source, task",
     task="vqa", splits=("test", "test_2d", "test_3d"), read_rows=read_rows, convert_row=convert_row,

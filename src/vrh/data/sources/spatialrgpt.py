@@ -10,7 +10,22 @@ written ``Region [k]``), ``conversations`` (the last ``gpt`` turn is the gold an
 (one ``[x1, y1, x2, y2]`` pixel box per region) and ``qa_info`` (``type`` qualitative / quantitative,
 ``category``). The ``rle`` masks are not used (boxes are). Missing image files are one error listing them.
 
-What becomes a sample (the benchmark's official judge is GPT-4; vrh keeps the questions a rule can judge):
+Which rows become samples (``--subset``, recorded in ``convert.json``):
+
+* ``size`` (default; the paper's App. E.2 "quantitative object-size estimation subset", 266 samples): the
+  ``width_data`` (133) and ``height_data`` (133) questions. Gold: the length the gold sentence states with
+  its unit ("Region [0] is 30.05 inches in height.", feet, centimeters, meters), read by
+  :func:`vrh.tasks.answer_rules.parse_length` and stored in meters (``answer_type`` ``length``; a gold
+  sentence without a readable length is a counted skip). The question ends with :data:`LENGTH_SUFFIX`. An
+  answer is scored as SpatialRGPT's evaluation scores it (its ``evaluate_spatial_with_gpt4.py``, where
+  GPT-4 converts both sentences to meters): a success within 25% of the gold, ``0.75 * gold <= pred <=
+  1.25 * gold``, with the relative error ``|pred - gold| / (gold + 1e-4)`` kept per record; vrh reads the
+  answer's length with the same rule as the gold's instead of asking GPT-4. Every other row is counted
+  apart (:class:`~vrh.data.sources.registry.NotInSubset`), not skipped.
+* ``qualitative``: the yes/no and region-choice questions below, judged by rule (the benchmark's own judge
+  for them is GPT-4); quantitative rows are counted apart.
+
+The qualitative questions:
 
 * ``*_predicate`` (``behind_predicate``, ``tall_predicate``, ...): a yes/no question. Gold (:func:`gold_yes_no`):
   the bench's template openings first -- "That is True." -> ``yes``; "That is False.", "In fact, ..." and
@@ -21,9 +36,6 @@ What becomes a sample (the benchmark's official judge is GPT-4; vrh keeps the qu
 * ``*_choice`` (``left_choice``, ``tall_choice``, ...): "Which is ..., Region [0] or Region [1]?" becomes
   multiple choice over the regions the question names, in order (``(A) Region [0]``, ``(B) Region [1]``);
   gold: the first region the gold sentence names; judged ``choice``.
-* ``quantitative`` rows (distances, sizes, directions with units) are outside this qualitative subset:
-  counted apart (:class:`~vrh.data.sources.registry.NotInSubset`), not skips. The benchmark accepts a
-  number within 25% of the gold, and vrh's ``number`` rule compares exactly.
 
 How the model is shown the regions (``--regions``, recorded in ``convert.json``):
 
@@ -46,15 +58,21 @@ from vrh.data.jsonl import Sample
 from vrh.data.sources.choices import letters_for, options_block, with_suffix
 from vrh.data.sources.images import REGION_COLOURS, check_box, decode, draw_regions
 from vrh.data.sources.registry import NotInSubset, RowContext, SkipRow, Source, register_source
+from vrh.tasks.answer_rules import parse_length
 
 REGION_MODES = ("draw", "describe")
+SUBSETS = ("size", "qualitative")
+SIZE_CATEGORIES = ("width_data", "height_data")
 YES_NO_SUFFIX = "Answer with yes or no."
+LENGTH_SUFFIX = "Answer with a number and its unit of length."
 YES = ("yes", "indeed", "correct", "true", "right")
 NO = ("no", "not", "incorrect", "false", "wrong")
 # openings of the bench's answer templates that a first word misreads, with their answer, read first
 OPENINGS = (("that is true", "yes"), ("that is false", "no"), ("in fact", "no"), ("actually", "no"))
 OFFICIAL_FILE = "SpatialRGPT-Bench_v1.json"
 QUANTITATIVE = "quantitative question (not in the qualitative subset)"
+NOT_SIZE = {"qualitative": "qualitative question (not in the size subset)",
+            "quantitative": "distance or direction question (not in the size subset)"}
 MAX_LISTED = 20
 _REGION_RE = re.compile(r"Region \[(\d+)\]")
 _WORD_RE = re.compile(r"[A-Za-z]+")
@@ -103,6 +121,8 @@ def read_rows(src: Path, split: str, options: dict[str, Any]):
     mode = options.get("regions", "draw")
     if mode not in REGION_MODES:
         raise ValueError(f"--regions must be one of {REGION_MODES}, got {mode!r}")
+    if options.get("subset", "size") not in SUBSETS:
+        raise ValueError(f"--subset must be one of {SUBSETS} for spatialrgpt, got {options.get('subset')!r}")
     path = _annotation_file(Path(src), split)
     rows = []
     for n, rec in enumerate(_records(path)):
@@ -179,11 +199,17 @@ def convert_row(key: str, row: dict[str, Any], ctx: RowContext) -> list[Sample]:
         raise SkipRow(row["_malformed"])
     info = row.get("qa_info") if isinstance(row.get("qa_info"), dict) else {}
     category = str(info.get("category") or "")
-    if info.get("type") == "quantitative":
+    if ctx.options.get("subset", "size") == "size":
+        if category not in SIZE_CATEGORIES:
+            raise NotInSubset(NOT_SIZE.get(info.get("type"), f"{category or 'uncategorised'} question (not in the "
+                                                              "size subset)"))
+        kind = "size"
+    elif info.get("type") == "quantitative":
         raise NotInSubset(QUANTITATIVE)
-    kind = "choice" if category.endswith("_choice") else "predicate" if category.endswith("_predicate") else None
-    if kind is None:
-        raise SkipRow(f"unknown category {category!r}: expected *_predicate or *_choice")
+    else:
+        kind = "choice" if category.endswith("_choice") else "predicate" if category.endswith("_predicate") else None
+        if kind is None:
+            raise SkipRow(f"unknown category {category!r}: expected *_predicate or *_choice")
     question = row.get("text_q")
     if not isinstance(question, str) or not question.strip():
         raise SkipRow(f"empty question: {question!r}")
@@ -195,6 +221,9 @@ def convert_row(key: str, row: dict[str, Any], ctx: RowContext) -> list[Sample]:
         raise SkipRow(f"the question names Region [{max(regions)}] but bbox has "
                       f"{len(boxes) if isinstance(boxes, list) else 0} box(es)")
     gold = _gold_text(row)
+    meters = parse_length(gold) if kind == "size" else None
+    if kind == "size" and (meters is None or meters < 1e-6):  # stored to 6 decimals: a micrometre at least
+        raise SkipRow(f"cannot read a positive length with its unit from the gold answer {gold!r}")
     image_info = row.get("image_info") if isinstance(row.get("image_info"), dict) else {}
     if not isinstance(image_info.get("file_path"), str):
         raise SkipRow("image_info.file_path is missing")
@@ -212,7 +241,9 @@ def convert_row(key: str, row: dict[str, Any], ctx: RowContext) -> list[Sample]:
     else:
         image_path, _ = ctx.images.put(data, image_info["file_path"])
     text = f"{region_preamble(regions, checked, size, mode)} {' '.join(question.split())}"
-    if kind == "predicate":
+    if kind == "size":  # meters as digits, at most 6 decimals
+        q, answer, answer_type = f"{text}\n{LENGTH_SUFFIX}", f"{meters:.6f}".rstrip("0").rstrip("."), "length"
+    elif kind == "predicate":
         q, answer, answer_type = f"{text}\n{YES_NO_SUFFIX}", gold_yes_no(gold), "exact"
     else:
         named = _REGION_RE.search(gold)
@@ -229,9 +260,10 @@ def convert_row(key: str, row: dict[str, Any], ctx: RowContext) -> list[Sample]:
 
 
 register_source(Source(
-    name="spatialrgpt", summary="SpatialRGPT-Bench qualitative questions -> vqa (yes/no exact, region choice); "
-                                "regions drawn (--regions draw) or described",
+    name="spatialrgpt", summary="SpatialRGPT-Bench object sizes (width/height, 266; --subset qualitative: the "
+                                "yes/no and region-choice questions) -> vqa, a length within 25% as SpatialRGPT scores "
+                                "it; regions drawn (--regions draw) or described",
     layout="SpatialRGPT-Bench_v1.json, one JSON list (or a JSONL copy, val_SpatialRGPT-Bench.jsonl), with the "
            "images under --images DIR (default: the annotation file's folder), by image_info.file_path",
     task="vqa", splits=("val",), read_rows=read_rows, convert_row=convert_row, expected_rows={"val": 1406},
-    options=("images", "regions")))
+    options=("images", "regions", "subset")))
