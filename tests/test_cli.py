@@ -291,3 +291,70 @@ def test_the_readmes_real_model_sequence_parses_as_written():
             line = line.replace(f"${k}", v.strip('"'))
         args = parser.parse_args(shlex.split(line)[1:])  # SystemExit (exit 2) on anything invalid
         assert args.command
+
+
+def _no_model_load(monkeypatch):
+    import vrh.models.loading
+
+    monkeypatch.setattr(vrh.models.loading, "load_model", lambda *a, **k: pytest.fail("the model was loaded"))
+
+
+def test_a_k_nothing_would_read_is_refused(tmp_path, tiny_dataset, capsys, monkeypatch):
+    """`vrh evaluate --k 3` without --mask-heads or --random masked nothing and said "0 heads masked"; with a
+    head list the list's length is the k. Both refused before the model loads (issue 26 item 9)."""
+    _no_model_load(monkeypatch)
+    base = ["evaluate", "--model", "x", "--data", tiny_dataset]
+    assert main([*base, "--k", "3", "--out", str(tmp_path / "e")]) == 2
+    assert "--k 3 needs --mask-heads" in capsys.readouterr().err and not (tmp_path / "e").exists()
+    assert main([*base, "--mask-heads", "0:1,1:0", "--k", "3", "--out", str(tmp_path / "e")]) == 2
+    assert "not used with a head list" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["detect", "--model", "x", "--n", "4"], ["evaluate", "--model", "x"],
+                                  ["compare", "--model", "x", "--n", "4"], ["demo"]], ids=lambda a: a[0])
+def test_an_existing_out_is_refused_before_the_model_loads(argv, tmp_path, tiny_dataset, capsys, monkeypatch):
+    """The refusal came after loading (9 s on the organism, minutes on a 7B) (issue 26 item 20)."""
+    _no_model_load(monkeypatch)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "mine.txt").write_text("mine")
+    data = [] if argv == ["demo"] else ["--data", tiny_dataset]
+    assert main([*argv, *data, "--out", str(out)]) == 2
+    assert "is not empty; pass --overwrite" in capsys.readouterr().err
+    assert main([*argv, *data, "--out", str(out), "--overwrite"]) == 2  # not a vrh run: never deleted
+    assert "not a vrh run folder" in capsys.readouterr().err and (out / "mine.txt").read_text() == "mine"
+
+
+def test_results_go_to_stdout_and_the_default_k_scales(tmp_path, tiny_checkpoint, tiny_dataset, capsys):
+    """detect prints its top heads (LAYER:HEAD, with scores), sweep its accuracy per k (VRH vs random) on
+    stdout; progress and notes stay on stderr (issue 26 item 13). Without --k, evaluate masks 10% of the
+    heads and says so (issue 26 item 8)."""
+    from vrh.infra.options import default_k
+
+    det, sw, ev = tmp_path / "det", tmp_path / "sw", tmp_path / "ev"
+    base = ["--model", tiny_checkpoint, "--data", tiny_dataset, "--max-new-tokens", "4", "--batch-size", "4"]
+    assert main(["detect", *base, "--n", "6", "--out", str(det)]) == 0
+    cap = capsys.readouterr()
+    hs = runs.read_head_scores(det)
+    top = hs.ranking()[0]
+    assert f"{top[0]}:{top[1]}" in cap.out and "score" in cap.out and "samples scored" not in cap.out.split("\n")[-2]
+    assert "model:" in cap.err and f"{hs.num_layers} layers x {hs.num_heads} heads" in cap.err
+    # the random-init model finds no object: said loudly (issue 26 item 10)
+    correct = sum(r["outcome"] == "correct" for r in runs.read_samples(det))
+    assert correct == 0 and "answered none of the 6 detection samples correctly" in cap.err
+    assert main(["sweep", *base, "--heads", str(det), "--ks", "0,1,2", "--seeds", "0,1", "--n", "4",
+                 "--out", str(sw)]) == 0
+    cap = capsys.readouterr()
+    assert "top-k detected heads" in cap.out and "k random heads" in cap.out and "-> " in cap.err
+    k = default_k(hs.num_layers, hs.num_heads)
+    assert main(["evaluate", *base, "--mask-heads", str(det), "--n", "2", "--out", str(ev)]) == 0
+    assert f"masking {k} of {hs.num_layers * hs.num_heads} heads" in capsys.readouterr().err
+    assert runs.read_results(ev)["k"] == k
+
+
+def test_two_pass_help_says_what_the_flag_does():
+    """The help of --two-pass read as if the flag turned one-pass capture on (issue 26 item 18)."""
+    sub = next(a for a in build_parser()._actions if a.dest == "command").choices["detect"]
+    text = next(a.help for a in sub._actions if "--two-pass" in a.option_strings)
+    first = text.split(". ")[0]
+    assert "re-run prompt + answer text teacher-forced" in first and "while generating" not in first

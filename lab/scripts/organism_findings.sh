@@ -13,7 +13,7 @@ B=${B:-organism:organism_b}
 C=${C:-organism:organism_c}
 CP=${CP:-organism:organism_c_prime}
 C_KS=${C_KS:-0,1,2,3,4,5,6,7,8}  # C's k-sweep: k = 1 up to 25% of its 32 heads
-vrh demo --model "$A" --out "$OUT/demo" --n-detect "$N" --n-eval "$N" --n-vqa "$N" --k "$K"
+vrh demo --model "$A" --out "$OUT/demo" --n-detect "$N" --n-eval "$N" --n-vqa "$N" --k "$K" --overwrite
 D="$OUT/demo/data/grounding.jsonl"
 # detection with both token choices (Fig. 8b) on A, and B's own detection (transfer)
 vrh detect --model "$A" --data "$D" --n "$N" --scorers out/sum/mean,rand1/sum/mean --out "$OUT/det_a" --overwrite
@@ -50,7 +50,7 @@ PY
 }
 C_DIR=$(model_dir "$C")
 if [[ -n "$C_DIR" ]]; then
-    vrh demo --model "$C" --out "$OUT/demo_c" --n-detect "$N" --n-eval "$N" --n-vqa "$N" --k "$K" --ks "$C_KS"
+    vrh demo --model "$C" --out "$OUT/demo_c" --n-detect "$N" --n-eval "$N" --n-vqa "$N" --k "$K" --ks "$C_KS" --overwrite
     vrh compare --model "$C" --data "$D" --n "$N" --ks "1,$K,$((2 * K))" --out "$OUT/compare_c" --overwrite
     vrh transfer --heads "$OUT/det_a" --heads-b "$OUT/demo_c/detect" --model "$C" --data "$D" --k "$K" \
         --out "$OUT/transfer_a_to_c" --overwrite

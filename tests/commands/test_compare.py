@@ -31,6 +31,16 @@ def cmp_run(tmp_path_factory, tiny_checkpoint, tiny_dataset, tiny_lm):
     return out
 
 
+def test_the_methods_table_goes_to_stdout(cmp_run, capsys):
+    """compare printed no numbers and wrote only to stderr (issue 26 item 13): its table is on stdout."""
+    result = runs.CompareResults.from_json(runs.read_results(cmp_run))
+    compare.print_methods(result)
+    out = capsys.readouterr().out
+    first = next(iter(result.methods))
+    assert "k=1" in out and "k=2" in out and f"{first} (default)" in out and "random" in out
+    assert f"{100 * result.methods[first].accuracy[0]:.1f}" in out
+
+
 def test_compare_writes_a_complete_run(cmp_run):
     out = cmp_run
     for name in (runs.CONFIG, runs.SAMPLES, runs.RESULTS, compare.TABLE_NAME, compare.PLOT_NAME):
@@ -124,25 +134,26 @@ def test_interrupted_compare_resumes_without_loss_or_duplicates(tmp_path, monkey
 def test_options_ks_methods_default_and_seed_checks(tiny_dataset):
     parser = argparse.ArgumentParser()
     add_options(parser, compare.Config)
-    cfg = parse_config(compare.Config, parser.parse_args(["--data", tiny_dataset, "--out", "x", "--ks", "1,3",
+    cfg = parse_config(compare.Config, parser.parse_args(["--model", "m", "--data", tiny_dataset, "--out", "x", "--ks", "1,3",
                                                           "--methods", "in/sum/mean,qrhead", "--default",
                                                           "out/sum/mean"]))
     assert cfg.ks == (1, 3) and cfg.methods == ("in/sum/mean", "qrhead")
     # detection scores the default first (it ranks head_scores.json); the random control avoids its top-k
     assert cfg.scorers == ("out/sum/mean", "in/sum/mean", "qrhead") and cfg.scorer == "out/sum/mean"
     # today's --k still works (argparse abbreviation of --ks: no other compare flag starts with --k)
-    assert parse_config(compare.Config, parser.parse_args(["--data", "d", "--out", "x", "--k", "5,10"])).ks == (5, 10)
-    default = parse_config(compare.Config, parser.parse_args(["--data", "d", "--out", "x"]))
-    assert default.methods == compare.DEFAULT_METHODS and len(default.methods) == 15 and default.ks == (5, 10, 20, 50)
+    assert parse_config(compare.Config, parser.parse_args(["--model", "m", "--data", "d", "--out", "x", "--k", "5,10"])).ks == (5, 10)
+    default = parse_config(compare.Config, parser.parse_args(["--model", "m", "--data", "d", "--out", "x"]))
+    # --ks default: 1, k/2, k, 2k of the model's default k (10% of its heads), resolved once the model loaded
+    assert default.methods == compare.DEFAULT_METHODS and len(default.methods) == 15 and default.ks is None
     help_text = parser.format_help()
     assert "--methods" in help_text and "--scorers" not in help_text and "--scorer " not in help_text
 
     with pytest.raises(ValueError, match="at least 3 distinct seeds"):
-        compare.Config(data="d", out="x", seeds=(0, 0, 1))
+        compare.Config(model="m", data="d", out="x", seeds=(0, 0, 1))
     with pytest.raises(ValueError, match="--ks"):
-        compare.Config(data="d", out="x", ks=(0,))
+        compare.Config(model="m", data="d", out="x", ks=(0,))
     with pytest.raises(ValueError, match="twice"):
-        compare.Config(data="d", out="x", methods=("qrhead", "qrhead"))
+        compare.Config(model="m", data="d", out="x", methods=("qrhead", "qrhead"))
 
 
 def test_k_without_room_for_a_random_control_is_refused(tmp_path, tiny_checkpoint, tiny_dataset, tiny_lm):

@@ -1,5 +1,5 @@
 """``vrh demo`` on the shipped organism with small n: the run folder and its sub-runs, rerunning into the
-same folder, refusing a foreign folder, and resuming an interrupted demo."""
+same folder (--overwrite, as every command), refusing a foreign folder, and resuming an interrupted demo."""
 
 import argparse
 import json
@@ -8,7 +8,7 @@ import pytest
 
 from vrh import runs
 from vrh.commands import demo
-from vrh.infra.options import add_options, parse_config
+from vrh.infra.options import add_options, default_ks, parse_config
 
 SMALL = dict(n_detect=8, n_eval=8, n_vqa=4, batch_size=4)
 HEADLINE_KEYS = ("baseline_accuracy", "k", "num_heads_total", "vrh_masked_accuracy", "random_masked_accuracy_mean",
@@ -55,7 +55,7 @@ def test_cli_defaults_are_todays():
         ("runs/demo", "organism", 200, 200, 200, None, (0, 1, 2))
     assert (cfg.batch_size, cfg.max_new_tokens, cfg.mask_mode) == (64, 24, "zero")
     assert parse_config(demo.Config, p.parse_args(["--k", "2", "--mask-mode", "uniform"])).k == 2
-    assert demo.default_ks(3, 4, 8) == (0, 1, 3, 6) and demo.default_ks(3, 2, 4) == (0, 1, 3)
+    assert default_ks(3, 4, 8) == (0, 1, 3, 6) and default_ks(3, 2, 4) == (0, 1, 3)
 
 
 def test_demo_writes_headline_subruns_and_report(finished):
@@ -83,11 +83,29 @@ def test_demo_writes_headline_subruns_and_report(finished):
     assert (out / "report" / "report.html").exists() and r["report"] == str(out / "report" / "report.html")
 
 
-def test_rerun_replaces_a_previous_demo_run(finished, organism, no_report):
+def test_a_plain_rerun_is_refused_like_every_command(finished, organism, capsys):
+    out, r = finished
+    with pytest.raises(FileExistsError, match="is not empty; pass --overwrite"):
+        demo.run(demo.Config(out=str(out), **SMALL), organism)
+    assert "replaced" not in capsys.readouterr().err and runs.is_finished(out) and runs.is_finished(out / "detect")
+
+
+def test_the_readme_one_liner_runs_twice():
+    """The README's demo command carries --overwrite: the same line works again on its own folder."""
+    from pathlib import Path
+
+    line = next(l for l in (Path(__file__).parents[2] / "README.md").read_text().splitlines() if "vrh demo --out" in l)
+    args = line.split("vrh demo", 1)[1].split("#")[0].split()
+    p = argparse.ArgumentParser()
+    add_options(p, demo.Config)
+    assert parse_config(demo.Config, p.parse_args(args)).overwrite
+
+
+def test_rerun_with_overwrite_replaces_a_previous_demo_run(finished, organism, no_report):
     out, r = finished
     stale = out / "sweep_grounding" / runs.OVERLAYS  # an artefact an older run of another command left there
     stale.write_text("from an older run")
-    again = demo.run(demo.Config(out=str(out), **SMALL), organism)  # no flag: the README's one-liner, twice
+    again = demo.run(demo.Config(out=str(out), overwrite=True, **SMALL), organism)  # the README's one-liner, twice
     assert comparable(again) == comparable(r) and not stale.exists()
     assert no_report == [([out, out / "detect", out / "sweep_grounding", out / "sweep_vqa"], out / "report", 3)]
 
@@ -97,7 +115,7 @@ def test_a_rerun_never_deletes_what_no_run_wrote(finished, organism):
     mine = out / "sweep_vqa" / "my_notes.txt"
     mine.write_text("mine")
     with pytest.raises(FileExistsError, match="holds files no vrh run writes \\(my_notes.txt\\)"):
-        demo.run(demo.Config(out=str(out), **SMALL), organism)
+        demo.run(demo.Config(out=str(out), overwrite=True, **SMALL), organism)
     assert mine.read_text() == "mine" and runs.is_finished(out)
     mine.unlink()
 
@@ -137,9 +155,9 @@ def test_interrupted_demo_resumes(tmp_path, monkeypatch, crash_after, finished, 
 def test_a_k_without_room_is_refused_before_the_previous_run_is_touched(finished, organism):
     out, _ = finished
     with pytest.raises(ValueError, match="--k 20: no room"):  # 20 top heads leave 12 of 32
-        demo.run(demo.Config(out=str(out), k=20, **SMALL), organism)
+        demo.run(demo.Config(out=str(out), k=20, overwrite=True, **SMALL), organism)
     with pytest.raises(ValueError, match=r"--ks 40 is outside \[0, 32\]"):
-        demo.run(demo.Config(out=str(out), ks=(0, 40), **SMALL), organism)
+        demo.run(demo.Config(out=str(out), ks=(0, 40), overwrite=True, **SMALL), organism)
     assert runs.is_finished(out) and runs.is_finished(out / "sweep_vqa")
 
 

@@ -28,13 +28,14 @@ def without_time(result):
 def test_cli_options_parse_into_the_config():
     p = argparse.ArgumentParser()
     add_options(p, sweep.Config)
-    cfg = parse_config(sweep.Config, p.parse_args(["--data", "d.jsonl", "--heads", "det", "--out", "o", "--ks",
+    cfg = parse_config(sweep.Config, p.parse_args(["--model", "m", "--data", "d.jsonl", "--heads", "det", "--out", "o", "--ks",
                                                    "0,3", "--seeds", "4", "--mask-mode", "uniform"]))
     assert cfg.ks == (0, 3) and cfg.seeds == (4,) and cfg.mask_mode == "uniform" and cfg.heads == "det"
-    assert parse_config(sweep.Config, p.parse_args(["--data", "d", "--heads", "h", "--out", "o"])).ks == \
-        sweep.DEFAULT_KS
+    # the default: 0, 1, k/2, k, 2k of the model's default k, resolved once the model loaded
+    assert parse_config(sweep.Config, p.parse_args(["--model", "m", "--data", "d", "--heads", "h", "--out", "o"])
+                        ).ks is None
     with pytest.raises(SystemExit):  # --heads is required
-        p.parse_args(["--data", "d", "--out", "o"])
+        p.parse_args(["--model", "m", "--data", "d", "--out", "o"])
 
 
 def test_sweep_writes_curves_and_tagged_samples(tmp_path, tiny_checkpoint, tiny_dataset, det_run, tiny_lm):
@@ -88,6 +89,9 @@ def test_vqa_on_the_detection_runs_own_dataset(tmp_path, tiny_checkpoint, tiny_d
     assert len(ids) == 5 and all(i.startswith("q") for i in ids)
     data = runs.read_config(out)["data"]
     assert data["task"] == "vqa" and "removed" in data["disjointness"]
+    # which rule scored the answers is in the run's config and on every record (issue 29 item 9)
+    assert runs.read_config(out)["task"] == {"name": "vqa", "answer_rule": "official"}
+    assert {l["answer_rule"] for l in runs.read_samples(out)} == {"lenient"}  # own data: no benchmark rule
 
 
 def test_interrupted_sweep_resumes_to_the_same_result(tmp_path, crash_after, tiny_checkpoint, tiny_dataset,

@@ -128,11 +128,11 @@ def test_layer_grid_mismatch_is_a_clear_error(tmp_path, det_run, tiny_dataset):
 
 def test_bad_options_are_refused(tmp_path, det_run, tiny_dataset):
     with pytest.raises(ValueError, match="--k"):
-        transfer.Config(heads="a", data="d", out="x", k=0)
+        transfer.Config(heads="a", model="m", data="d", out="x", k=0)
     with pytest.raises(ValueError, match="--seeds"):
-        transfer.Config(heads="a", data="d", out="x", seeds=())
+        transfer.Config(heads="a", model="m", data="d", out="x", seeds=())
     with pytest.raises(FileNotFoundError, match="--heads 3:1.*detection run folder"):
-        transfer.run(transfer.Config(heads="3:1", data=tiny_dataset, out=str(tmp_path / "x")))
+        transfer.run(transfer.Config(heads="3:1", model="m", data=tiny_dataset, out=str(tmp_path / "x")))
     with pytest.raises(FileNotFoundError, match="--heads-b"):
-        transfer.run(transfer.Config(heads=str(det_run), heads_b=str(tmp_path / "nope"), data=tiny_dataset,
+        transfer.run(transfer.Config(heads=str(det_run), heads_b=str(tmp_path / "nope"), model="m", data=tiny_dataset,
                                      out=str(tmp_path / "x")))

@@ -144,7 +144,7 @@ def test_batched_rows_are_sample_major_uniform_sets_run_alone_and_progress_count
 
     monkeypatch.setattr(runner, "evaluate_rows", rows_call)
     monkeypatch.setattr(runner, "evaluate_samples", f)
-    monkeypatch.setattr(runner, "progress", _Progress)
+    monkeypatch.setattr(runner, "progress_bar", _Progress)
     conds = [cond.none(), cond.explicit([(0, 0)], label="a"), cond.explicit([(1, 1)], mask_mode="uniform", label="u")]
     res = runner.run_conditions(None, get_task("vqa"), SAMPLES[:2], conds, batch_size=3)
     assert seen["rows"] == [("s0", ()), ("s0", ((0, 0),)), ("s1", ()), ("s1", ((0, 0),))]

@@ -109,3 +109,26 @@ def test_a_long_message_is_one_line_in_a_log(capsys):
     long = "detect: 20 samples scored, 0 skipped -> " + "/very/long/run/folder" * 10
     console_mod.console.print(long)
     assert capsys.readouterr().err.splitlines() == [long]
+
+
+def test_progress_can_be_turned_off_from_python(monkeypatch, capsys, tiny_checkpoint, tiny_dataset):
+    """Library functions printed progress with no way to stop it from Python (issue 26 item 25):
+    ``progress=False`` on the notebook's entry points, ``progress_shown(False)`` around anything."""
+    import vrh
+    from vrh.experiments import conditions
+    from vrh.infra.console import progress, progress_enabled, progress_shown
+
+    monkeypatch.delenv("VRH_NO_PROGRESS", raising=False)
+    with progress_shown(False):
+        assert not progress_enabled()
+        with progress(3, "quiet", interactive=False) as advance:
+            advance(3)
+    assert progress_enabled() and "quiet" not in capsys.readouterr().err
+    lm = vrh.load_model(tiny_checkpoint)
+    samples = [s for s in vrh.load_dataset(tiny_dataset) if s.task == "grounding"][:2]
+    vrh.detect_heads(lm, samples, max_new_tokens=2, progress=False)
+    vrh.run_conditions(lm, vrh.get_task("grounding"), samples, [conditions.none()], max_new_tokens=2, progress=False)
+    err = capsys.readouterr().err
+    assert "detect:" not in err and "evaluate:" not in err
+    vrh.run_conditions(lm, vrh.get_task("grounding"), samples, [conditions.none()], max_new_tokens=2)
+    assert "evaluate: 2/2 generations" in capsys.readouterr().err  # the default still shows it

@@ -43,8 +43,8 @@ def test_a_command_without_data_parallel_support_is_refused(monkeypatch):
 
     monkeypatch.setattr(distributed, "_WORLD", World(rank=0, size=2))
     with pytest.raises(ValueError, match="vrh compare does not run data-parallel"):
-        check_data_parallel(compare.Config(data="d", out="o"))
-    check_data_parallel(evaluate.Config(data="d", out="o"))  # supported: no error
+        check_data_parallel(compare.Config(model="m", data="d", out="o"))
+    check_data_parallel(evaluate.Config(model="m", data="d", out="o"))  # supported: no error
 
 
 def _detect_args(ckpt, data):

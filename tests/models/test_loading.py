@@ -40,7 +40,8 @@ def test_uncached_hub_id_offline_fails_in_one_line(empty_cache, no_probe, monkey
     msg = str(e.value)
     assert "\n" not in msg
     assert "'some-org/some-model'" in msg and "nothing is cached" in msg and str(empty_cache) in msg
-    assert f"{variable} is set" in msg and "--model /path/to/checkpoint" in msg
+    assert f"{variable} is set" in msg and "e.g. /path/to/checkpoint" in msg
+    assert "--model" not in msg  # load_model is the Python API: no CLI flag in its words (issue 26 item 25)
     assert "does not exist" not in msg  # not mistaken for a missing local folder
 
 

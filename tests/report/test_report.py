@@ -173,7 +173,7 @@ def test_html_is_self_contained_and_has_every_section(report):
     assert srcs and all(s.startswith("data:image/png;base64,") for s in srcs)
     for title in SECTIONS:
         assert f">{title}</h" in html, title
-    assert ">93.0<" in html and ">21.0<" in html and "(2,1) (2,5) (3,0)" in html  # demo headline
+    assert ">93.0<" in html and ">21.0<" in html and "2:1 2:5 3:0" in html  # demo headline
     assert "answer_unmasked" in html  # unknown command: its results keys are listed
     from PIL import Image
 
@@ -201,7 +201,7 @@ def test_tables_carry_the_numbers(report):
     html = report[2]["html"].read_text()
     assert "82.5 ± 2.5" in html  # random mean ± std at k=3 (Tab. A1 style)
     assert "-80.0" in html  # VRH drop vs unmasked at k=3
-    assert "(2,3) (1,0) (3,5)" in html  # top-3 heads, 0-based (layer, head)
+    assert "2:3 1:0 3:5" in html  # top-3 heads, 0-based LAYER:HEAD (the CLI's notation)
     assert "8.3 %" in html  # 2 of 24 heads above 5e-3
     assert "top-3 VRHs" in html and "random k=3 (seed 1)" in html
 

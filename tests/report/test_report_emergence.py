@@ -140,13 +140,13 @@ def test_report_draws_the_emergence_section_with_its_figures_and_table(emergence
     cell = r" \| ([^|]+)"
     rows = re.findall(r"^\| (p_\w+)" + cell * 7 + r" \|$", md, re.M)
     assert [tuple(c.strip() for c in r) for r in rows] == [
-        ("p_text", "0", "text jobs", "L0H0 L0H1", "8", "0.0", "0.0", "0.0"),
-        ("p_text", "10", "text jobs", "L0H3 L1H1", "3", "20.0", "10.0", "19.0"),
-        ("p_text", "20", "text jobs", "L0H3 L1H1", "3", "30.0", "12.0", "28.0"),
-        ("p_img", "0", "image", "L0H0 L0H1", "0", "0.0", "0.0", "0.0"),
-        ("p_img", "10", "image", "L0H1 L0H0", "1", "10.0", "6.0", "9.0"),
-        ("p_img", "20", "image", "L1H2 L0H1", "2", "50.0", "20.0", "46.0"),
-        ("p_img", "30", "image", "L1H2 L0H1", "3", "80.0", "20.0", "70.0")]
+        ("p_text", "0", "text jobs", "0:0 0:1", "8", "0.0", "0.0", "0.0"),
+        ("p_text", "10", "text jobs", "0:3 1:1", "3", "20.0", "10.0", "19.0"),
+        ("p_text", "20", "text jobs", "0:3 1:1", "3", "30.0", "12.0", "28.0"),
+        ("p_img", "0", "image", "0:0 0:1", "0", "0.0", "0.0", "0.0"),
+        ("p_img", "10", "image", "0:1 0:0", "1", "10.0", "6.0", "9.0"),
+        ("p_img", "20", "image", "1:2 0:1", "2", "50.0", "20.0", "46.0"),
+        ("p_img", "30", "image", "1:2 0:1", "3", "80.0", "20.0", "70.0")]
     assert "| emergence | emergence | finished |" in md and "| 50 | 80.0 |" in md  # the summary's final accuracy
     assert "ranges 0.210-0.210" in md and "threshold 0.1 means nothing" in md  # the text-job note, measured
 
@@ -167,8 +167,8 @@ def test_figures_show_the_phases_the_heads_and_the_seeds(emergence_run, monkeypa
     assert "p_text (text jobs)" in top_labels and "p_img" in top_labels
     em.identity_figure(recs, task="image", k=K, threshold=0.1, title="t")
     ax = drawn[1].axes[0]
-    lines = {line.get_label(): list(line.get_ydata()) for line in ax.lines if line.get_label().startswith("L")}
-    assert lines == {"L1H2": [0.05, 0.05, 0.3, 0.4], "L0H1": [0.05, 0.12, 0.15, 0.2]}
+    lines = {line.get_label(): list(line.get_ydata()) for line in ax.lines if ":" in line.get_label()}
+    assert lines == {"1:2": [0.05, 0.05, 0.3, 0.4], "0:1": [0.05, 0.12, 0.15, 0.2]}
     jac = next(line for line in drawn[1].axes[1].lines if len(line.get_xdata()) == 4)
     assert list(jac.get_ydata()) == pytest.approx([1 / 3, 1 / 3, 1.0, 1.0])  # {00,01}, {01,00}, then the final
     em.sparsity_figure(recs, k=K, threshold=0.1, title="t")

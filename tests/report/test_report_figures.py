@@ -118,3 +118,38 @@ def test_overlay_panels_share_one_colour_scale(drawn):
     assert alpha["top"] > 0.8 and alpha["rest"] < 0.2  # the weak panel looks weak, not as bright
     cbar = next(ax for ax in fig.axes if not ax.images and ax.get_xlabel().startswith("mean attention"))
     assert cbar.get_xlim() == pytest.approx((0.01, 1.0))  # lowest and highest head-mean over all panels
+
+
+def test_overlay_colours_carry_no_object_hue_and_each_panel_states_its_peak(drawn):
+    """inferno's purple end read as a purple object of the world (issue 26 item 23): the scale is grey."""
+    L, H, V = 2, 4, 16
+    att = np.random.default_rng(0).random((L, H, V))
+    rects = np.array([[x, y, x + 8, y + 8] for y in range(0, 32, 8) for x in range(0, 32, 8)], dtype=float)
+    overlay.attention_overlay(att, rects, [(1, 2)], image=None, gt_box=None, pred_box=None, title="s")
+    for ax in (a for a in drawn[0].axes if a.images):
+        rgb = np.asarray(ax.images[-1].get_array())[..., :3]
+        assert np.allclose(rgb[..., 0], rgb[..., 1]) and np.allclose(rgb[..., 1], rgb[..., 2])
+        assert "peak " in ax.get_title()
+
+
+def test_histogram_of_a_few_heads_has_a_linear_count_axis(drawn):
+    """A log count axis from 0.8 made count-1 bars stubs (issue 26 item 23); many heads per bar keep it."""
+    few = np.array([[1e-3, 2e-3, 0.1, 0.5], [0.5, 0.5, 0.8, 0.9]])
+    plots.score_histogram(few, title="t")
+    ax = drawn[0].axes[0]
+    assert ax.get_yscale() == "linear" and ax.get_ylim()[0] == 0
+    many = np.concatenate([np.full(200, 1e-3), np.linspace(0.01, 0.9, 40)]).reshape(8, 30)  # [L, H]
+    plots.score_histogram(many, title="t")
+    ax = drawn[1].axes[0]
+    assert ax.get_yscale() == "log" and ax.get_ylim()[0] <= 0.5
+
+
+def test_curves_that_meet_are_marked_in_the_legend(drawn):
+    """A method on the random line at some k hid it there (issue 26 item 23): the later curve says so."""
+    curves = {"vera": [0.5, 0.3, 0.1], "ocr_heads": [0.6, 0.3, 0.1], "random": [0.9, 0.88, 0.85],
+              "localization_heads": [0.9, 0.7, 0.85]}
+    plots.curve_family([1, 3, 6], curves, title="t")
+    labels = [line.get_label().replace("\n", " ") for line in drawn[0].axes[0].lines]
+    assert any(lb.startswith("ocr_heads") and "on vera at k=3, 6" in lb for lb in labels)
+    assert any(lb.startswith("localization_heads") and "on random at k=1, 6" in lb for lb in labels)
+    assert next(lb for lb in labels if lb.startswith("vera")) == "vera"

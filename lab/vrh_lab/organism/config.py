@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from vrh.organism import world
-from vrh_lab.organism.model import TextArch, VisionArch
+from vrh_lab.organism.arch import TextArch, VisionArch
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ Stages (each resumable; rerunning the command continues where the last session s
    frozen while the projector aligns, then fine-tuned with B's own data stream and seed: two VLMs on one
    LM backbone, fine-tuned separately (the paper's transfer setting).
 
-    vrh organism build --out organism_runs/v2 --export-to src/vrh/organism/checkpoints
+    vrh organism build --out runs/organism_build --export-to runs/organisms
 
 Organism C (issue 17; not in the default stage list): an independently initialised LM (seed 2) on tower A,
 trained with no term, mask or schedule that refers to particular heads (docs/organism.md, "Organism C"):
@@ -38,14 +38,12 @@ import argparse
 import json
 import time
 from dataclasses import asdict, replace
+from datetime import timedelta
 from pathlib import Path
 
-import torch
-
-from vrh_lab.organism.emergence import copy_to_checkpoint
-from vrh_lab.organism.model import TextArch, VisionArch
-from vrh_lab.organism.pretrain_vision import pretrain
-from vrh_lab.organism.train import Organisms, TrainConfig, export, train
+# no torch at import (the training modules are imported in build): `vrh organism build --help` answers at once
+from vrh_lab.organism.arch import TextArch, VisionArch
+from vrh_lab.organism.config import TrainConfig
 
 VISION_A = VisionArch(patch_size=16, hidden=128, layers=3, heads=4, intermediate=512)
 VISION_B = VisionArch(patch_size=14, hidden=96, layers=3, heads=4, intermediate=384)
@@ -291,9 +289,56 @@ def _superseded_by(out: Path, phase: str) -> str | None:
     return later[-1] if later else None
 
 
+def stage_steps(stage: str, cfgs: dict[str, TrainConfig], tiny: bool = False) -> int:
+    """Training steps ``stage`` runs: a vision stage's steps; an LM phase's from where it starts (the step
+    the phase it continues stopped at, ``init_from``; else 0) to its ``stop_at`` (0: its ``steps``)."""
+    if stage in ("vision_a", "vision_b"):
+        return vision_stage(stage, tiny)[2]
+    cfg = cfgs[stage]
+    before = cfgs.get(Path(cfg.init_from).parent.name) if cfg.init_from else None
+    start = (before.stop_at or before.steps) if before is not None else 0
+    return max((cfg.stop_at or cfg.steps) - start, 0)
+
+
+class BuildProgress:
+    """One line per stage of a build: which stage of how many, the build's steps done of its total, and an
+    ETA from this session's own rate (seconds per step of the stages it ran from their start; a skipped,
+    finished or resumed stage counts as done, and does not enter the rate)."""
+
+    def __init__(self, steps: dict[str, int], clock=time.monotonic):
+        self.steps, self.clock = steps, clock
+        self.start = clock()
+        self.done = 0  # steps of the stages behind us
+        self.ran_steps, self.ran_seconds = 0, 0.0  # the stages this session trained: the rate
+        self._stage_start = self.start
+
+    def begin(self, stage: str) -> str:
+        self._stage_start = self.clock()
+        names = list(self.steps)
+        total = sum(self.steps.values())
+        left = total - self.done
+        rate = self.ran_seconds / self.ran_steps if self.ran_steps else None
+        eta = f"ETA {timedelta(seconds=round(rate * left))} at {rate:.2f} s/step" if rate is not None else "ETA ?"
+        return (f"== stage {names.index(stage) + 1}/{len(names)} {stage} ({self.steps[stage]:,} steps; build "
+                f"{self.done:,}/{total:,} steps done, {timedelta(seconds=round(self._stage_start - self.start))} "
+                f"elapsed, {eta})")
+
+    def end(self, stage: str, ran: bool) -> str:
+        took = self.clock() - self._stage_start
+        self.done += self.steps[stage]
+        if ran and self.steps[stage]:
+            self.ran_steps += self.steps[stage]
+            self.ran_seconds += took
+        return f"== stage {stage} done in {took:.0f} s"
+
+
 def build(out_dir: str | Path, export_to: str | Path | None = None, stages: tuple[str, ...] = (),
           lm_a_steps: int | None = None, lm_b_steps: int | None = None, eval_n: int = 500,
           tiny: bool = False, tower_a: str | Path | None = None, workers: int = 1) -> dict:
+    from vrh_lab.organism.emergence import copy_to_checkpoint
+    from vrh_lab.organism.pretrain_vision import pretrain
+    from vrh_lab.organism.train import export, train
+
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     stages = stages or STAGES
@@ -306,21 +351,28 @@ def build(out_dir: str | Path, export_to: str | Path | None = None, stages: tupl
                + (f" --stages {','.join(stages)}" if set(stages) & set(C_PHASES) else "")
                + (f" --tower-a {tower_a}" if tower_a else ""))
     results: dict = {}
+    unknown = [s for s in stages if s not in ("vision_a", "vision_b") and s not in cfgs]
+    if unknown:
+        raise ValueError(f"unknown stage {unknown[0]!r}; stages: {', '.join(STAGES + C_PHASES)}")
+    progress = BuildProgress({s: stage_steps(s, cfgs, tiny) for s in stages})
     for stage in stages:
-        t0 = time.time()
-        print(f"== stage {stage}", flush=True)
+        print(progress.begin(stage), flush=True)
+        ran = True
         if stage in ("vision_a", "vision_b"):
             arch, seed, steps = vision_stage(stage, tiny)
             done = out / stage / "vision_metrics.json"
             if done.exists() and json.loads(done.read_text()).get("steps") == steps:
                 results[stage] = json.loads(done.read_text())
+                ran = False
             else:
                 results[stage] = pretrain(arch, out / stage, steps=steps, bs=4 if tiny else 64, seed=seed)
         elif stage in NOT_EXPORTED and (later := _superseded_by(out, stage)):
             # a later phase's checkpoint exists (e.g. the committed one): this phase's output is not needed
             results[stage] = {"skipped": f"superseded by {later}/ckpt.pt"}
             print(f"skipped: {later}/ckpt.pt exists", flush=True)
+            ran = False
         elif stage in cfgs:
+            ran = not (out / stage / "ckpt.pt").exists()  # a resumed phase ran only part of its steps: not a rate
             org = train(cfgs[stage], out / stage, workers=workers)
             if stage in NOT_EXPORTED:  # continued by the next phase, not exported
                 results[stage] = {"step": org.step}
@@ -331,9 +383,7 @@ def build(out_dir: str | Path, export_to: str | Path | None = None, stages: tupl
                 # (vrh organism emergence CHECKPOINT --out RUN makes a report-ready run folder of them)
                 recipe = next((p for p in (*C_RECIPES.values(), A_PHASES) if stage in p), (stage,))
                 copy_to_checkpoint([out / p for p in recipe], dest / cfgs[stage].export_name_a)
-        else:
-            raise ValueError(f"unknown stage {stage!r}; stages: {', '.join(STAGES + C_PHASES)}")
-        print(f"== stage {stage} done in {time.time() - t0:.0f} s", flush=True)
+        print(progress.end(stage, ran), flush=True)
     (out / "build.json").write_text(json.dumps(
         {"command": command, "stages": list(stages), "results": results,
          "configs": {k: asdict(v) for k, v in cfgs.items()}}, indent=1, default=str))
@@ -341,7 +391,7 @@ def build(out_dir: str | Path, export_to: str | Path | None = None, stages: tupl
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="vrh organism build", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="vrh organism build", description=__doc__.split("\n\n")[0].replace("\n", " "))
     ap.add_argument("--out", required=True, help="build folder (one subfolder per stage, resumable)")
     ap.add_argument("--export-to", default=None, help="where organism_a/ and organism_b/ go (default OUT/export)")
     ap.add_argument("--stages", default="",
@@ -358,6 +408,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="held-out samples evaluated when a stage is exported (default: %(default)s)")
     ap.add_argument("--threads", type=int, default=2, help="torch CPU threads (default: %(default)s)")
     a = ap.parse_args(argv)
+    import torch
+
     torch.set_num_threads(a.threads)
     build(a.out, a.export_to, tuple(s for s in a.stages.split(",") if s), a.lm_a_steps, a.lm_b_steps, a.eval_n,
           tower_a=a.tower_a, workers=a.workers)

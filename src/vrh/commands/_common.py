@@ -44,17 +44,32 @@ def check_data_parallel(cfg: Any) -> None:
                          "process, or use detect, evaluate or sweep under torchrun / accelerate launch")
 
 
+def check_out(cfg: Any) -> None:
+    """Refuse ``cfg.out`` now when the run folder would refuse it later (non-empty without --overwrite or
+    --resume, not a vrh run, a file): before the model loads, which takes minutes on a 7B."""
+    from vrh.runs.folder import check_out as check
+
+    if getattr(cfg, "out", None) is not None:
+        check(cfg.out, resume=getattr(cfg, "resume", False), overwrite=getattr(cfg, "overwrite", False))
+
+
 def load(cfg: Any, lm: Any = None, model: str | None = None):
-    """The caller's loaded model, or ``cfg.model`` (or ``model``) loaded through its adapter.
+    """The caller's loaded model, or ``cfg.model`` (or ``model``) loaded through its adapter, after
+    :func:`check_out`; says on stderr which model runs (its adapter and head grid).
 
     In a data-parallel run a command that does not support it is refused here (every model-loading command
     passes through), and ``--device cuda`` means this rank's GPU."""
     check_data_parallel(cfg)
+    check_out(cfg)
     if lm is not None:
         return lm
+    from vrh.infra.console import console
     from vrh.infra.distributed import rank_device
     from vrh.models.loading import load_model
 
     configure_threads(cfg)
-    return load_model(model or cfg.model, device=rank_device(cfg.device), dtype=cfg.dtype,
-                      adapter=getattr(cfg, "adapter", None), device_map=getattr(cfg, "device_map", None))
+    lm = load_model(model or cfg.model, device=rank_device(cfg.device), dtype=cfg.dtype,
+                    adapter=getattr(cfg, "adapter", None), device_map=getattr(cfg, "device_map", None))
+    console.print(f"model: {lm.path} (adapter {lm.adapter.name}, {lm.num_layers} layers x {lm.num_heads} heads)",
+                  markup=False, highlight=False)
+    return lm

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vrh.infra.options import (DataOptions, DetectOptions, GenerationOptions, MaskOptions, ModelOptions, RunOptions, ints,
-                         names, option)
+from vrh.infra.options import (DEFAULT_K_RULE, DataOptions, DetectOptions, GenerationOptions, MaskOptions, ModelOptions,
+                               RunOptions, ints, names, option)
 
 NAME = "compare"
 HELP = "every head-scoring variant and prior method, one detection, causal test per k (Tab. A9)"
@@ -33,7 +33,6 @@ DESIGN_SPACE = tuple(f"{q}/{p}/{o}" for q in ("out", "in") for p in ("sum", "arg
 TOKEN_CHOICE = ("rand1/sum/mean", "coord/sum/mean")  # which output tokens (Fig. 8b)
 BASELINE_METHODS = ("retrieval_heads", "qrhead", "ocr_heads", "vera", "localization_heads")
 DEFAULT_METHODS = DESIGN_SPACE + TOKEN_CHOICE + BASELINE_METHODS
-DEFAULT_KS = (5, 10, 20, 50)
 MIN_SEEDS = 3
 DETECT_DIR = "detect"
 TABLE_NAME = "compare.md"
@@ -49,9 +48,10 @@ class Config(ModelOptions, DataOptions, DetectOptions, MaskOptions, GenerationOp
     default: str = option("out/sum/mean", metavar="SPEC",
                           help="reference method: random heads are drawn outside its top-k, similarity is measured "
                                "to it (added to --methods if missing)")
-    ks: tuple[int, ...] = option(DEFAULT_KS, parse=ints, metavar="K,K",
-                                 help="k values: mask each method's top-k heads, and k random heads outside the "
-                                      "default's top-k")
+    ks: tuple[int, ...] | None = option(None, parse=ints, metavar="K,K",
+                                        help="k values: mask each method's top-k heads, and k random heads outside "
+                                             f"the default's top-k (default: 1, k/2, k and 2k, k = {DEFAULT_K_RULE}, "
+                                             "less any k with no room for k random heads)")
     seeds: tuple[int, ...] = option((0, 1, 2), parse=ints, metavar="S,S",
                                     help=f"random-head seeds, at least {MIN_SEEDS} distinct")
     # Derived, not options: detection's scorer list (the default first, so it ranks head_scores.json) and
@@ -64,7 +64,7 @@ class Config(ModelOptions, DataOptions, DetectOptions, MaskOptions, GenerationOp
         if len(set(self.seeds)) < MIN_SEEDS:
             raise ValueError(f"--seeds: the random control needs at least {MIN_SEEDS} distinct seeds, got "
                              f"{list(self.seeds)}")
-        if any(k < 0 for k in self.ks) or not any(k > 0 for k in self.ks):
+        if self.ks is not None and (any(k < 0 for k in self.ks) or not any(k > 0 for k in self.ks)):
             raise ValueError(f"--ks: k values must be >= 0 with at least one > 0, got {list(self.ks)}")
         twice = sorted({m for m in self.methods if self.methods.count(m) > 1})
         if twice:
@@ -163,7 +163,7 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
     from vrh.experiments.detection import run_detection
     from vrh.experiments.heldout import GROUNDING_HINT, load_task_samples, select_eval_samples
     from vrh.experiments.kcurves import conditions_table, random_control_report, sweep_conditions
-    from vrh.infra.options import DetectOptions, config_record
+    from vrh.infra.options import DetectOptions, config_record, default_k, default_ks
     from vrh.experiments.runner import run_conditions
     from vrh.runs import CompareResults
     from vrh.tasks import get_task
@@ -173,8 +173,11 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
     # fail on a bad --data before loading the model
     _, data_id = load_task_samples(cfg.data, "grounding", hint=GROUNDING_HINT)
     lm = load(cfg, lm)
-    ks = sorted({k for k in cfg.ks if k > 0})
     total = lm.num_layers * lm.num_heads
+    ks = sorted({k for k in (cfg.ks if cfg.ks is not None else default_ks(default_k(lm.num_layers, lm.num_heads),
+                                                                          lm.num_layers, lm.num_heads)) if k > 0})
+    if cfg.ks is None:
+        console.print(f"compare: --ks {','.join(map(str, ks))} (default: 1, k/2, k, 2k; k = {DEFAULT_K_RULE})")
     for k in ks:  # before detection: a k with no room for k random heads outside the top-k can never run
         cond.check_room(k, lm.num_layers, lm.num_heads, "--ks")
     run = runs.RunFolder(cfg.out, resume=cfg.resume, overwrite=cfg.overwrite)
@@ -216,4 +219,19 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
         run.write_results(result.to_json())  # last: its presence marks the run finished
     console.print(f"compare: {len(result.methods)} methods x k={result.k} on {len(samples)} held-out samples "
                   f"({res.n_evaluations} distinct head sets) -> {cfg.out}")
+    print_methods(result)
     return result.to_json()
+
+
+def print_methods(result: Any) -> None:
+    """The methods' table (accuracy (%) after masking each method's top-k, per k; random and unmasked last) on
+    stdout (``result``: a :class:`vrh.runs.CompareResults`); ``compare.md`` marks the best per column."""
+    from vrh.infra.console import print_table
+
+    rows = [[f"{name} (default)" if name == result.default_method else name, *(f"{100 * a:.1f}" for a in m.accuracy)]
+            for name, m in result.methods.items()]
+    rows.append(["random", *(f"{100 * m:.1f} ± {100 * s:.1f}" for m, s in zip(result.random.mean, result.random.std))])
+    if result.baseline_accuracy is not None:
+        rows.append(["unmasked (k=0)", *(f"{100 * result.baseline_accuracy:.1f}" for _ in result.k)])
+    print_table(f"compare: accuracy (%) after masking the top-k heads of each method (lower = more causal; "
+                f"mask mode {result.mask_mode})", ["method", *(f"k={k}" for k in result.k)], rows)

@@ -8,10 +8,9 @@ Every sub-run is an ordinary run folder (what ``vrh detect`` / ``vrh sweep`` wri
 ``results.json`` carries the headline figures (:func:`vrh.experiments.headline.headline`), every one
 measured in this run.
 
-Rerunning ``vrh demo --out runs/demo`` replaces the previous *demo* run in that folder (the README's
-one-liner must work twice); any other non-empty folder is refused unless ``--overwrite``. ``--resume``
-keeps what an interrupted demo finished: a finished detection is reused and a sweep continues where it
-stopped.
+A non-empty ``--out`` is refused unless ``--overwrite`` (replace the previous run in it) or ``--resume``, as
+by every command (the README's one-liner carries ``--overwrite``, so it works twice). ``--resume`` keeps
+what an interrupted demo finished: a finished detection is reused and a sweep continues where it stopped.
 """
 
 from __future__ import annotations
@@ -20,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vrh.infra.options import (GenerationOptions, MaskOptions, ModelOptions, RunOptions, ints, option,
-                         optional_int, redefault)
+from vrh.infra.options import (DEFAULT_K_RULE, GenerationOptions, MaskOptions, ModelOptions, RunOptions, ints, option,
+                               optional_int, redefault)
 
 NAME = "demo"
 HELP = "the whole method on the shipped model organism, offline (the README's main command)"
@@ -32,15 +31,16 @@ SUBRUNS = ("detect", "sweep_grounding", "sweep_vqa")
 
 @dataclass(frozen=True, kw_only=True)
 class Config(ModelOptions, MaskOptions, GenerationOptions, RunOptions):
-    out: str = option("runs/demo", help="run folder to write; a previous demo run in it is replaced (other "
-                                        "non-empty folders need --overwrite; --resume continues an interrupted demo)")
+    model: str = redefault(ModelOptions, "model", "organism")  # the one command that has a default model
+    out: str = option("runs/demo", help="run folder to write (a non-empty one needs --overwrite, or --resume to "
+                                        "continue an interrupted demo)")
     batch_size: int = redefault(GenerationOptions, "batch_size", 64)
     max_new_tokens: int = redefault(GenerationOptions, "max_new_tokens", 24)
     n_detect: int = option(200, help="grounding samples heads are detected on")
     n_eval: int = option(200, help="held-out grounding samples the k-sweep is evaluated on")
     n_vqa: int = option(200, help="VQA samples evaluated under the same masks")
     k: int | None = option(None, parse=optional_int,
-                           help="headline k: how many top heads to mask (none: 10% of all heads)")
+                           help=f"headline k: how many top heads to mask (default: {DEFAULT_K_RULE})")
     ks: tuple[int, ...] | None = option(None, parse=ints, metavar="K,K",
                                         help="k values of the grounding sweep (none: 0, 1, k/2, k, 2k); 0 and k are "
                                              "always included")
@@ -49,28 +49,6 @@ class Config(ModelOptions, MaskOptions, GenerationOptions, RunOptions):
     world_seed: int = option(DEMO_WORLD_SEED, cli=False, help="seed of the synthetic world's samples (VQA: +1)")
     sparsity_thresholds: tuple[float, ...] = option((0.05, 0.1), cli=False,
                                                     help="score thresholds of the sparsity figure")
-
-
-def default_ks(k: int, num_layers: int, num_heads: int) -> tuple[int, ...]:
-    """0, 1, k/2, k and 2k, less any k that leaves no room for k random heads outside the top-k."""
-    from vrh.experiments.conditions import random_room
-
-    return tuple(sorted(kk for kk in {0, 1, max(1, k // 2), k, 2 * k} if kk <= random_room(kk, num_layers, num_heads)))
-
-
-def is_demo_run(path: str | Path) -> bool:
-    """Whether ``path`` holds a (finished or interrupted) ``vrh demo`` run, which a plain rerun replaces."""
-    import json
-
-    from vrh import runs
-
-    cfg = Path(path) / runs.CONFIG
-    if not cfg.is_file():
-        return False
-    try:
-        return runs.read_json(cfg).get("command") == NAME
-    except (json.JSONDecodeError, AttributeError):
-        return False
 
 
 def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
@@ -85,7 +63,7 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
     from vrh.experiments.headline import headline
     from vrh.experiments.heldout import select_eval_samples
     from vrh.experiments.kcurves import run_sweep
-    from vrh.infra.options import DetectOptions, config_record
+    from vrh.infra.options import DetectOptions, config_record, default_k, default_ks
     from vrh.organism.world import write_split
     from vrh.experiments.sparsity import sparsity_summary
     from vrh.tasks import get_task
@@ -97,17 +75,15 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(cfg, name)}")
     lm = load(cfg, lm)
     total = lm.num_layers * lm.num_heads
-    k = cfg.k if cfg.k is not None else max(1, round(0.1 * total))
+    k = cfg.k if cfg.k is not None else default_k(lm.num_layers, lm.num_heads)
     if k < 1:
         raise ValueError(f"--k must be >= 1 (the headline masks heads), got {k}")
     ks = tuple(sorted(set(cfg.ks or default_ks(k, lm.num_layers, lm.num_heads)) | {0, k}))
     for kk, opt in [(k, "--k"), *((kk, "--ks") for kk in ks)]:  # refused before --out is touched
         check_room(kk, lm.num_layers, lm.num_heads, opt)
-    replace = not cfg.resume and not cfg.overwrite and is_demo_run(out)
-    run = runs.RunFolder(out, overwrite=cfg.overwrite or replace, resume=cfg.resume)
-    if replace:
-        console.print(f"demo: replaced the previous demo run in {out}")
-    console.print(f"[bold]vrh demo[/bold]: model {cfg.model}, k = {k} of {total} heads, writing {out}")
+    run = runs.RunFolder(out, overwrite=cfg.overwrite, resume=cfg.resume)
+    rule = "" if cfg.k is not None else f" (default: {DEFAULT_K_RULE})"
+    console.print(f"[bold]vrh demo[/bold]: model {cfg.model}, k = {k} of {total} heads{rule}, writing {out}")
     with run:
         run.write_config({"command": NAME, "config": config_record(cfg), "model": lm.describe(), "k": k,
                           "ks": list(ks), "subruns": list(SUBRUNS)})

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from vrh.infra.options import (DataOptions, EvalOptions, GenerationOptions, MaskOptions, ModelOptions, RunOptions,
-                         option)
+from vrh.infra.options import (DEFAULT_K_RULE, DataOptions, EvalOptions, GenerationOptions, MaskOptions, ModelOptions,
+                               RunOptions, option, optional_int)
 
 NAME = "evaluate"
 HELP = "answer with heads masked and measure accuracy (IoU >= 0.5)"
@@ -22,9 +22,33 @@ class Config(ModelOptions, DataOptions, EvalOptions, MaskOptions, GenerationOpti
     mask_heads: str | None = option(None, metavar="RUN|L:H,...",
                                     help="detection run folder (its top --k heads) or a head list LAYER:HEAD,...; "
                                          "omit for no masking")
-    k: int = option(20, help="how many top heads of the detection run to mask (or random heads to draw)")
+    k: int | None = option(None, parse=optional_int,
+                           help="how many top heads of the detection run --mask-heads to mask (or random heads to "
+                                f"draw with --random) (default: {DEFAULT_K_RULE})")
     random: bool = option(False, help="mask --k random heads drawn outside the detected set instead")
     seed: int = option(0, help="seed of the random heads")
+
+
+def check_k(cfg: Config, source_kind: str) -> None:
+    """Refuse a ``--k`` that nothing would read: without --mask-heads and --random (no masking: it was
+    ignored, "0 heads masked"), or with a head list (its length is the k)."""
+    if cfg.k is None:
+        return
+    if cfg.k < 0:
+        raise ValueError(f"--k must be >= 0, got {cfg.k}")
+    if cfg.mask_heads is None and not cfg.random:
+        raise ValueError(f"--k {cfg.k} needs --mask-heads RUN (mask its top-k heads) or --random (k random "
+                         "heads); without them nothing is masked")
+    if source_kind == "list":
+        raise ValueError(f"--k {cfg.k} is not used with a head list (--mask-heads {cfg.mask_heads} masks exactly "
+                         "those heads, --random as many); drop --k, or pass a detection run folder")
+
+
+def resolve_k(cfg: Config, num_layers: int, num_heads: int) -> int:
+    """``--k``, or its default (:data:`vrh.infra.options.DEFAULT_K_RULE`) for this model's head grid."""
+    from vrh.infra.options import default_k
+
+    return cfg.k if cfg.k is not None else default_k(num_layers, num_heads)
 
 
 def resolve_condition(cfg: Config, num_layers: int, num_heads: int):
@@ -32,19 +56,20 @@ def resolve_condition(cfg: Config, num_layers: int, num_heads: int):
     from vrh.experiments import conditions as cond
     from vrh.experiments.conditions import head_source
 
+    k = resolve_k(cfg, num_layers, num_heads)
     src = head_source(cfg.mask_heads, cfg.scorer, num_layers, num_heads)
     if src.kind == "none":
         if cfg.random:
-            return cond.random_outside(num_layers, num_heads, cfg.k, cfg.seed, exclude_layers=cfg.exclude_layers,
+            return cond.random_outside(num_layers, num_heads, k, cfg.seed, exclude_layers=cfg.exclude_layers,
                                        mask_mode=cfg.mask_mode), {"source": "random", "seed": cfg.seed}
         return cond.none(cfg.mask_mode), {"source": "none"}
     if src.kind == "run":
-        detected = cond.top_k(src.scores, cfg.k, method=src.scorer, mask_mode=cfg.mask_mode, source=src.path)
+        detected = cond.top_k(src.scores, k, method=src.scorer, mask_mode=cfg.mask_mode, source=src.path)
     else:
         detected = cond.explicit(src.heads, mask_mode=cfg.mask_mode)
     info = {"source": src.path or "list", "scorer": src.scorer}
     if cfg.random:
-        c = cond.random_outside(num_layers, num_heads, len(detected.heads) if src.kind == "list" else cfg.k,
+        c = cond.random_outside(num_layers, num_heads, len(detected.heads) if src.kind == "list" else k,
                                 cfg.seed, outside=detected.heads, exclude_layers=cfg.exclude_layers,
                                 method=src.scorer, mask_mode=cfg.mask_mode)
         return c, {**info, "random": True, "seed": cfg.seed, "detected": [list(h) for h in detected.heads]}
@@ -65,14 +90,17 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
     from vrh.tasks import task_from_settings
 
     t0 = time.time()
-    task = task_from_settings(cfg.task, {"tau": cfg.tau, "clip": cfg.clip_boxes})
+    task = task_from_settings(cfg.task, cfg.task_settings())
     samples, data_info = select_eval_samples(cfg.data, cfg.task, cfg.n, [cfg.mask_heads] if cfg.mask_heads else [],
                                              cfg.disjoint)
-    head_source(cfg.mask_heads, cfg.scorer)  # a missing run folder or a bad head list fails before the model loads
-    if cfg.k < 0:
-        raise ValueError(f"--k must be >= 0, got {cfg.k}")
+    src = head_source(cfg.mask_heads, cfg.scorer)  # a missing run folder or a bad head list fails before loading
+    check_k(cfg, src.kind)
     lm = load(cfg, lm)
     condition, head_info = resolve_condition(cfg, lm.num_layers, lm.num_heads)
+    if condition.kind in ("top_k", "random"):
+        rule = "" if cfg.k is not None else f" (--k default: {DEFAULT_K_RULE})"
+        console.print(f"evaluate: masking {len(condition.heads)} of {lm.num_layers * lm.num_heads} heads "
+                      f"({condition.kind.replace('_', '-')}){rule}")
     run = runs.RunFolder(cfg.out, resume=cfg.resume, overwrite=cfg.overwrite)
     run.write_config({"command": NAME, "config": config_record(cfg), "model": lm.describe(), "data": data_info,
                       "task": task.config(), "conditions": [condition.to_json()], "heads": head_info})

@@ -20,8 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from vrh.infra.options import (DataOptions, EvalOptions, GenerationOptions, MaskOptions, ModelOptions, RunOptions, ints,
-                         option)
+from vrh.infra.options import (DEFAULT_K_RULE, DataOptions, EvalOptions, GenerationOptions, MaskOptions, ModelOptions,
+                               RunOptions, ints, option, optional_int)
 
 NAME = "transfer"
 HELP = "mask model A's top-k heads in model B (same layer x head grid) vs B's own and random"
@@ -33,12 +33,14 @@ class Config(ModelOptions, DataOptions, EvalOptions, MaskOptions, GenerationOpti
                                             "--model (model B)")
     heads_b: str | None = option(None, metavar="RUN", help="model B's own detection run folder (adds the "
                                                            "own-heads condition and the score-map similarity)")
-    k: int = option(20, help="how many of A's (and B's) top heads to mask, and random heads to draw")
+    k: int | None = option(None, parse=optional_int,
+                           help="how many of A's (and B's) top heads to mask, and random heads to draw (default: "
+                                f"{DEFAULT_K_RULE} of model B)")
     seeds: tuple[int, ...] = option((0, 1, 2), parse=ints, metavar="S,S",
                                     help="random-head seeds: one random control each")
 
     def __post_init__(self):
-        if self.k < 1:
+        if self.k is not None and self.k < 1:
             raise ValueError(f"--k: transfer masks at least one head, got {self.k}")
         if not self.seeds:
             raise ValueError("--seeds: transfer needs at least one random seed")
@@ -92,37 +94,40 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
     from vrh.experiments.heldout import select_eval_samples
     from vrh.core.heads import check_grid
     from vrh.experiments.kcurves import conditions_table, random_control_report
-    from vrh.infra.options import config_record
+    from vrh.infra.options import config_record, default_k
     from vrh.experiments.runner import run_conditions
     from vrh.runs import TransferResults
     from vrh.tasks import task_from_settings
 
     t0 = time.time()
-    task = task_from_settings(cfg.task, {"tau": cfg.tau, "clip": cfg.clip_boxes})
+    task = task_from_settings(cfg.task, cfg.task_settings())
     src_a = _run_source(cfg.heads, cfg.scorer, "--heads")  # before loading the model: fail fast
     src_b = _run_source(cfg.heads_b, cfg.scorer, "--heads-b") if cfg.heads_b else None
     samples, data_info = select_eval_samples(cfg.data, cfg.task, cfg.n,
                                              [p for p in (cfg.heads_b, cfg.heads) if p], cfg.disjoint)
     lm = load(cfg, lm)
     L, H = lm.num_layers, lm.num_heads
+    k = cfg.k if cfg.k is not None else default_k(L, H)
+    if cfg.k is None:
+        console.print(f"transfer: k = {k} of {L * H} heads (--k default: {DEFAULT_K_RULE})")
     for option, src in (("--heads", src_a), ("--heads-b", src_b)):
         if src is not None:
             check_grid(src.scores.shape, L, H, f"{option} {src.path}", f"model B ({lm.path})")
 
-    transferred = cond.top_k(src_a.scores, cfg.k, method=src_a.scorer, mask_mode=cfg.mask_mode,
+    transferred = cond.top_k(src_a.scores, k, method=src_a.scorer, mask_mode=cfg.mask_mode,
                              label="transferred", source=src_a.path)
     conds = [cond.none(cfg.mask_mode), transferred]
     similarity = None
     if src_b is not None:
-        conds.append(cond.top_k(src_b.scores, cfg.k, method=src_b.scorer, mask_mode=cfg.mask_mode, label="own",
+        conds.append(cond.top_k(src_b.scores, k, method=src_b.scorer, mask_mode=cfg.mask_mode, label="own",
                                 source=src_b.path))
         similarity = {name: finite_or_none(v) if isinstance(v, float) else v
-                      for name, v in map_similarity(src_a.scores, src_b.scores, cfg.k).items()}
+                      for name, v in map_similarity(src_a.scores, src_b.scores, k).items()}
     # random heads lie outside every detected set of the test: A's top-k and, when given, B's own top-k (so a
     # random set never masks one of B's retrieval heads, which would lower the floor between unrelated models)
     outside = {*transferred.heads, *(conds[2].heads if src_b is not None else ())}
-    cond.check_room(cfg.k, L, H, outside=outside, exclude_layers=cfg.exclude_layers)
-    rc = cond.random_controls(L, H, cfg.k, cfg.seeds, outside=sorted(outside), exclude_layers=cfg.exclude_layers,
+    cond.check_room(k, L, H, outside=outside, exclude_layers=cfg.exclude_layers)
+    rc = cond.random_controls(L, H, k, cfg.seeds, outside=sorted(outside), exclude_layers=cfg.exclude_layers,
                               method=src_a.scorer, mask_mode=cfg.mask_mode, label="random:s{seed}")
     conds += rc.conditions
     control = random_control_report([rc])
@@ -139,14 +144,14 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
                              max_new_tokens=cfg.max_new_tokens, description=NAME)
         sim = similarity or {}
         result = TransferResults(
-            model_a=model_a, model_b=lm.path, **fold(res, cfg.k), spearman=sim.get("spearman"),
+            model_a=model_a, model_b=lm.path, **fold(res, k), spearman=sim.get("spearman"),
             kendall=sim.get("kendall"), topk_overlap=sim.get("topk_overlap"), similarity=similarity,
             transferred_heads=[list(h) for h in transferred.heads], mask_mode=cfg.mask_mode,
             conditions=conditions_table(res), random_control=control, n=len(samples),
             elapsed_seconds=time.time() - t0)
         run.write_results(result.to_json())
     own = result.own_heads_accuracy
-    console.print(f"transfer: B unmasked {result.baseline_accuracy:.3f}, A's top-{cfg.k} "
+    console.print(f"transfer: B unmasked {result.baseline_accuracy:.3f}, A's top-{k} "
                   f"{result.transferred_heads_accuracy:.3f}, own {'-' if own is None else f'{own:.3f}'}, "
                   f"random {result.random_accuracy_mean:.3f} -> {cfg.out}")
     return result.to_json()

@@ -41,7 +41,8 @@ import numpy as np
 import torch
 
 from vrh import runs
-from vrh.infra.console import console, progress, report_skipped
+from vrh.infra.console import console, progress_shown, report_skipped
+from vrh.infra.console import progress as progress_bar
 from vrh.data import Sample, split_detect_eval
 from vrh.infra.distributed import my_batches, world
 from vrh.experiments.detection_batch import BatchState, DetectSettings, EXTRA_PASSES, detect_batch, make_scorers
@@ -69,8 +70,10 @@ def detect_heads(lm: LoadedModel, samples: Sequence[Sample], *, scorers: Sequenc
                  answer: str = "model", min_overlap: float = 0.0, seed: int = 0, n_overlays: int = 8,
                  batch_size: int = 16, max_new_tokens: int = 64, task: Task | None = None,
                  on_record: Callable[[dict[str, Any]], None] | None = None,
-                 state_dir: str | Path | None = None, one_pass: bool = True) -> Detection:
+                 state_dir: str | Path | None = None, one_pass: bool = True, progress: bool = True
+                 ) -> Detection:
     """Score every head on grounding ``samples`` with every scorer (specs, see :mod:`vrh.scoring`).
+    ``progress=False``: no progress on stderr (as ``VRH_NO_PROGRESS``).
 
     Batch ``b`` is ``samples[b * batch_size:(b + 1) * batch_size]``; its state is combined with the others
     in sample order, so where and when a batch was computed does not change the result:
@@ -115,7 +118,7 @@ def detect_heads(lm: LoadedModel, samples: Sequence[Sample], *, scorers: Sequenc
     mine = [(b, start, stop) for b, start, stop in my_batches(len(samples), batch_size, dp) if b not in done]
     indexed = list(enumerate(samples))  # (position, sample): the position seeds rand1 and picks overlays
     new: dict[int, BatchState] = {}
-    with progress(sum(stop - start for _, start, stop in mine), "detect") as advance:
+    with progress_shown(progress), progress_bar(sum(stop - start for _, start, stop in mine), "detect") as advance:
         for b, start, stop in mine:
             state = BatchState.join(halving_on_oom(lambda part: detect_batch(lm, task, part, settings),
                                                    indexed[start:stop], "detect"))

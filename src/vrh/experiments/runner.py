@@ -41,7 +41,8 @@ from functools import partial
 from typing import Any
 
 from vrh.experiments.conditions import Condition
-from vrh.infra.console import progress, report_skipped
+from vrh.infra.console import progress as progress_bar
+from vrh.infra.console import progress_shown, report_skipped
 from vrh.data import Sample
 from vrh.infra.distributed import my_batches, world
 from vrh.experiments.evaluation import evaluate_rows, evaluate_samples
@@ -117,8 +118,9 @@ class ConditionPlan:
 def run_conditions(lm: LoadedModel, task: Task, samples: Sequence[Sample], conditions: Sequence[Condition],
                    run: RunFolder | None = None, *, batch_size: int = 16, max_new_tokens: int = 64,
                    description: str = "evaluate", subsets: Mapping[str, Sequence[str]] | None = None,
-                   batch_conditions: bool = True) -> ConditionResults:
+                   batch_conditions: bool = True, progress: bool = True) -> ConditionResults:
     """Evaluate every condition on ``samples``; records go to ``run``'s ``samples.jsonl`` as they finish.
+    ``progress=False``: no progress on stderr (as ``VRH_NO_PROGRESS``).
 
     ``subsets`` (label -> sample ids) restricts a condition to some of the samples (e.g. a fresh random head
     set per sample); by default every condition sees every sample.
@@ -134,8 +136,9 @@ def run_conditions(lm: LoadedModel, task: Task, samples: Sequence[Sample], condi
     """
     plan = plan_conditions(lm, task, samples, conditions, run, batch_size=batch_size, max_new_tokens=max_new_tokens,
                            description=description, subsets=subsets, batch_conditions=batch_conditions)
-    return execute_plan(lm, task, plan, run, batch_size=batch_size, max_new_tokens=max_new_tokens,
-                        description=description)
+    with progress_shown(progress):
+        return execute_plan(lm, task, plan, run, batch_size=batch_size, max_new_tokens=max_new_tokens,
+                            description=description)
 
 
 def plan_conditions(lm: LoadedModel, task: Task, samples: Sequence[Sample], conditions: Sequence[Condition],
@@ -180,7 +183,7 @@ def execute_plan(lm: LoadedModel, task: Task, plan: ConditionPlan, run: RunFolde
     rank's records, and return the results of every condition (on every rank alike)."""
     dp = world()
     new = _NewRecords(plan.groups, run)
-    with progress(plan.n_rank_generations, description, unit="generations") as advance:
+    with progress_bar(plan.n_rank_generations, description, unit="generations") as advance:
         if plan.rank_rows:
             evaluate_rows(lm, task, [(s, plan.groups[i].lead.heads) for i, s in plan.rank_rows],
                           batch_size=batch_size, max_new_tokens=max_new_tokens,

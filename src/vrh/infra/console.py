@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import os
 import sys
 import time
@@ -107,12 +108,27 @@ class _RateColumn(ProgressColumn):
         return Text(f"{task.speed:.3g} {task.fields.get('unit', '')}/s" if task.speed else "?", style="progress.data.speed")
 
 
+_SHOWN = contextvars.ContextVar("vrh_progress_shown", default=True)
+
+
+@contextmanager
+def progress_shown(show: bool = False) -> Iterator[None]:
+    """``with progress_shown(False): vrh.detect_heads(...)``: no progress from any library call in the block
+    (the Python side of ``VRH_NO_PROGRESS``; ``show=True`` leaves it as it is). Library functions that a
+    notebook calls also take ``progress=False``, which is this block around their loop."""
+    token = _SHOWN.set(_SHOWN.get() and show)
+    try:
+        yield
+    finally:
+        _SHOWN.reset(token)
+
+
 def progress_enabled() -> bool:
-    """Whether progress is shown at all: not when ``VRH_NO_PROGRESS`` is set, and only on rank 0 of a
-    data-parallel run (every rank's bar would interleave)."""
+    """Whether progress is shown at all: not inside ``progress_shown(False)``, not when ``VRH_NO_PROGRESS``
+    is set, and only on rank 0 of a data-parallel run (every rank's bar would interleave)."""
     from vrh.infra.distributed import world
 
-    return not os.environ.get("VRH_NO_PROGRESS") and world().is_main
+    return _SHOWN.get() and not os.environ.get("VRH_NO_PROGRESS") and world().is_main
 
 
 @contextmanager
@@ -163,7 +179,24 @@ def quiet_library_progress() -> None:
         pass
 
 
+def head_text(head) -> str:
+    """A head as the CLI writes it (``--mask-heads 3:1``), the one notation of every output: ``LAYER:HEAD``,
+    0-based.
+
+    >>> head_text((3, 1)), heads_text([(0, 5), (3, 3)])
+    ('3:1', '0:5 3:3')
+    """
+    layer, h = head
+    return f"{int(layer)}:{int(h)}"
+
+
+def heads_text(heads, sep: str = " ") -> str:
+    """Heads in :func:`head_text`'s notation, joined by ``sep``."""
+    return sep.join(head_text(h) for h in heads)
+
+
 def print_table(title: str, columns: list[str], rows: list[list]) -> None:
+    """A result table on stdout (progress and notes go to stderr: ``vrh ... | tee`` keeps the results)."""
     table = Table(title=title)
     for c in columns:
         table.add_column(c)

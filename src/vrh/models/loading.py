@@ -271,7 +271,7 @@ def check_hub_id_available(repo_id: str, revision: str | None = None, cache_dir:
         cached = try_to_load_from_cache(repo_id, "config.json", cache_dir=cache, revision=revision)
     except HFValidationError:
         raise FileNotFoundError(f"model {repo_id!r} is neither an existing folder nor a valid hub id "
-                                "(org/name); pass a local checkpoint folder, e.g. --model /path/to/checkpoint"
+                                "(org/name); pass a local checkpoint folder, e.g. /path/to/checkpoint"
                                 ) from None
     if cached is not None:  # a path, or the cached fact that config.json is absent: transformers' call
         return
@@ -281,4 +281,4 @@ def check_hub_id_available(repo_id: str, revision: str | None = None, cache_dir:
         at = f"@{revision}" if revision else ""
         raise FileNotFoundError(f"model {repo_id!r}{at} is not a local folder and nothing is cached for it in "
                                 f"{cache}, and {why}; pass a local checkpoint folder instead, "
-                                "e.g. --model /path/to/checkpoint")
+                                "e.g. /path/to/checkpoint")

@@ -27,6 +27,7 @@ import numpy as np
 from matplotlib.ticker import MaxNLocator
 
 from vrh import runs as run_contract
+from vrh.infra.console import head_text
 from vrh.report.document import Fig, Section, Table, Text, slug
 from vrh.report.load import Run, is_num, pct
 from vrh.report.style import (BASELINE_COLOR, OTHER_COLORS, RANDOM_COLOR, TITLE_SIZE, VRH_COLOR, curve_style,
@@ -41,8 +42,8 @@ DEFAULT_THRESHOLD = 0.1  # vrh_lab.organism.emergence.THRESHOLD, for runs whose 
 
 
 def head(h) -> str:
-    """``L0H5``: (layer, head), 0-based, as the training log names heads."""
-    return f"L{h[0]}H{h[1]}"
+    """``0:5``: LAYER:HEAD, 0-based, the notation of the CLI and of every report section."""
+    return head_text(h)
 
 
 def scores_of(rec: dict, task: str) -> np.ndarray | None:
@@ -439,7 +440,7 @@ def emergence_section(runs: list[Run]) -> Section | None:
                "and a causal test on other held-out samples: accuracy unmasked, with the map's top-k heads "
                "zeroed, and with k random heads outside them zeroed (several seeds). The x axis is training "
                "step within each phase, phases in order (shaded bands, named on top); a phase that starts "
-               "over at step 0 starts a new optimiser and schedule. Heads are written L{layer}H{head}, "
+               "over at step 0 starts a new optimiser and schedule. Heads are written LAYER:HEAD, "
                "0-based."))
     for run in ems:
         recs = run.emergence

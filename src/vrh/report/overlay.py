@@ -28,6 +28,9 @@ from PIL import Image
 from vrh.report.style import BASELINE_COLOR, TITLE_SIZE, new_figure, to_png, wrap_title
 
 GT_COLOR = "#00e676"  # paper: green ground truth
+# attention from light to dark grey: a scale of lightness alone (perceptually ordered) whose hues no object
+# of the world has (red, green, blue, yellow, purple, orange); inferno's purple end read as a purple object
+OVERLAY_CMAP = "Greys"
 PRED_COLOR = "#00b0ff"  # cyan, so it is never read as "VRH red"
 MAX_SIDE = 448  # pixels of the drawn image / attention raster: enough to read, small enough to embed
 
@@ -151,7 +154,7 @@ def attention_overlay(att: np.ndarray, rects: np.ndarray, top: Sequence[Sequence
             _box(ax, pred_box, PRED_COLOR, "--", "prediction")
 
     base(axes[0], "input")
-    cmap = colormaps["inferno"]
+    cmap = colormaps[OVERLAY_CMAP]
     lo, hi = shared_range(panels)
     for ax, (name, vals) in zip(axes[1:], panels.items()):
         r = raster(vals, rects, width, height, scale)
@@ -161,7 +164,8 @@ def attention_overlay(att: np.ndarray, rects: np.ndarray, top: Sequence[Sequence
         ax.imshow(scaled_rgba(r, cmap, lo, hi), extent=extent, interpolation="nearest")
     fig.colorbar(ScalarMappable(Normalize(lo, hi), cmap), ax=list(axes), orientation="horizontal",
                  fraction=0.05, shrink=0.5, aspect=40, pad=0.02,
-                 label="mean attention per visual token, one scale for all panels; faint = little attention")
+                 label="mean attention per visual token, one scale for all panels (darker = more; each "
+                       "panel's peak in its title)")
     if axes[0].get_legend_handles_labels()[0]:
         axes[0].legend(loc="lower left", fontsize=7, framealpha=0.85)
     fig.suptitle(wrap_title(title, fig_w - 0.2), fontsize=TITLE_SIZE)

@@ -62,9 +62,13 @@ def score_heatmap(scores, *, title: str, top: Sequence[Sequence[int]] = ()) -> b
     return to_png(fig)
 
 
+LOG_COUNTS_FROM = 50  # a histogram's count axis is logarithmic only when a bar holds this many heads
+
+
 def score_histogram(scores, *, title: str, thresholds: Sequence[float] = DEFAULT_THRESHOLDS, bins: int = 40) -> bytes:
-    """Distribution of head scores (Fig. 5) on log-log axes, with the sparsity thresholds drawn and
-    labelled with the share of heads above each.
+    """Distribution of head scores (Fig. 5) on a log score axis, with the sparsity thresholds drawn and
+    labelled with the share of heads above each; the count axis is logarithmic only when a bar holds
+    :data:`LOG_COUNTS_FROM` heads or more (else linear, so a bar of one head is not a stub).
 
     The score axis is logarithmic because the thresholds (1e-3, 5e-3) sit two decades below the largest
     scores: on a linear axis both lines fall on the first bar and cannot be told apart. Heads scoring 0 or
@@ -90,16 +94,19 @@ def score_histogram(scores, *, title: str, thresholds: Sequence[float] = DEFAULT
            edgecolor="white", linewidth=0.3, label=label)
     ax.set_xscale("log")
     plain_log_ticks(ax.xaxis)
-    if counts.size and counts.max() > 0:
+    if counts.size and counts.max() >= LOG_COUNTS_FROM:
         ax.set_yscale("log")
         plain_log_ticks(ax.yaxis)
-        ax.set_ylim(0.8, counts.max() * 2)
+        ax.set_ylim(0.5, counts.max() * 2)  # a count of 1 keeps a visible bar (0.5 to 1, a third of a decade)
+    else:  # a few heads per bar: a log axis from 0.8 made the count-1 bars stubs
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_ylim(0, max(int(counts.max()) if counts.size else 1, 1) * 1.1)
     colors = [BASELINE_COLOR, "#1f77b4", "#2ca02c", "#9467bd"]
     for i, t in enumerate(thresholds):
         ax.axvline(t, color=colors[i % 4], linestyle=["--", ":", "-.", "-"][i % 4], linewidth=1.6,
                    label=f"threshold {t:g}: {100 * fraction_above(arr, t):.1f}% of heads above")
     ax.set_xlabel("head score (log scale)")
-    ax.set_ylabel("number of heads (log)")
+    ax.set_ylabel("number of heads" + (" (log)" if ax.get_yscale() == "log" else ""))
     ax.set_title(wrap_title(title, 6.0), fontsize=TITLE_SIZE)
     fig.legend(loc="outside lower center", fontsize=8, frameon=False)
     return to_png(fig)
@@ -230,6 +237,21 @@ def _curve_groups(curves: Mapping[str, Sequence[float | None]], n: int) -> list[
     return groups
 
 
+def _coincidences(groups: list[tuple[list[str], list[float]]], ks: Sequence) -> dict[str, str]:
+    """For each curve drawn over an earlier one at some k (equal to 1e-9; it hides the earlier one's
+    marker there), the legend note that says so, keyed by the curve's first name: ``"  (on X at k=5, 10)"``."""
+    notes = {}
+    for j, (names, ys) in enumerate(groups):
+        hits = []
+        for other, ref in groups[:j]:
+            at = [str(k) for k, a, b in zip(ks, ref, ys) if np.isfinite(a) and np.isfinite(b) and abs(a - b) <= 1e-9]
+            if at:
+                hits.append(f"{other[0]} at k={', '.join(at)}")
+        if hits:
+            notes[names[0]] = "  (on " + "; ".join(hits) + ")"
+    return notes
+
+
 def curve_family(ks: Sequence, curves: Mapping[str, Sequence[float | None]], *, title: str,
                  baseline: float | None = None, xlabel: str = "number of masked heads k",
                  highlight: str | None = None) -> bytes:
@@ -241,6 +263,7 @@ def curve_family(ks: Sequence, curves: Mapping[str, Sequence[float | None]], *, 
     and one legend entry listing every name (``a = b = c``), instead of hiding each other."""
     x = np.asarray([_num(k) for k in ks], dtype=float)
     groups = _curve_groups(curves, len(x))
+    meets = _coincidences(groups, ks)
     n_lines = sum(len(names) for names, _ in groups) + (baseline is not None)
     fig = new_figure(8.0, max(3.8, 1.6 + 0.19 * n_lines))
     ax = fig.add_subplot()
@@ -261,6 +284,7 @@ def curve_family(ks: Sequence, curves: Mapping[str, Sequence[float | None]], *, 
             style = dict(curve_style(n_other), linewidth=1.4, markersize=5, markerfacecolor="none")
             n_other += 1
         label = " = ".join(names) + (f"  ({len(names)} identical)" if len(names) > 2 else "")
+        label += meets.get(names[0], "")
         ax.plot(x, ys, label="\n".join(wrap_title(label, 2.6, 8).split("\n")), **style)
     k_axis(ax, ks, xlabel)
     _pct_axis(ax)

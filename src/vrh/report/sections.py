@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from vrh.data import load_dataset
+from vrh.infra.console import heads_text
 from vrh.report import overlay, plots
 from vrh.report.document import Fig, Section, Table, Text, slug
 from vrh.report.kchoice import KChoice
@@ -160,6 +161,9 @@ def summary_row(run: Run) -> list[str]:
                  if isinstance(p, dict)]
         note = (f"training log ({'; '.join(spans)}); accuracy unmasked at {final.get('phase')} step "
                 f"{final.get('step')} ({'text jobs' if final.get('task') == 'text' else final.get('task')})")
+    task = run.config.get("task") if isinstance(run.config.get("task"), dict) else {}
+    if task.get("answer_rule"):  # which rule scored the VQA answers (vrh.tasks.answer_rules)
+        note = (note + "; " if note else "") + f"answer rule: {task['answer_rule']}"
     rc = run.random_control
     if rc and rc.warnings:
         note = ((note + "; " if note else "")
@@ -183,7 +187,8 @@ def summary_section(runs: list[Run]) -> Section:
     s = Section("Summary")
     s.add(Table(["run", "command", "status", "model", "data", "n", "accuracy (%)", "notes"],
                 [summary_row(r) for r in runs],
-                "Accuracy = IoU >= 0.5 for grounding, exact match for VQA; unmasked unless the notes say so."
+                "Accuracy = IoU >= 0.5 for grounding; for VQA the answer rule the notes name ('official': each "
+                "benchmark's own, 'lenient': vrh's); unmasked unless the notes say so."
                 + ("" if all(r.finished for r in runs)
                    else " INCOMPLETE runs did not finish: their numbers are missing or partial.")))
     prov = []
@@ -234,7 +239,7 @@ def scores_section(runs: list[Run], kc: KChoice) -> Section | None:
         sub.add(Table(["sparsity", "value", "count"], rows,
                       f"{sp['num_layers']} layers x {sp['num_heads']} heads; {th.describe()}"))
         if ranking:
-            sub.add(Text(f"Top-{kk} heads (layer, head): " + " ".join(f"({l},{h})" for l, h in ranking[:kk])))
+            sub.add(Text(f"Top-{kk} heads (LAYER:HEAD): " + heads_text(ranking[:kk])))
         variants = hs.variants or {}
         if len(variants) > 1:
             vrows = []
