@@ -50,7 +50,7 @@ def main() -> int:
             per.append(per_sample_score(att[i], b.box_keys[i], rows[pick], "sum"))  # [L, H]: mass on the GT box
         sc = omega_mean(torch.stack(per)).flatten()  # [N, L, H] -> [L * H]
         top = sc.argsort(descending=True)[:a.top]
-        print(f"{name:<26} " + ", ".join(f"L{int(t) // H}H{int(t) % H} {float(sc[t]):.2f}" for t in top))
+        print(f"{name:<26} " + ", ".join(f"{int(t) // H}:{int(t) % H} {float(sc[t]):.2f}" for t in top))
     return 0
 
 

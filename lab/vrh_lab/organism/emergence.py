@@ -155,7 +155,7 @@ def summary(rec: dict[str, Any]) -> str:
         sc = torch.tensor(e["scores"])
         H = sc.shape[1]
         order = sc.flatten().argsort(descending=True)[:5]
-        top = ", ".join(f"L{int(i) // H}H{int(i) % H}={float(sc.flatten()[i]):.2f}" for i in order)
+        top = ", ".join(f"{int(i) // H}:{int(i) % H}={float(sc.flatten()[i]):.2f}" for i in order)
         msg = f"{task}: {top}; >{THRESHOLD}: {e['above_threshold']}"
         if "acc_top" in e:
             rnd = sum(e["acc_random"]) / max(1, len(e["acc_random"]))

@@ -363,7 +363,7 @@ def train(config: TrainConfig, out_dir: str | Path, resume: bool = True, workers
                 top = org.box_ema.flatten().argsort(descending=True)[:6]
                 H = org.box_ema.shape[1]
                 print("  answer->box mass (EMA), top heads: " + ", ".join(
-                    f"L{int(i) // H}H{int(i) % H}={float(org.box_ema.flatten()[i]):.2f}" for i in top), flush=True)
+                    f"{int(i) // H}:{int(i) % H}={float(org.box_ema.flatten()[i]):.2f}" for i in top), flush=True)
             _atomic_save(org.state(), ckpt)
             t0, last_ckpt = time.time(), org.step
         if config.track_every and org.step % config.track_every == 0:

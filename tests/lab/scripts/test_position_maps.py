@@ -16,4 +16,4 @@ def test_position_maps_on_organism_a():
     lines = done.stdout.splitlines()
     assert [line.split("  ")[0] for line in lines] == ["row producing '['", "row producing x1",
                                                        "rows producing y1 .. ']'"]
-    assert [line[27:].split(",")[0].split()[0] for line in lines] == ["L3H3"] * 3
+    assert [line[27:].split(",")[0].split()[0] for line in lines] == ["3:3"] * 3
