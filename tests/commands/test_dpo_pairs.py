@@ -22,7 +22,7 @@ FAST = dict(max_new_tokens=8, batch_size=4)
 def parse(argv):
     p = argparse.ArgumentParser()
     add_options(p, dpo_pairs.Config)
-    return parse_config(dpo_pairs.Config, p.parse_args(argv))
+    return parse_config(dpo_pairs.Config, p.parse_args(["--model", "organism", *argv]))
 
 
 def _by_condition(out):
@@ -39,7 +39,8 @@ def _results(out):
 
 def test_options_parse_with_the_documented_defaults(det_run):
     cfg = parse(["--heads", str(det_run), "--out", "x"])
-    assert cfg.exclude_layers == (0,) and cfg.train == "detect" and cfg.k == 20 and cfg.mask_mode == "zero"
+    assert cfg.exclude_layers == (0,) and cfg.train == "detect" and cfg.k is None and cfg.mask_mode == "zero"
+    assert cfg.rejected == "any" and cfg.pairs is None
     cfg = parse(["--heads", str(det_run), "--out", "x", "--exclude-layers", "0,1", "--random-negatives",
                  "--mask-mode", "uniform", "--n", "3"])
     assert cfg.exclude_layers == (0, 1) and cfg.random_negatives and cfg.mask_mode == "uniform" and cfg.n == 3
@@ -75,6 +76,26 @@ def test_build_pairs_keeps_correct_chosen_with_a_different_rejected(det_run):
         dpo.build_pairs(samples[:2], ["p0", "p1"], chosen[:2], rejected[1:3])
 
 
+def test_rejected_wrong_and_the_pair_cap(det_run):
+    """--rejected wrong drops a pair whose masked answer is still correct; --pairs keeps the first N pairs."""
+    samples = dpo.training_samples(det_run, None, "detect")[0][:4]
+    ok = lambda s, text: {"id": s.id, "pred_text": text, "outcome": grounding.CORRECT, "iou": 0.9}  # noqa: E731
+    bad = lambda s, text: {"id": s.id, "pred_text": text, "outcome": grounding.MISLOCATED, "iou": 0.0}  # noqa: E731
+    chosen = [ok(s, f"c{i}") for i, s in enumerate(samples)]
+    rejected = [ok(samples[0], "r0"), bad(samples[1], "r1"), bad(samples[2], "r2"), bad(samples[3], "r3")]
+    prompts = ["p"] * 4
+    assert len(dpo.build_pairs(samples, prompts, chosen, rejected).rows) == 4  # the paper's recipe keeps all
+    wrong = dpo.build_pairs(samples, prompts, chosen, rejected, rejected_rule="wrong")
+    assert wrong.dropped == {dpo.DROP_REJECTED_CORRECT: 1} and len(wrong.rows) == 3
+    capped = dpo.build_pairs(samples, prompts, chosen, rejected, rejected_rule="wrong", max_pairs=2)
+    assert [d["drop_reason"] for d in capped.decisions] == [dpo.DROP_REJECTED_CORRECT, None, None, dpo.DROP_OVER_LIMIT]
+    assert [r["chosen"][0]["content"][0]["text"] for r in capped.rows] == ["c1", "c2"]
+    with pytest.raises(ValueError, match="--rejected"):
+        dpo.build_pairs(samples, prompts, chosen, rejected, rejected_rule="right")
+    with pytest.raises(ValueError, match="--pairs"):
+        parse(["--heads", str(det_run), "--out", "x", "--pairs", "0"])
+
+
 def test_dpo_pairs_end_to_end(tmp_path, det_run, tiny_checkpoint, tiny_lm, capsys):
     out = tmp_path / "dpo"
     res = dpo_pairs.run(dpo_pairs.Config(model=tiny_checkpoint, heads=str(det_run), k=2, n=3, out=str(out), **FAST),
@@ -93,7 +114,8 @@ def test_dpo_pairs_end_to_end(tmp_path, det_run, tiny_checkpoint, tiny_lm, capsy
     assert all(d["kept"] == (d["drop_reason"] is None) for d in res["decisions"])
     assert [c["condition"] for c in res["conditions"]] == ["none", "top2"] and "random_control" not in res
     stdout = capsys.readouterr().out
-    assert "DPOTrainer" in stdout and str(out / runs.PAIRS) in stdout and stdout.strip() == res["training_command"]
+    assert stdout.strip() == res["training_command"]
+    assert f"vrh dpo-train --pairs {out} --model {tiny_checkpoint} --out {out}-dpo" in stdout
 
 
 def test_random_negatives_avoid_layer0_and_detected_heads(tmp_path, det_run, tiny_checkpoint, tiny_lm):

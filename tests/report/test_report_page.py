@@ -69,7 +69,7 @@ def test_heat_map_marks_the_k_the_runs_were_made_with(tmp_path, extra, k, expect
     html = build_report(dirs, tmp_path / "out", k=k)["html"].read_text()
     assert _heatmap_caption(html) == expected
     n_top = int(expected[0].split("-")[1])
-    assert f"Top-{n_top} heads (layer, head): (3,7)" in html
+    assert f"Top-{n_top} heads (LAYER:HEAD): 3:7" in html
 
 
 def test_random_evaluations_do_not_set_k_and_disagreeing_runs_are_named(tmp_path):
@@ -192,7 +192,8 @@ def test_dpo_pairs_show_one_example_per_drop_reason_and_old_runs_their_counts(tm
     from vrh.report.document import Table
     from vrh.report.pairs import DROP_MEANING
 
-    assert set(DROP_MEANING) == {dpo.DROP_CHOSEN_INCORRECT, dpo.DROP_SAME_ANSWER}
+    assert set(DROP_MEANING) == {dpo.DROP_CHOSEN_INCORRECT, dpo.DROP_SAME_ANSWER, dpo.DROP_REJECTED_CORRECT,
+                                 dpo.DROP_OVER_LIMIT}
 
     def decision(i, kept, reason=None):
         return {"id": f"s{i}", "kept": kept, "drop_reason": reason, "chosen_text": f"[{i}, 0, 9, 9]",

@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from vrh.infra.options import (GenerationOptions, MaskOptions, ModelOptions, RunOptions, ints, option,
-                         optional_int)
+from vrh.infra.options import (DEFAULT_K_RULE, GenerationOptions, MaskOptions, ModelOptions, RunOptions, ints, option,
+                               optional_int)
 
 NAME = "stability"
 HELP = "top-k stability vs number of scoring samples, and which output tokens to score"
@@ -27,7 +27,9 @@ class Config(ModelOptions, MaskOptions, GenerationOptions, RunOptions):
                                           "sample-size curve)")
     heads: str = option(help="detection run folder (its sample_scores.npz and held-out split)")
     data: str | None = option(None, help="dataset whose held-out samples are masked (none: the detection run's)")
-    k: int = option(20, help="size of the top-k head set compared and masked")
+    k: int | None = option(None, parse=optional_int,
+                           help=f"size of the top-k head set compared and masked (default: {DEFAULT_K_RULE} of "
+                                "the detection run's model)")
     n_values: tuple[int, ...] = option((1, 2, 5, 10, 20, 50, 100, 200), parse=ints, metavar="N,N",
                                        help="scoring-set sizes of the curve")
     bootstrap: int = option(10, help="draws (without replacement) per scoring-set size")
@@ -40,7 +42,7 @@ class Config(ModelOptions, MaskOptions, GenerationOptions, RunOptions):
                                                                 "(none: all)")
 
     def __post_init__(self):
-        if self.k < 1:
+        if self.k is not None and self.k < 1:
             raise ValueError(f"--k must be >= 1, got {self.k}")
         if self.bootstrap < 1:
             raise ValueError(f"--bootstrap must be >= 1, got {self.bootstrap}")
@@ -55,15 +57,21 @@ class Config(ModelOptions, MaskOptions, GenerationOptions, RunOptions):
 def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
     """Writes a stability run folder; returns results.json. ``lm`` is used only when ``cfg.model`` is set."""
     from vrh import runs
-    from vrh.commands._common import load
+    from vrh.commands._common import check_out, load
     from vrh.core.heads import check_grid
     from vrh.experiments import stability as st
     from vrh.experiments.heldout import select_eval_samples
     from vrh.infra.console import console
-    from vrh.infra.options import config_record
+    from vrh.infra.options import config_record, default_k
     from vrh.tasks import get_task
 
-    study = st.sample_size_study(cfg.heads, cfg.scorer, cfg.k, cfg.n_values, cfg.bootstrap, cfg.seed,
+    check_out(cfg)  # here too: without --model nothing loads, and the study reads the whole detection run first
+    k = cfg.k
+    if k is None:
+        hs = runs.read_head_scores(cfg.heads)
+        k = default_k(hs.num_layers, hs.num_heads)
+        console.print(f"stability: k = {k} of {hs.num_layers * hs.num_heads} heads (--k default: {DEFAULT_K_RULE})")
+    study = st.sample_size_study(cfg.heads, cfg.scorer, k, cfg.n_values, cfg.bootstrap, cfg.seed,
                                  mask_mode=cfg.mask_mode, has_model=cfg.model is not None)
     task = get_task("grounding")
     samples, data_info, conditions, control = [], None, [], None
@@ -85,6 +93,6 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
                               description=NAME)
     skip = study.token_choice_skipped
     means = ", ".join(f"n={n}: {m:.2f}" for n, m in zip(result.n_values, result.topk_overlap_mean))
-    console.print(f"stability: top-{cfg.k} overlap {means}"
+    console.print(f"stability: top-{k} overlap {means}"
                   + (f"; token choice skipped ({skip})" if skip else "") + f" -> {cfg.out}")
     return result.to_json()

@@ -17,24 +17,17 @@ held-out ids are never used, so that split stays clean for evaluating the DPO mo
 ``pairs.jsonl`` is TRL's conversational *vision preference* format (TRL docs: ``dataset_formats.md``
 "Vision datasets" and ``dpo_trainer.md`` "Training Vision Language Models"): one image path in
 ``images``, the user turn ``[{"type": "image"}, {"type": "text", ...}]`` in ``prompt``, one assistant turn
-each in ``chosen`` / ``rejected``; nothing else, so DPOTrainer needs no column filtering. Train with
-(TRL is not a vrh dependency; lr / epochs from App. B)::
+each in ``chosen`` / ``rejected``; nothing else, so DPOTrainer needs no column filtering. Train and score the
+result with (lr / epochs from App. B are the defaults; :mod:`vrh.experiments.dpo` drives TRL)::
 
-    pip install trl datasets
-    python - <<'EOF'
-    from datasets import Image, Sequence, load_dataset
-    from trl import DPOConfig, DPOTrainer
+    vrh dpo-train --pairs OUT --model MODEL --out OUT-dpo
+    vrh evaluate --model OUT-dpo/model --data DATA --mask-heads RUN --k 0 --out OUT-dpo-eval
 
-    ds = load_dataset("json", data_files="OUT/pairs.jsonl", split="train")
-    ds = ds.cast_column("images", Sequence(Image()))  # image paths -> PIL images
-    args = DPOConfig(output_dir="OUT/dpo-model", learning_rate=2e-7, num_train_epochs=4, max_length=None,
-                     per_device_train_batch_size=1, gradient_accumulation_steps=8, bf16=True)
-    DPOTrainer(model="MODEL", args=args, train_dataset=ds).train()
-    EOF
-    vrh evaluate --model OUT/dpo-model --data DATA --mask-heads RUN --k 0 --out OUT/dpo-eval
+(the last line scores the trained model on the detection run's held-out split; ``vrh dpo`` runs the whole
+comparison with its random-negative control, :mod:`vrh.experiments.dpo_comparison`).
 
-(``max_length=None`` because truncation could cut image tokens; the last line scores the trained model
-on the detection run's held-out split.)
+:func:`make_pairs` is the whole stage (answers through the runner, pairs, ``results.json``) for
+``vrh dpo-pairs`` and for ``vrh dpo``.
 """
 
 from __future__ import annotations
@@ -61,6 +54,9 @@ PAIR_FORMAT = {
 }
 DROP_CHOSEN_INCORRECT = "chosen_incorrect"
 DROP_SAME_ANSWER = "rejected_same_as_chosen"
+DROP_REJECTED_CORRECT = "rejected_correct"  # only with rejected="wrong"
+DROP_OVER_LIMIT = "beyond_pair_limit"  # a keepable pair after the first `pairs` kept ones
+REJECTED_RULES = ("any", "wrong")
 TRAIN_SOURCES = ("detect", "data")
 
 
@@ -117,8 +113,9 @@ def chat_pair(sample: Sample, prompt: str, chosen: str, rejected: str) -> dict[s
             "chosen": answer(chosen), "rejected": answer(rejected)}
 
 
-def drop_reason(chosen: Mapping[str, Any], rejected: Mapping[str, Any]) -> str | None:
-    """Why a (chosen, rejected) record pair makes no DPO pair, or None to keep it.
+def drop_reason(chosen: Mapping[str, Any], rejected: Mapping[str, Any], rejected_rule: str = "any") -> str | None:
+    """Why a (chosen, rejected) record pair makes no DPO pair, or None to keep it. ``rejected_rule="wrong"``
+    also drops a pair whose rejected answer is itself correct (IoU >= the task's tau).
 
     >>> drop_reason({"outcome": "correct", "pred_text": "(1,2),(3,4)"}, {"pred_text": "(9,9),(9,9)"}) is None
     True
@@ -126,11 +123,17 @@ def drop_reason(chosen: Mapping[str, Any], rejected: Mapping[str, Any]) -> str |
     'chosen_incorrect'
     >>> drop_reason({"outcome": "correct", "pred_text": "a "}, {"pred_text": " a"})
     'rejected_same_as_chosen'
+    >>> drop_reason({"outcome": "correct", "pred_text": "a"}, {"outcome": "correct", "pred_text": "b"}, "wrong")
+    'rejected_correct'
     """
+    if rejected_rule not in REJECTED_RULES:
+        raise ValueError(f"--rejected must be one of {REJECTED_RULES}, got {rejected_rule!r}")
     if chosen["outcome"] != CORRECT:
         return DROP_CHOSEN_INCORRECT
     if chosen["pred_text"].strip() == rejected["pred_text"].strip():
         return DROP_SAME_ANSWER
+    if rejected_rule == "wrong" and rejected["outcome"] == CORRECT:
+        return DROP_REJECTED_CORRECT
     return None
 
 
@@ -146,16 +149,20 @@ class Pairs:
 
 def build_pairs(samples: Sequence[Sample], prompts: Sequence[str], chosen: Sequence[Mapping[str, Any]],
                 rejected: Sequence[Mapping[str, Any]],
-                negative_heads: Sequence[Sequence[tuple[int, int]]] | None = None) -> Pairs:
+                negative_heads: Sequence[Sequence[tuple[int, int]]] | None = None, *, rejected_rule: str = "any",
+                max_pairs: int | None = None) -> Pairs:
     """Pair each sample's ``chosen`` and ``rejected`` record (same order as ``samples``); keep a pair
-    unless :func:`drop_reason` says otherwise."""
+    unless :func:`drop_reason` says otherwise, and at most ``max_pairs`` (the first ones; later keepable
+    pairs are dropped as :data:`DROP_OVER_LIMIT`)."""
     if not len(samples) == len(prompts) == len(chosen) == len(rejected):
         raise ValueError("samples, prompts, chosen and rejected records must line up one to one")
     out = Pairs()
     for i, (s, p, c, r) in enumerate(zip(samples, prompts, chosen, rejected)):
         if c["id"] != s.id or r["id"] != s.id:
             raise ValueError(f"records of {c['id']!r} / {r['id']!r} do not belong to sample {s.id!r}")
-        reason = drop_reason(c, r)
+        reason = drop_reason(c, r, rejected_rule)
+        if reason is None and max_pairs is not None and len(out.rows) >= max_pairs:
+            reason = DROP_OVER_LIMIT
         dec = {"id": s.id, "kept": reason is None, "drop_reason": reason, "chosen_text": c["pred_text"],
                "chosen_outcome": c["outcome"], "chosen_iou": c.get("iou"), "rejected_text": r["pred_text"],
                "rejected_outcome": r["outcome"], "rejected_iou": r.get("iou")}
@@ -177,8 +184,95 @@ def write_pairs(path: str | os.PathLike, rows: Sequence[Mapping[str, Any]]) -> P
 
 
 def training_command(out: str | os.PathLike, model: str, data: str | os.PathLike, heads: str | os.PathLike) -> str:
-    """The documented TRL training + evaluation command (module docstring) filled in for this run."""
-    doc = __doc__.split("Train with", 1)[1].split("::", 1)[1].split("\n(", 1)[0]
+    """The documented training + evaluation commands (module docstring) filled in for this run."""
+    doc = __doc__.split("Train and score", 1)[1].split("::", 1)[1].split("\n(", 1)[0]
     text = "\n".join(line[4:] for line in doc.strip("\n").splitlines())
     values = {"OUT": str(out), "MODEL": str(model), "DATA": str(data), "RUN": str(heads)}
     return re.sub(r"\b(OUT|MODEL|DATA|RUN)\b", lambda m: values[m.group(1)], text)
+
+
+def resolve_k(k: int | None, num_layers: int, num_heads: int) -> int:
+    """``--k``, or the default that scales with the model (:func:`vrh.infra.options.default_k`)."""
+    from vrh.infra.options import default_k
+
+    return default_k(num_layers, num_heads) if k is None else k
+
+
+def make_pairs(lm: Any, opts: Any, out: str | os.PathLike, *, random_negatives: bool = False, resume: bool = False,
+               overwrite: bool = False, config: Mapping[str, Any] | None = None,
+               description: str = "dpo-pairs") -> runs.DpoPairsResults:
+    """The dpo-pairs stage into run folder ``out``: answers (chosen: unmasked; rejected: the top ``opts.k``
+    heads of ``opts.heads`` masked, or with ``random_negatives`` k random heads per sample), through
+    :func:`vrh.experiments.runner.run_conditions` (so ``resume`` redoes only what is missing), then
+    ``pairs.jsonl`` and ``results.json``.
+
+    ``opts`` carries the pair options (:class:`vrh.infra.options.PairOptions`), ``mask_mode`` / ``scorer``
+    (:class:`~vrh.infra.options.MaskOptions`) and ``batch_size`` / ``max_new_tokens``; ``config`` is the
+    caller's record for ``config.json`` (the command and its options), completed here with what was resolved.
+    """
+    import time
+
+    from vrh.experiments import conditions as cond
+    from vrh.experiments.kcurves import conditions_table, random_control_report
+    from vrh.experiments.runner import run_conditions
+    from vrh.infra.console import console
+    from vrh.tasks import get_task
+
+    t0 = time.time()
+    task = get_task("grounding")
+    samples, data_info = training_samples(opts.heads, opts.data, opts.train, opts.n)
+    L, H = lm.num_layers, lm.num_heads
+    k = resolve_k(opts.k, L, H)
+    src = cond.head_source(opts.heads, opts.scorer, L, H, option="--heads")
+    if src.kind != "run":
+        raise FileNotFoundError(f"--heads {opts.heads}: a detection run folder is expected")
+    chosen = cond.none(opts.mask_mode)
+    detected = cond.top_k(src.scores, k, method=src.scorer, mask_mode=opts.mask_mode, source=opts.heads,
+                          label=f"top{k}")
+    control = None
+    if random_negatives:
+        cond.check_room(k, L, H, outside=detected.heads, exclude_layers=opts.exclude_layers)
+        control = cond.random_controls(L, H, k, [negative_seed(opts.seed, i) for i in range(len(samples))],
+                                       outside=detected.heads, exclude_layers=opts.exclude_layers,
+                                       method=src.scorer, mask_mode=opts.mask_mode, label="random:s{seed}")
+        for w in control.warnings:
+            console.print(f"[yellow]warning:[/yellow] {w}")
+    policy = "random" if random_negatives else "vrh"
+
+    run = runs.RunFolder(out, resume=resume, overwrite=overwrite)
+    run.write_config({**(config or {}), "model": lm.describe(), "data": data_info, "task": task.config(),
+                      "heads": {"source": str(opts.heads), "scorer": src.scorer},
+                      "vrh_heads": [list(h) for h in detected.heads], "negative_policy": policy,
+                      "conditions": [c.to_json() for c in ([chosen] if random_negatives else [chosen, detected])],
+                      "pair_format": PAIR_FORMAT})
+    kw = dict(batch_size=opts.batch_size, max_new_tokens=opts.max_new_tokens)
+    with run:
+        if control is None:
+            main = run_conditions(lm, task, samples, [chosen, detected], run, description=description, **kw)
+            rejected_recs, negative_heads = main.records[detected.label], None
+        else:  # a fresh head set per sample: each sample is its own condition, all in one runner call
+            negs = control.conditions
+            main = run_conditions(lm, task, samples, [chosen, *negs], run, description=description,
+                                  subsets={c.label: [s.id] for s, c in zip(samples, negs)}, **kw)
+            rejected_recs = [main.records[c.label][0] for c in negs]
+            negative_heads = [c.heads for c in negs]
+        chosen_recs = main.records[chosen.label]
+        pairs = build_pairs(samples, [task.prompt(lm.adapter, s) for s in samples], chosen_recs, rejected_recs,
+                            negative_heads, rejected_rule=opts.rejected, max_pairs=opts.pairs)
+        write_pairs(run.path / runs.PAIRS, pairs.rows)
+        n = len(samples)
+        result = runs.DpoPairsResults(
+            n_samples=n, n_pairs=len(pairs.rows), n_dropped=n - len(pairs.rows), dropped=dict(pairs.dropped),
+            chosen_accuracy=task.summarize(chosen_recs)["accuracy"],
+            rejected_accuracy=task.summarize(rejected_recs)["accuracy"],
+            chosen_outcomes=dict(Counter(r["outcome"] for r in chosen_recs)),
+            rejected_outcomes=dict(Counter(r["outcome"] for r in rejected_recs)),
+            kept_rejected_outcomes=dict(pairs.kept_rejected_outcomes), negative_policy=policy, k=k,
+            mask_mode=opts.mask_mode, pair_format=PAIR_FORMAT["name"], pair_format_version=PAIR_FORMAT["version"],
+            pairs_file=runs.PAIRS, conditions=conditions_table(main)[:1 if control is not None else None],
+            decisions=pairs.decisions, rejected_rule=opts.rejected, max_pairs=opts.pairs,
+            training_command=training_command(out, lm.path, data_info["path"], opts.heads),
+            elapsed_seconds=time.time() - t0,
+            random_control=random_control_report([control]) if control is not None else None)
+        run.write_results(result.to_json())
+    return result

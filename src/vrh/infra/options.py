@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vrh.core.masking import mask_mode_names, mask_modes
+from vrh.tasks.answer_rules import RULE_CHOICES
 
 REQUIRED = dataclasses.MISSING  # an option with no default must be given
 
@@ -67,6 +68,30 @@ def names(text: str) -> tuple[str, ...]:
 
 def optional_int(text: str) -> int | None:
     return None if text.lower() in ("", "none", "all") else int(text)
+
+
+DEFAULT_K_RULE = "10% of the model's heads, rounded, at least 1"
+
+
+def default_k(num_layers: int, num_heads: int) -> int:
+    """The k a command masks when ``--k`` is not given (:data:`DEFAULT_K_RULE`): a k that scales with the
+    model, where a fixed 20 was refused on a 32-head model and masked 2.5% of a 784-head one.
+
+    >>> default_k(4, 8), default_k(28, 28), default_k(1, 4)
+    (3, 78, 1)
+    """
+    return max(1, round(0.1 * num_layers * num_heads))
+
+
+def default_ks(k: int, num_layers: int, num_heads: int) -> tuple[int, ...]:
+    """The k values swept when ``--ks`` is not given: 0, 1, k/2, k and 2k, less any that leaves no room for
+    as many random heads outside the top-k (``L * H - k < k``).
+
+    >>> default_ks(3, 4, 8), default_ks(1, 1, 2)
+    ((0, 1, 3, 6), (0, 1))
+    """
+    total = num_layers * num_heads
+    return tuple(sorted(kk for kk in {0, 1, max(1, k // 2), k, 2 * k} if kk <= total - kk))
 
 
 def _flag(f: dataclasses.Field) -> str:
@@ -133,8 +158,10 @@ DTYPES = ("float32", "bfloat16", "float16")
 
 @dataclass(frozen=True, kw_only=True)
 class ModelOptions:
-    model: str = option("organism", help="checkpoint folder, hub id, or 'organism' / 'organism:NAME' (the "
-                                         "shipped model organism)")
+    # required (as lmms-eval and the HF scripts require it): a default model ran the toy organism on a user's data
+    # and scored it without a word; vrh demo alone defaults to the organism
+    model: str = option(help="checkpoint folder, hub id, or 'organism' / 'organism:NAME' (the shipped model "
+                             "organism)")
     adapter: str | None = option(None, help="adapter to use instead of the one the checkpoint's model type "
                                             "picks: a name from 'vrh models' or package.module:Class (a custom "
                                             "adapter, docs/adapters.md)")
@@ -167,9 +194,19 @@ class EvalOptions:
     tau: float = option(0.5, help="IoU threshold for a correct box")
     clip_boxes: bool = option(False, help="clip predicted boxes to the image before IoU (default: scored as written, "
                                           "as lmms-eval's RefCOCO evaluation does)")
+    answer_rule: str = option("official", choices=RULE_CHOICES,
+                              help="how VQA answers are scored: 'official' each benchmark's own rule (MMStar, "
+                                   "CV-Bench, CountBenchQA, MathVista; vrh's rule for other data), or 'lenient' vrh's "
+                                   "rule for the answer type (reads 'The answer is (B).', 'three'); recorded in "
+                                   "config.json")
     disjoint: bool = option(True, negate="--no-disjoint",
                             help="also evaluate samples the detection run scored (default: only samples it did not score, "
                                  "paper App. H)")
+
+    def task_settings(self) -> dict[str, Any]:
+        """The settings a task may take from these options (``vrh.tasks.task_from_settings`` passes each
+        task only the ones it declares)."""
+        return {"tau": self.tau, "clip": self.clip_boxes, "answer_rule": self.answer_rule}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -209,8 +246,52 @@ class DetectOptions:
                                          "--n (default: the seeded draw); the rest is held out")
     n_overlays: int = option(8, help="samples whose per-head attention maps are kept for overlays")
     one_pass: bool = option(True, negate="--two-pass",
-                            help="with --answer model: capture the answer's attention rows while generating it "
-                                 "(one generate per sample, no second pass over the prompt; scores the generated "
-                                 "token ids). --two-pass: generate, then re-run prompt + answer text teacher-forced "
-                                 "(the paper's protocol; equal wherever the answer text re-tokenizes to the "
+                            help="with --answer model: generate, then re-run prompt + answer text teacher-forced "
+                                 "to capture the answer's attention rows (the paper's protocol). Default: one "
+                                 "pass, the rows captured while generating (one generate per sample, scoring the "
+                                 "generated token ids; equal wherever the answer text re-tokenizes to the "
                                  "generated ids)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PairOptions:
+    """How DPO preference pairs are built (``vrh dpo-pairs``, ``vrh dpo``; paper App. B)."""
+
+    heads: str = option(help="detection run folder (its top --k heads are the negative policy)")
+    data: str | None = option(None, help="dataset of the training samples (none: the detection run's)")
+    train: str = option("detect", choices=("detect", "data"),
+                        help="training samples: the run's detection samples ('detect'), or every grounding sample "
+                             "of --data the run did not hold out ('data')")
+    n: int | None = option(None, parse=optional_int, help="use at most this many training samples (none: all)")
+    pairs: int | None = option(None, parse=optional_int,
+                               help="keep at most this many pairs, the first in sample order (none: every pair "
+                                    "kept; paper: 6000)")
+    rejected: str = option("any", choices=("any", "wrong"),
+                           help="which rejected answers make a pair: 'any' that differs from the chosen one (the "
+                                "paper's recipe), or only 'wrong' ones (IoU below the task's tau)")
+    k: int | None = option(None, parse=optional_int,
+                           help=f"how many heads the negative policy masks (default: {DEFAULT_K_RULE}; paper: 20)")
+    seed: int = option(0, help="seed of the random negatives (sample i uses seed * 1000003 + i)")
+    exclude_layers: tuple[int, ...] = option((0,), parse=ints, metavar="L,L",
+                                             help="layers random negatives are never drawn from (paper: the first)")
+
+    def __post_init__(self):
+        if self.k is not None and self.k < 1:
+            raise ValueError(f"--k must be >= 1, got {self.k}")
+        if self.pairs is not None and self.pairs < 1:
+            raise ValueError(f"--pairs must be >= 1, got {self.pairs}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DpoTrainOptions:
+    """TRL ``DPOConfig`` settings of ``vrh dpo-train`` and ``vrh dpo``; defaults are the paper's (App. B: full
+    parameters, lr 2e-7, 4 epochs) where it gives one, TRL's otherwise (beta)."""
+
+    lr: float = option(2e-7, help="learning rate (paper: 2e-7)")
+    epochs: float = option(4.0, help="epochs over the pairs (paper: 4)")
+    max_steps: int = option(-1, help="stop after this many optimizer steps (-1: run --epochs)")
+    beta: float = option(0.1, help="DPO beta: strength of the pull toward the reference model (TRL's default)")
+    train_batch_size: int = option(1, help="pairs per device per forward")
+    grad_accum: int = option(8, help="forwards per optimizer step (effective batch: --train-batch-size x this)")
+    save_steps: int = option(50, help="write a resumable TRL checkpoint every this many steps (the last one is kept)")
+    train_seed: int = option(0, help="seed of the trainer (data order, dropout)")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from vrh.infra.console import heads_text
 from vrh.report import plots
 from vrh.report.document import Fig, Section, Table, Text, slug
 from vrh.report.load import Run, at, is_num, model_pair, num, or_missing, pct, pm, short
@@ -22,7 +23,8 @@ from vrh.experiments.sparsity import sparsity_summary
 
 ACCURACY_KEYS = ("baseline_accuracy", "random_accuracy_mean", "own_heads_accuracy", "transferred_heads_accuracy")
 
-KNOWN = {"detect", "evaluate", "sweep", "transfer", "stability", "compare", "demo", "emergence", "dpo-pairs"}
+KNOWN = {"detect", "evaluate", "sweep", "transfer", "stability", "compare", "demo", "emergence", "dpo-pairs",
+         "dpo", "dpo-train"}
 
 
 def headline_lines(runs: list[Run]) -> list[Text]:
@@ -61,8 +63,8 @@ def demo_section(runs: list[Run]) -> Section | None:
                 ["VQA, unmasked", pct(vqa.baseline_accuracy), ""],
                 [f"VQA, top-{k} VRHs masked", pct(vqa.vrh_masked_accuracy), ""],
                 [f"VQA, {k} random heads masked", pct(vqa.random_masked_accuracy_mean), ""]]
-        s.add(Text(f"{run.name}: {k} of {total} heads masked; top-{k} heads (layer, head): "
-                   + " ".join(f"({l},{h})" for l, h in r.top_k_heads or [])))
+        s.add(Text(f"{run.name}: {k} of {total} heads masked; top-{k} heads (LAYER:HEAD): "
+                   + heads_text(r.top_k_heads or [])))
         s.add(Table(["condition", "accuracy (%)", "note"], rows))
         s.add(*random_control_blocks(run))
         s.add(*_demo_sparsity(run, runs))

@@ -19,7 +19,9 @@ MAX_EXAMPLES = 5
 # what each of vrh.experiments.preference_pairs's drop reasons (DROP_*) means; named here, not imported: vrh.experiments.preference_pairs loads torch, and a
 # report never needs it (a test keeps the two in step; a reason not listed here shows without a meaning)
 DROP_MEANING = {"chosen_incorrect": "the unmasked answer was not correct: DPO would reinforce a wrong box",
-                "rejected_same_as_chosen": "masking did not change the answer: no preference to learn"}
+                "rejected_same_as_chosen": "masking did not change the answer: no preference to learn",
+                "rejected_correct": "the masked answer was correct too (kept only with --rejected any)",
+                "beyond_pair_limit": "a usable pair after the first --pairs ones"}
 
 
 def dpo_section(runs: list[Run]) -> Section | None:
@@ -45,6 +47,8 @@ def _run_section(run: Run) -> Section:
                  + (f" (mask mode {r.mask_mode})" if r.mask_mode else "")
                  + f"; pairs in {r.pairs_file or run_contract.PAIRS}"
                  + (f", format {r.pair_format} v{or_missing(r.pair_format_version, '?')}" if r.pair_format else "")
+                 + (f"; rejected answers kept: {r.rejected_rule}" if r.rejected_rule else "")
+                 + (f"; at most {r.max_pairs} pairs" if r.max_pairs else "")
                  + "."))
     dropped = r.dropped if isinstance(r.dropped, dict) else {}
     rows = [["samples", num(r.n_samples, "d"), ""], ["pairs kept", num(r.n_pairs, "d"), ""],

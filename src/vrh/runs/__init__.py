@@ -32,11 +32,11 @@ Every ``torch.load`` in vrh goes through :func:`load_torch_file` (``weights_only
 cannot run code), and ``.npz`` artefacts keep user strings (sample ids, scorer names) as data, never as
 array names (:func:`_write_named_arrays`).
 
-The contract is split in four modules, all re-exported here (``from vrh import runs; runs.RunFolder``):
+The contract is split in five modules, all re-exported here (``from vrh import runs; runs.RunFolder``):
 :mod:`vrh.runs.folder` (names, the folder being written, its lock and clean-up), :mod:`vrh.runs.artefacts`
-(typed readers and writers), and :mod:`vrh.runs.results` with :mod:`vrh.runs.results_characterize` (the
-``results.json`` of every kind of run: one typed value each, its keys and their order, ``to_json`` for the
-command writing it and ``from_json`` for the report reading it).
+(typed readers and writers), and :mod:`vrh.runs.results` with :mod:`vrh.runs.results_characterize` and
+:mod:`vrh.runs.results_dpo` (the ``results.json`` of every kind of run: one typed value each, its keys and
+their order, ``to_json`` for the command writing it and ``from_json`` for the report reading it).
 """
 
 from vrh.runs.artefacts import (read_config, read_results, read_samples, is_finished, DetectionSplit,
@@ -53,9 +53,11 @@ from vrh.runs.results import (ENVELOPE, RunResults, TaskSummary, ControlEntry, R
     DemoKCurve, DemoResults, results_type, results_from_json)
 from vrh.runs.results_characterize import (MethodCurve, CompareRandom, CompareResults, TransferResults, TokenChoice,
     StabilityResults)
+from vrh.runs.results_dpo import DpoResults, DpoTrainResults
 
 __all__ = ["ARTEFACTS", "COMMAND_FILES", "CONFIG", "CompareRandom", "CompareResults", "ControlEntry", "DETECT_STATE",
-           "DemoKCurve", "DemoResults", "DemoVqa", "DetectResults", "DetectionSplit", "DpoPairsResults", "EMERGENCE",
+           "DemoKCurve", "DemoResults", "DemoVqa", "DetectResults", "DetectionSplit", "DpoPairsResults",
+           "DpoResults", "DpoTrainResults", "EMERGENCE",
            "EMERGENCE_TASKS", "ENVELOPE", "EmergenceResults", "EvaluateResults", "HEAD_SCORES", "HeadScores",
            "KCurves", "LOCK", "MethodCurve", "NPZ_FORMAT", "OVERLAYS", "PAIRS", "RESULTS", "RUN_FORMAT", "RUN_MARK",
            "RandomControlReport", "RandomCurve", "RunFolder", "RunFolderInUse", "RunResults", "SAMPLES",

@@ -34,7 +34,8 @@ LOCK = ".vrh-lock"  # the writer's lock file (pid inside), present while a run h
 RUN_MARK = "vrh_run"  # config.json key only RunFolder.write_config writes: how a folder proves it is a vrh run
 RUN_FORMAT = 1  # RUN_MARK's value; bump when the folder layout changes
 # What a command writes into its run folder beyond ARTEFACTS and sub-runs (removed by --overwrite)
-COMMAND_FILES = {"demo": ("data", "report"), "compare": ("compare.md", "compare.png")}
+COMMAND_FILES = {"demo": ("data", "report"), "compare": ("compare.md", "compare.png"),
+                 "dpo-train": ("model", "checkpoints", "train_log.jsonl")}  # vrh.experiments.dpo
 
 # results.json / head_scores.json carry this; bump when a key changes meaning or moves.
 # 2: Condition-tagged samples ("condition" label on every masked record), k always an int in a
@@ -147,27 +148,19 @@ class RunFolder:
 
     def __init__(self, path: str | os.PathLike, *, resume: bool = False, overwrite: bool = False):
         self.world: World = world()
-        if resume and overwrite:
-            raise ValueError("--resume and --overwrite exclude each other: resume keeps the run, overwrite deletes it")
         self.path = Path(path)
         self.resume = resume
         self._samples = None
         self._lock: _Lock | None = None
         self.skipped: list[dict[str, Any]] = []  # samples the run left out (id, reason): results.json lists them
+        if resume and overwrite:
+            raise ValueError("--resume and --overwrite exclude each other: resume keeps the run, overwrite deletes it")
         if self.path.exists() and not self.path.is_dir():
             raise FileExistsError(f"--out {self.path} is a file, not a folder")
         # the lock comes first: no other process may change the folder between this look and the config write
         self._lock = self._take_lock()
         try:
-            non_empty = any(c.name != LOCK for c in self.path.iterdir())
-            if non_empty and not (resume or overwrite):
-                raise FileExistsError(f"run folder {self.path} is not empty; pass --overwrite to replace it "
-                                      "or --resume to continue the run in it")
-            if non_empty and overwrite:
-                run_folder_contents(self.path)  # on every rank alike, before any rank waits for another
-            if non_empty and resume and (self.path / CONFIG).exists() and not is_run_folder(self.path):
-                raise FileExistsError(f"{self.path} is not a vrh run folder (its {CONFIG} was not written by vrh); "
-                                      "--resume continues only a vrh run: choose another --out")
+            non_empty = check_out(self.path, resume=resume, overwrite=overwrite)  # again, now under the lock
             self.world.barrier()  # every rank has looked at the folder before rank 0 changes it
             if self.world.is_main and non_empty and overwrite:
                 clear_run_folder(self.path)
@@ -392,6 +385,27 @@ class _Lock:
             pass
         os.close(self.fd)
         self.fd = -1
+
+
+def check_out(path: str | os.PathLike, *, resume: bool = False, overwrite: bool = False) -> bool:
+    """Refuse a run folder :class:`RunFolder` would refuse with these flags (FileExistsError / ValueError with
+    the same message), taking no lock and changing nothing; return whether it is non-empty. Commands call it
+    before loading the model (minutes on a 7B), :class:`RunFolder` again under its lock."""
+    if resume and overwrite:
+        raise ValueError("--resume and --overwrite exclude each other: resume keeps the run, overwrite deletes it")
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise FileExistsError(f"--out {path} is a file, not a folder")
+    non_empty = path.is_dir() and any(c.name != LOCK for c in path.iterdir())
+    if non_empty and not (resume or overwrite):
+        raise FileExistsError(f"run folder {path} is not empty; pass --overwrite to replace it "
+                              "or --resume to continue the run in it")
+    if non_empty and overwrite:
+        run_folder_contents(path)  # on every rank alike, before any rank waits for another
+    if non_empty and resume and (path / CONFIG).exists() and not is_run_folder(path):
+        raise FileExistsError(f"{path} is not a vrh run folder (its {CONFIG} was not written by vrh); "
+                              "--resume continues only a vrh run: choose another --out")
+    return non_empty
 
 
 def is_run_folder(path: str | os.PathLike) -> bool:

@@ -176,7 +176,7 @@ def results_kind(cls: type[RunResults]) -> type[RunResults]:
 
 def results_type(command: str | None) -> type[RunResults]:
     """The results type of ``command``; a command without one gets :class:`RunResults` (keys in ``extra``).
-    Every kind registers itself on import (:mod:`vrh.runs` imports both modules of kinds)."""
+    Every kind registers itself on import (:mod:`vrh.runs` imports every module of kinds)."""
     return _KINDS.get(str(command), RunResults)
 
 
@@ -294,8 +294,9 @@ class EvaluateResults(RunResults):
 class DpoPairsResults(RunResults):
     """``vrh dpo-pairs``: samples, pairs kept and dropped (by reason), accuracy and outcome counts of the chosen
     (unmasked) and rejected (masked) answers, the negative policy (``vrh`` or ``random``), the pair format,
-    one ``decisions`` entry per sample (kept, or its drop reason, with both answers), the TRL training
-    command; ``random_control`` only with ``--random-negatives``."""
+    one ``decisions`` entry per sample (kept, or its drop reason, with both answers), the rule on rejected
+    answers (``rejected_rule``: ``any`` / ``wrong``) and the pair cap (``max_pairs``), the training command;
+    ``random_control`` only with ``--random-negatives``."""
 
     COMMAND: ClassVar[str] = "dpo-pairs"
     n_samples: Any
@@ -315,6 +316,8 @@ class DpoPairsResults(RunResults):
     pairs_file: Any
     conditions: Any
     decisions: Any
+    rejected_rule: Any = optional()
+    max_pairs: Any = optional()
     training_command: Any
     elapsed_seconds: Any
     random_control: RandomControlReport | None = block(RandomControlReport, optional=True)

@@ -1,0 +1,52 @@
+"""``vrh dpo``: the DPO application end to end (paper App. B, Fig. A3).
+
+Builds VRH-negative and random-negative pairs from ``--heads``' training samples, DPO-trains one model on
+each, and evaluates base / DPO-random / DPO-VRH on the held-out samples of every ``--benchmarks`` dataset
+(default: the detection run's held-out split); an evaluation id among the training samples is refused.
+Every stage is a sub-run of ``--out`` and ``vrh report --out R OUT`` draws Fig. A3 from it. ``--resume``
+continues each stage where it stopped. The loop is :func:`vrh.experiments.dpo_comparison.run_comparison`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from vrh.infra.options import (DpoTrainOptions, GenerationOptions, MaskOptions, ModelOptions, PairOptions,
+                               RunOptions, names, option, optional_int)
+
+NAME = "dpo"
+HELP = "DPO with VRH negatives vs random-head negatives: pairs, both trainings, base/DPO evaluations (Fig. A3)"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Config(ModelOptions, PairOptions, MaskOptions, DpoTrainOptions, GenerationOptions, RunOptions):
+    benchmarks: tuple[str, ...] = option((), parse=names, metavar="DATA,DATA",
+                                         help="grounding datasets to evaluate on, comma-separated, each on the "
+                                              "samples the detection run did not score (none: its dataset)")
+    n_eval: int | None = option(None, parse=optional_int,
+                                help="evaluate the first N held-out samples of each benchmark (none: all)")
+
+
+def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
+    from vrh.commands._common import load
+    from vrh.experiments import preference_pairs as pp
+    from vrh.experiments.dpo import require_trl
+    from vrh.experiments.dpo_comparison import run_comparison
+    from vrh.infra.console import console, print_table
+    from vrh.infra.options import config_record
+
+    require_trl()
+    pp.training_samples(cfg.heads, cfg.data, cfg.train, cfg.n)  # bad --heads / --data fail before the model loads
+    lm = load(cfg, lm)
+    res = run_comparison(lm, cfg, cfg.out, benchmarks=cfg.benchmarks, resume=cfg.resume, overwrite=cfg.overwrite,
+                         config={"command": NAME, "config": config_record(cfg)})
+    rows = []
+    for name, b in res.benchmarks.items():
+        cells = [f"{100 * b['accuracy'][m]:.1f} ± {100 * b['se'][m]:.1f}" for m in res.models]
+        rows.append([name, str(b["n"]), *cells,
+                     f"{100 * b['differences'][0]['diff']:+.1f} ± {100 * b['differences'][0]['se']:.1f}"])
+    print_table(f"vrh dpo ({res.elapsed_seconds:.0f} s): held-out grounding accuracy (%)",
+                ["benchmark", "n", *res.models, "dpo-vrh - base"], rows)
+    console.print(f"report: vrh report --out REPORT {cfg.out}")
+    return res.to_json()

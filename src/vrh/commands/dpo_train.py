@@ -1,0 +1,41 @@
+"""``vrh dpo-train``: DPO on a dpo-pairs run's pairs with TRL's ``DPOTrainer`` (paper App. B).
+
+Full-parameter training of ``--model`` (the paper's lr 2e-7 and 4 epochs are the defaults; every TRL setting
+vrh passes is an option), the reference a second load of the same checkpoint. Writes ``--out``: the trained
+checkpoint in ``model/`` (``--model OUT/model`` loads it like the base), TRL's log in ``train_log.jsonl``,
+``results.json``; ``--resume`` continues an interrupted training from its last checkpoint
+(``checkpoints/``, removed once the model is saved). Needs TRL: ``pip install 'vrh[dpo]'``. The training
+itself is :mod:`vrh.experiments.dpo`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from vrh.infra.options import DpoTrainOptions, ModelOptions, RunOptions, option
+
+NAME = "dpo-train"
+HELP = "DPO-train a model on a dpo-pairs run's pairs with TRL (full parameters; paper App. B defaults)"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Config(ModelOptions, DpoTrainOptions, RunOptions):
+    pairs: str = option(help="dpo-pairs run folder (or its pairs.jsonl) to train on")
+
+
+def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
+    """Writes a dpo-train run folder; returns results.json. ``lm`` is not used: DPO loads the policy and the
+    reference itself (two copies of ``--model``)."""
+    from vrh.commands._common import configure_threads
+    from vrh.experiments.dpo_comparison import train_run
+    from vrh.infra.console import console
+    from vrh.infra.options import config_record
+
+    configure_threads(cfg)
+    res = train_run(cfg.model, cfg.pairs, cfg.out, cfg, device=cfg.device, dtype=cfg.dtype, adapter=cfg.adapter,
+                    resume=cfg.resume, overwrite=cfg.overwrite,
+                    config={"command": NAME, "config": config_record(cfg)})
+    console.print(f"dpo-train: {res.steps} steps on {res.n_pairs} pairs, mean loss {res.train_loss:.4f} -> "
+                  f"{res.model_dir} (use it as --model)")
+    return res.to_json()
