@@ -358,3 +358,15 @@ def test_two_pass_help_says_what_the_flag_does():
     text = next(a.help for a in sub._actions if "--two-pass" in a.option_strings)
     first = text.split(". ")[0]
     assert "re-run prompt + answer text teacher-forced" in first and "while generating" not in first
+
+
+def test_a_reader_that_leaves_early_gets_no_error():
+    """``vrh models | head``: the closed pipe is the reader's choice, not an error (exit 141, nothing on stderr)."""
+    import subprocess
+    import sys
+
+    p = subprocess.Popen([sys.executable, "-m", "vrh", "models"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.close()
+    err = p.stderr.read().decode()
+    p.stderr.close()
+    assert p.wait() == 141 and err == ""

@@ -121,7 +121,7 @@ LAYERS = (
     ("options", ("vrh.infra.options",)),  # the option groups: they read the masking registry (core)
     ("experiments", ("vrh.experiments", "vrh.organism", "vrh.testing")),
     ("report", ("vrh.report",)),
-    ("interface", ("vrh.commands", "vrh.cli", "vrh.__main__")),
+    ("interface", ("vrh.commands", "vrh.cli", "vrh.__main__", "vrh.study")),  # study runs the commands
 )
 
 

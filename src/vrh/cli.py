@@ -13,12 +13,13 @@ import os
 import sys
 from collections.abc import Sequence
 
-from vrh.commands import (compare, data, demo, detect, dpo_pairs, evaluate, models, organism, report, stability,
-                          sweep, transfer)
+from vrh.commands import (compare, data, demo, detect, dpo, dpo_pairs, dpo_train, evaluate, models, organism, report,
+                          stability, study, sweep, transfer)
 from vrh.infra.options import add_options, parse_config
 
 # the order is the order of --help
-COMMANDS = (demo, detect, evaluate, sweep, compare, transfer, stability, dpo_pairs, report, organism, data, models)
+COMMANDS = (demo, detect, evaluate, sweep, compare, transfer, stability, dpo_pairs, dpo_train, dpo, study, report,
+            organism, data, models)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -57,6 +58,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             mod.run(parse_config(mod.Config, args))
             return 0
         return mod.main(args)
+    except BrokenPipeError:  # `vrh models | head`: the reader left; say nothing, as a Unix filter does
+        _silence_stdout()
+        return 141
     except (ValueError, OSError) as e:  # bad input, a missing or unreadable file, a folder in use
         print(f"vrh {args.command}: error: {_message(e)}", file=sys.stderr)
         return 2
@@ -66,6 +70,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         resume = f"; rerun the same command with --resume to continue{where}" if _resumable(mod) else ""
         print(f"\nvrh {args.command}: interrupted; what finished is kept{where}{resume}", file=sys.stderr)
         return 130
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush does not fail on the closed pipe again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no file descriptor (stdout replaced in-process): nothing to flush at exit
+        pass
 
 
 def _message(err: BaseException) -> str:

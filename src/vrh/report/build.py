@@ -26,7 +26,7 @@ Summary (+ provenance), Head scores and sparsity (``detect``), k-curves and Tab.
 (``sweep``), Outcome breakdown (``sweep``, ``evaluate``), Attention overlays (``detect`` with
 ``overlays.npz``), Transfer, Stability, Method comparison, Emergence during training (``emergence``: an
 organism's training log, :mod:`vrh.report.emergence`), DPO preference pairs (``dpo-pairs``,
-:mod:`vrh.report.pairs`), Other runs (any other command: its results.json keys and scalar values).
+:mod:`vrh.report.pairs`), DPO with retrieval heads (``dpo``: Fig. A3; ``dpo-train``; :mod:`vrh.report.dpo`), Other runs (any other command: its results.json keys and scalar values).
 
 A run folder that names sub-runs (a demo) brings them into the report (:func:`vrh.report.load.load_runs`),
 and a demo's finding is the first line under the title: what a reader opens the report for.
@@ -46,7 +46,7 @@ from pathlib import Path
 
 import matplotlib
 
-from vrh.report import characterize, emergence, pairs, sections
+from vrh.report import characterize, dpo, emergence, pairs, sections, study
 from vrh.report.document import Section, Text, figures, render_html, render_markdown
 from vrh.report.kchoice import KChoice, report_k
 from vrh.report.load import load_runs
@@ -63,10 +63,12 @@ def build_sections(runs, k: int | KChoice | None) -> list[Section]:
     the k the runs recorded (:func:`vrh.report.kchoice.report_k`)."""
     kc = k if isinstance(k, KChoice) else report_k(runs, k)
     with matplotlib.rc_context(PLAIN_TEXT):  # every figure is drawn (to PNG) inside its section builder
-        parts = [characterize.demo_section(runs), sections.summary_section(runs), sections.scores_section(runs, kc),
+        parts = [characterize.demo_section(runs), *study.study_sections(runs), sections.summary_section(runs),
+                 sections.scores_section(runs, kc),
                  sections.kcurve_section(runs), sections.outcome_section(runs), sections.overlay_section(runs, kc),
                  characterize.transfer_section(runs), characterize.stability_section(runs),
                  characterize.compare_section(runs), emergence.emergence_section(runs), pairs.dpo_section(runs),
+                 dpo.dpo_section(runs),
                  characterize.other_section(runs)]
     return [p for p in parts if p is not None]
 
@@ -99,7 +101,7 @@ def build_report(run_dirs: Sequence[str | Path], out_dir: str | Path, *, k: int 
              Text(f"{len(runs)} run folder(s): " + ", ".join(f"{r.name} ({r.command}"
                                                            + (f", part of {r.part_of})" if r.part_of else ")")
                                                            for r in runs) + ". "
-                  "Heads are (layer, head), 0-based. Accuracies in %."), *report_notices(runs), *k_notice(kc, runs)]
+                  "Heads are LAYER:HEAD, 0-based (as the CLI writes them). Accuracies in %."), *report_notices(runs), *k_notice(kc, runs)]
     html_path, md_path, fig_dir = out_dir / HTML_NAME, out_dir / MD_NAME, out_dir / FIG_DIR
     md, figs = render_markdown(title, intro, secs, FIG_DIR)
     fig_dir.mkdir(exist_ok=True)

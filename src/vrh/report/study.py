@@ -1,0 +1,382 @@
+"""The study report (``vrh report DIR`` on a ``vrh study run`` folder): the paper's figures across the
+study's models, each from its cells' run folders, with the paper's own number beside the measured one
+wherever a cell's model and benchmark are the paper's (:mod:`vrh.report.paper`).
+
+Sections: the universality grid (model x benchmark k-curves, Fig. 4), all models at one k (Fig. 6,
+Tab. A12), the cross-task table (Tab. 3), sparsity histograms on one score axis (Fig. 5), transfer (Fig. 7,
+Tab. A13), the design-space ablation and methods (Tab. A9, Fig. 3), top-20 lists and their overlap across
+benchmarks (App. D), the failure decomposition (Fig. 8a) and stability (Fig. 8b-c). A part with no cell is
+left out. The study folder's ``config.json`` says which folder is which cell (``cells``: kind, model,
+benchmark, folder) and which datasets the benchmarks are.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from vrh.report.document import Fig, Section, Table, Text
+from vrh.report.load import Run, is_num, pct
+from vrh.report.paper import paper_benchmark, paper_model, paper_numbers
+from vrh.report.plots import k_axis, transfer_bars
+from vrh.report.style import (BASELINE_COLOR, OTHER_COLORS, RANDOM_COLOR, TITLE_SIZE, VRH_COLOR, new_figure,
+                              plain_log_ticks, to_png)
+
+TOP = 20  # App. D lists 20 heads; fewer when a model has few (an eighth of its heads)
+
+
+class StudyView:
+    """A study run and its cells' runs, looked up by (kind, model, benchmark)."""
+
+    def __init__(self, study: Run, runs: list[Run]):
+        self.run, self.config = study, study.config
+        by_path = {r.path.resolve(): r for r in runs}
+        self.cells: dict[tuple[str, str, str], Run] = {}
+        self.sources: dict[tuple[str, str, str], str | None] = {}
+        for c in self.config.get("cells") or []:
+            r = by_path.get((study.path / str(c.get("folder"))).resolve())
+            if r is not None and r.finished and c.get("kind") != "data":
+                key = (c["kind"], c.get("model"), c.get("benchmark"))
+                self.cells[key] = r
+                self.sources[key] = c.get("source")
+        self.models = list(self.config.get("models") or {})
+        self.benchmarks = list(self.config.get("benchmarks") or [])
+        self.vqa = list(self.config.get("vqa") or [])
+
+    def get(self, kind: str, model: str, bench: str) -> Run | None:
+        return self.cells.get((kind, model, bench))
+
+    def of(self, kind: str) -> list[tuple[str, str, Run]]:
+        return [(m, b, r) for (k, m, b), r in self.cells.items() if k == kind]
+
+    def paper_model(self, model: str) -> str | None:
+        return paper_model((self.config.get("models") or {}).get(model))
+
+    def paper_benchmark(self, bench: str) -> str | None:
+        return paper_benchmark((self.config.get("datasets") or {}).get(bench))
+
+
+def _paper(value: Any) -> str:
+    return f"{value:.1f}" if is_num(value) else "–"
+
+
+def _diff(measured: Any, paper: Any) -> str:
+    return f"{100 * measured - paper:+.1f}" if is_num(measured) and is_num(paper) else "–"
+
+
+def _at(values: Any, ks: Any, k: int) -> Any:
+    if not isinstance(values, list) or not isinstance(ks, list) or k not in ks:
+        return None
+    i = ks.index(k)
+    return values[i] if i < len(values) else None
+
+
+def study_sections(runs: list[Run]) -> list[Section]:
+    """The study's sections (none when no study run is among ``runs``): its summary, then one section per
+    figure that has cells."""
+    out = []
+    for st in (r for r in runs if r.command == "study"):
+        v = StudyView(st, runs)
+        matched = {m: v.paper_model(m) for m in v.models}
+        sec = Section(f"Study {st.config.get('name', st.name)}")
+        sec.add(Text(f"{len(v.models)} models ({', '.join(v.models)}), grounding benchmarks "
+                     f"{', '.join(v.benchmarks)}, VQA sets {', '.join(v.vqa) or 'none'}; {len(v.cells)} finished "
+                     "cells, each an ordinary run folder (their own sections follow)."))
+        paper = [f"{m} = {p}" for m, p in matched.items() if p]
+        sec.add(Text("Paper models among them (by hub id): " + ", ".join(paper) + ". " + _protocol_note(v)
+                     if paper else "No model of this study is one of the paper's (matched by hub id), so no "
+                     "measured figure has a paper figure beside it; the paper's tables ship in "
+                     "vrh/report/paper_numbers.py.", muted=not paper))
+        grids = st.config.get("grids") or {}
+        a7 = paper_numbers()["models_A7"]
+        heads = [f"{m}: {grids[m][0]} x {grids[m][1]} = {grids[m][0] * grids[m][1]} heads (paper Tab. A7: "
+                 f"{a7[p]['total_heads']})" for m, p in matched.items() if p in a7 and m in grids]
+        if heads:
+            sec.add(Text("Head counts: " + "; ".join(heads) + "."))
+        out.append(sec)
+        for part in (_grid, _one_k, _crosstask, _sparsity, _transfer, _ablation, _top_lists, _failures,
+                     _stability):
+            for block in part(v):
+                if isinstance(block, Section):  # a part's title: a section of its own
+                    out.append(block)
+                else:
+                    out[-1].add(block)
+    return out
+
+
+def _protocol_note(v: StudyView) -> str:
+    det = (v.config.get("protocol") or {}).get("detection") or {}
+    p = paper_numbers()["protocol"]
+    notes = []
+    if det.get("n") != p["detection_n"]:
+        notes.append(f"detection on {det.get('n')} samples (paper: {p['detection_n']})")
+    if det.get("scorers") and det["scorers"][0] != p["scorer"]:
+        notes.append(f"scorer {det['scorers'][0]} (paper: {p['scorer']})")
+    notes.append(f"paper splits: {p['splits']}; prompts: {p['prompt']}")
+    return "Protocol differences: " + "; ".join(notes) + "."
+
+
+# --- Fig. 4: the universality grid --------------------------------------------------------------------
+def _grid(v: StudyView):
+    sweeps = v.of("sweep")
+    if not sweeps:
+        return []
+    models = [m for m in v.models if any(s[0] == m for s in sweeps)]
+    benches = [b for b in v.benchmarks if any(s[1] == b for s in sweeps)]
+    fig = new_figure(2.6 * len(benches) + 0.6, 2.1 * len(models) + 0.5)
+    axes = fig.subplots(len(models), len(benches), squeeze=False, sharey=True)
+    rows = []
+    for i, m in enumerate(models):
+        for j, b in enumerate(benches):
+            ax, r = axes[i][j], v.get("sweep", m, b)
+            ax.set_title(f"{m} / {b}", fontsize=8)
+            if r is None:
+                ax.axis("off")
+                continue
+            res = r.res
+            ks = [float(k) for k in (res.k or [])]
+            vrh = [np.nan if a is None else 100 * a for a in (res.vrh.accuracy if res.vrh else [])]
+            rnd = [np.nan if a is None else 100 * a for a in (res.random.mean if res.random else [])]
+            ax.plot(ks[:len(vrh)], vrh, color=VRH_COLOR, marker="o", linewidth=1.8, label="top-k VRHs")
+            ax.plot(ks[:len(rnd)], rnd, color=RANDOM_COLOR, marker="s", linewidth=1.4, label="random")
+            ax.set_ylim(0, 100)
+            k_axis(ax, res.k or [], xlabel="")
+            ax.tick_params(labelsize=7)
+            pm, pb = v.paper_model(m), v.paper_benchmark(b)
+            a1 = paper_numbers()["kcurves_A1"]
+            ref = (a1["benchmarks"].get(pb) or {}).get(pm) if pm and pb else None
+            for k in res.k or []:
+                pv = _at(ref["vrh"], a1["ks"], k) if ref else None
+                pr = _at(ref["random"], a1["ks"], k) if ref else None
+                mv, mr = _at(res.vrh.accuracy if res.vrh else None, res.k, k), _at(
+                    res.random.mean if res.random else None, res.k, k)
+                rows.append([m, b, str(k), pct(mv), _paper(pv), _diff(mv, pv), pct(mr), _paper(pr), _diff(mr, pr)])
+    axes[0][0].legend(fontsize=7)
+    fig.supxlabel("number of masked heads k", fontsize=8)
+    fig.supylabel("grounding accuracy (%)", fontsize=8)
+    return [Section("Universality: k-curves per model and benchmark (Fig. 4, Tab. A1)"),
+            Fig("study_grid", to_png(fig), "top-k VRHs (red) vs k random heads (grey, mean over seeds)"),
+            Table(["model", "benchmark", "k", "VRH", "paper", "diff", "random", "paper", "diff"], rows,
+                  "accuracy (%); paper: Tab. A1 where model and benchmark are the paper's")]
+
+
+# --- Fig. 6 / Tab. A12: all models at one k -----------------------------------------------------------
+def _report_k(v: StudyView) -> int | None:
+    prot = v.config.get("protocol") or {}
+    for table in ("crosstask", "transfer", "stability"):
+        if table in prot and is_num(prot[table].get("k")):
+            return int(prot[table]["k"])
+    ks = [k for k in (prot.get("sweep") or {}).get("ks") or [] if k > 0]
+    return max(ks) if ks else None
+
+
+def _one_k(v: StudyView):
+    k, bench = _report_k(v), (v.benchmarks or [None])[0]
+    rows, labels, vals = [], [], []
+    for m in v.models:
+        r = v.get("sweep", m, bench)
+        if r is None or k is None:
+            continue
+        res = r.res
+        base, mv = res.baseline_accuracy, _at(res.vrh.accuracy if res.vrh else None, res.k, k)
+        mr = _at(res.random.mean if res.random else None, res.k, k)
+        pm = v.paper_model(m)
+        ref = paper_numbers()["all_models_A12"]["models"].get(pm) or _a9_at(pm, k)
+        rows.append([m, pct(base), pct(mr), pct(mv), _paper((ref or {}).get("baseline")),
+                     _paper((ref or {}).get("random")), _paper((ref or {}).get("vrh")),
+                     _diff(mv, (ref or {}).get("vrh"))])
+        labels.append(m)
+        vals.append((base, mr, mv))
+    if not rows:
+        return []
+    fig = new_figure(max(4.0, 1.2 + 1.2 * len(labels)), 3.4)
+    ax = fig.add_subplot()
+    x = np.arange(len(labels))
+    for j, (name, color) in enumerate((("unmasked", BASELINE_COLOR), ("random", RANDOM_COLOR), ("VRH", VRH_COLOR))):
+        ax.bar(x + (j - 1) * 0.27, [100 * t[j] if is_num(t[j]) else np.nan for t in vals], width=0.27,
+               color=color, label=name)
+    ax.set_xticks(x, labels, fontsize=8)
+    ax.set_ylim(0, 100)
+    ax.set_ylabel("accuracy (%)")
+    ax.set_title(f"{bench}: k = {k}", fontsize=TITLE_SIZE)
+    ax.legend(fontsize=7)
+    return [Section(f"All models at k = {k} (Fig. 6, Tab. A12)"), Fig("study_one_k", to_png(fig)),
+            Table(["model", "unmasked", "random", "VRH", "paper unmasked", "paper random", "paper VRH", "diff"], rows,
+                  f"grounding accuracy (%) on {bench}; paper: Tab. A12 (k = 20), or Tab. A9 for its four models")]
+
+
+def _a9_at(pm: str | None, k: int) -> dict[str, Any] | None:
+    a9 = (paper_numbers()["ablation_A9"]["models"].get(pm) or {}) if pm else {}
+    if str(k) not in a9:
+        return None
+    return {"baseline": a9.get("0", {}).get("vrh"), "random": a9[str(k)]["random"], "vrh": a9[str(k)]["vrh"]}
+
+
+# --- Tab. 3: cross-task -------------------------------------------------------------------------------
+def _crosstask(v: StudyView):
+    if not v.of("crosstask"):
+        return []
+    t3 = paper_numbers()["crosstask_T3"]["models"]
+    rows = []
+    for m in v.models:
+        for label, key in (("unmasked", "baseline"), ("random", "random"), ("VRH", "vrh")):
+            row = [m if key == "baseline" else "", label]
+            for q in v.vqa:
+                r = v.get("crosstask", m, q)
+                val = None
+                if r is not None:
+                    res, k = r.res, max([x for x in (r.res.k or []) if x > 0], default=None)
+                    val = res.baseline_accuracy if key == "baseline" else _at(
+                        (res.vrh.accuracy if key == "vrh" else res.random.mean) if (res.vrh and res.random) else None,
+                        res.k, k)
+                pq = v.paper_benchmark(q)
+                ref = ((t3.get(v.paper_model(m)) or {}).get(pq) or {}).get(key) if pq else None
+                row.append(pct(val) + (f" (paper {ref:.1f})" if is_num(ref) else ""))
+            rows.append(row)
+    return [Section("Cross-task: VQA under grounding VRHs (Tab. 3)"),
+            Table(["model", "condition", *v.vqa], rows, "VQA accuracy (%) with the top-k heads detected on the "
+                                                          "study's cross-task benchmark masked")]
+
+
+# --- Fig. 5: sparsity on one axis ---------------------------------------------------------------------
+def _sparsity(v: StudyView):
+    dets = [(m, b, r) for m, b, r in v.of("detect") if r.head_scores is not None and b == (v.benchmarks or [""])[0]]
+    if not dets:
+        return []
+    maps = [(m, np.asarray(r.head_scores.score_map(), dtype=float).ravel()) for m, _, r in dets]
+    pos = np.concatenate([s[s > 0] for _, s in maps]) if maps else np.array([])
+    if pos.size == 0:
+        return []
+    bins = np.geomspace(pos.min(), pos.max() * 1.0001, 30)
+    fig = new_figure(6.0, 1.3 * len(maps) + 0.6)
+    axes = fig.subplots(len(maps), 1, sharex=True, squeeze=False)
+    for i, (m, s) in enumerate(maps):
+        ax = axes[i][0]
+        ax.hist(s[s > 0], bins=bins, color=OTHER_COLORS[i % len(OTHER_COLORS)])
+        ax.set_xscale("log")
+        plain_log_ticks(ax.xaxis)
+        ax.set_ylabel(m, fontsize=8)
+        ax.tick_params(labelsize=7)
+    axes[-1][0].set_xlabel(f"head score on {dets[0][1]} (log scale, one axis for every model)", fontsize=8)
+    rows = [[m, str(s.size), str(int((s > 0).sum())), f"{s.max():.3g}", f"{np.median(s):.3g}",
+             f"{100 * (s >= 0.1 * s.max()).mean():.1f}"] for m, s in maps]
+    return [Section("Sparsity per model (Fig. 5)"), Fig("study_sparsity", to_png(fig)),
+            Table(["model", "heads", "score > 0", "max", "median", "% within 10x of max"], rows)]
+
+
+# --- Fig. 7 / Tab. A13: transfer ----------------------------------------------------------------------
+def _transfer(v: StudyView):
+    cells = v.of("transfer")
+    if not cells:
+        return []
+    rows = []
+    for target, b, r in cells:
+        res, source = r.res, v.sources.get(("transfer", target, b)) or "?"
+        pa, pb = v.paper_model(source), v.paper_model(target)
+        a13 = paper_numbers()["transfer_A13"]["models"]
+        ref = a13.get(pb) if pa in a13 and pb in a13 and pa != pb else None
+        rows.append([f"{source} -> {target}", b, pct(res.baseline_accuracy), pct(res.own_heads_accuracy),
+                     pct(res.transferred_heads_accuracy), pct(res.random_accuracy_mean),
+                     f"{res.spearman:.2f}" if is_num(res.spearman) else "–",
+                     f"{res.topk_overlap:.2f}" if is_num(res.topk_overlap) else "–",
+                     _paper((ref or {}).get("cross")), _diff(res.transferred_heads_accuracy, (ref or {}).get("cross"))])
+    keys = ("baseline_accuracy", "random_accuracy_mean", "own_heads_accuracy", "transferred_heads_accuracy")
+    png = transfer_bars([row[0] for row in rows], [{key: getattr(r.res, key) for key in keys} for _, _, r in cells],
+                        title="model B: unmasked, random, its own VRHs, model A's VRHs")
+    return [Section("Transfer between models sharing a backbone (Fig. 7, Tab. A13)"), Fig("study_transfer", png),
+            Table(["A's heads -> B", "benchmark", "B unmasked", "B own", "A's (cross)", "random", "Spearman",
+                   "top-k overlap", "paper cross", "diff"], rows, "accuracy (%) of model B")]
+
+
+# --- Tab. A9 / Fig. 3: the design space and prior methods ---------------------------------------------
+FLIPS = {"in/sum/mean": "flipped_query", "out/argmax/mean": "flipped_phi", "out/sum/freq": "flipped_omega"}
+
+
+def _ablation(v: StudyView):
+    out = []
+    for m, b, r in v.of("compare"):
+        res = r.res
+        ks = res.k or []
+        pm = v.paper_model(m) if v.paper_benchmark(b) == "RefCOCO" else None
+        a9 = paper_numbers()["ablation_A9"]["models"].get(pm) or {}
+        rows = []
+        for name, curve in (res.methods or {}).items():
+            acc = curve.accuracy if curve else []
+            key = "vrh" if name == res.default_method else FLIPS.get(name)
+            rows.append([name + (" (default)" if name == res.default_method else "")]
+                        + [pct(a) + (f" (paper {a9[str(k)][key]:.1f})" if key and str(k) in a9 else "")
+                           for k, a in zip(ks, acc)])
+        if res.random is not None:
+            rows.append(["random"] + [pct(a) for a in res.random.mean or []])
+        out += [Section(f"Design space and methods: {m} on {b} (Tab. A9, Fig. 3)"),
+                Table(["method", *(f"k={k}" for k in ks)], rows, "grounding accuracy (%) with each method's top-k "
+                                                                  "masked; lower = more causal")]
+    return out
+
+
+# --- App. D: top-20 lists -----------------------------------------------------------------------------
+def _top_lists(v: StudyView):
+    dets = {(m, b): r for m, b, r in v.of("detect") if r.head_scores is not None}
+    if not dets:
+        return []
+    rows, overlap = [], []
+    for (m, b), r in dets.items():
+        hs = r.head_scores
+        n = min(TOP, max(1, hs.num_layers * hs.num_heads // 8))
+        top = hs.ranking()[:n]
+        pm, pb = v.paper_model(m), v.paper_benchmark(b)
+        ref = ((paper_numbers()["top20_D"].get(pb) or {}).get(pm)) if pm and pb else None
+        same = f"{len({tuple(h) for h in top} & {tuple(h) for h in ref[:n]})}/{n}" if ref else "–"
+        rows.append([m, b, ", ".join(f"({l},{h})" for l, h in top), same])
+    for m in v.models:
+        benches = [b for b in v.benchmarks if (m, b) in dets]
+        for i, a in enumerate(benches):
+            for c in benches[i + 1:]:
+                ha, hc = dets[(m, a)].head_scores, dets[(m, c)].head_scores
+                n = min(TOP, max(1, ha.num_layers * ha.num_heads // 8))
+                shared = len(set(ha.ranking()[:n]) & set(hc.ranking()[:n]))
+                overlap.append([m, f"{a} / {c}", f"{shared}/{n}"])
+    out = [Section("Top heads per model and benchmark (App. D)"),
+           Table(["model", "benchmark", "top heads (layer, head), 0-based", "same as paper"], rows,
+                 f"the top {TOP} (an eighth of the heads on small models), by descending score")]
+    if overlap:
+        out.append(Table(["model", "benchmarks", "shared top heads"], overlap, "overlap across benchmarks"))
+    return out
+
+
+# --- Fig. 8: failures and stability -------------------------------------------------------------------
+def _failures(v: StudyView):
+    k, rows = _report_k(v), []
+    for m, b, r in v.of("sweep"):
+        res = r.res
+        fv = _at(res.vrh.fractions if res.vrh else None, res.k, k)
+        fr = _at(res.random.fractions_mean if res.random else None, res.k, k)
+        if not isinstance(fv, dict):
+            continue
+        keys = sorted(set(fv) | set(fr or {}))
+        rows.append([m, b, "VRH", *(pct(fv.get(x)) for x in keys)])
+        rows.append(["", "", "random", *(pct((fr or {}).get(x)) for x in keys)])
+    if not rows:
+        return []
+    return [Section(f"Failure decomposition at k = {k} (Fig. 8a)"),
+            Table(["model", "benchmark", "masked", *keys], rows, "share of samples (%) by outcome")]
+
+
+def _stability(v: StudyView):
+    rows = []
+    for m, b, r in v.of("stability"):
+        res = r.res
+        curve = ", ".join(f"n={n}: {o:.2f}" for n, o in zip(res.n_values or [], res.topk_overlap_mean or [])
+                          if is_num(o))
+        tc = res.token_choice
+        rows.append([m, b, str(res.k), curve, *(pct(getattr(tc, key)) if tc else "–" for key in
+                                                ("baseline_accuracy", "rand1_accuracy", "out_accuracy",
+                                                 "random_accuracy"))])
+    if not rows:
+        return []
+    return [Section("Stability (Fig. 8b-c)"),
+            Table(["model", "benchmark", "k", "top-k overlap with the full set, by scoring-set size", "unmasked",
+                   "top-k of rand1", "top-k of out", "random"], rows,
+                  "Fig. 8c: overlap of the top-k from n scoring samples with the full detection's; Fig. 8b: accuracy "
+                  "(%) with the top-k of one random answer token (rand1) vs all of them (out) masked")]

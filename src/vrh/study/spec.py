@@ -1,0 +1,322 @@
+"""The study file: one TOML file that declares the paper's matrix (models x grounding benchmarks x VQA sets
+x protocol), read into frozen values and checked before any model loads.
+
+Grammar (every table and key; anything else is refused with its line)::
+
+    [study]          name, device, dtype, batch_size, max_new_tokens, threads
+    [models]         NAME = "hub id | local folder | organism:NAME"   or   NAME = { model = ..., adapter = ... }
+    [benchmarks.NAME]  one of: data = "converted.jsonl"
+                             | source = "refcoco", snapshot = "folder", split = "val", limit = N
+                             | world = "grounding", n = N, seed = S [, layout = "refcoco"]
+    [vqa.NAME]       the same kinds (task vqa): data = ... | source = ... | world = "vqa", n, seed
+    [detection]      n, n_eval, scorers, seed
+    [sweep]          ks, seeds, mask_mode, n, benchmarks, models
+    [crosstask]      k, seeds, benchmark (whose heads), models
+    [compare]        ks, methods, seeds, n, benchmark, models
+    [transfer]       k, seeds, benchmark, pairs = "auto" | [["A", "B"], ...], both_directions
+    [stability]      k, n_values, bootstrap, benchmark, models
+    [dpo_pairs]      k, n, benchmark, models
+
+A protocol table that is absent makes no cells of its kind. ``models`` in a protocol table restricts it to
+those models (default: all). Relative paths are relative to the study file's folder.
+
+Why the checks run here: a study is hours of GPU time, so a typo, a missing file or a k that leaves no room
+for k random heads (:func:`vrh.experiments.conditions.check_room`, on each model's grid read from its
+``config.json``, not from its weights) must fail in a second, naming the line of the study file.
+
+Transfer pairs ``"auto"``: two models share a language-model backbone when their LM configs agree on the
+architecture (model type, layers, heads, KV heads, hidden and intermediate sizes, vocabulary size) and their
+tokenizers have the same vocabulary (:mod:`vrh.study.backbones`). Same shape alone is not enough: models
+that share no weights can share a shape (organisms A and C do), so the rule is only as good as the
+checkpoints' configs; give ``pairs`` explicitly when you know better.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SECTIONS = ("study", "models", "benchmarks", "vqa", "detection", "sweep", "crosstask", "compare", "transfer",
+            "stability", "dpo_pairs")
+STUDY_KEYS = {"name": str, "device": str, "dtype": str, "batch_size": int, "max_new_tokens": int, "threads": int}
+MODEL_KEYS = {"model": str, "adapter": str}
+DATASET_KEYS = {"data": str, "source": str, "snapshot": str, "split": str, "limit": int, "world": str, "n": int,
+                "seed": int, "layout": str}
+PROTOCOL_KEYS: dict[str, dict[str, Any]] = {
+    "detection": {"n": int, "n_eval": int, "scorers": list, "seed": int},
+    "sweep": {"ks": list, "seeds": list, "mask_mode": str, "n": int, "benchmarks": list, "models": list},
+    "crosstask": {"k": int, "seeds": list, "benchmark": str, "models": list},
+    "compare": {"ks": list, "methods": list, "seeds": list, "n": int, "benchmark": str, "models": list},
+    "transfer": {"k": int, "seeds": list, "benchmark": str, "pairs": (str, list), "both_directions": bool},
+    "stability": {"k": int, "n_values": list, "bootstrap": int, "benchmark": str, "models": list},
+    "dpo_pairs": {"k": int, "n": int, "benchmark": str, "models": list},
+}
+WORLD_LAYOUTS = ("refcoco",)  # published layouts the synthetic world can be written in (vrh.study.datasets)
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # a short name becomes a folder name
+
+
+class StudyError(ValueError):
+    """A study file that cannot run; the message starts with ``FILE:LINE:``."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    model: str  # hub id, absolute local folder, or organism:NAME
+    adapter: str | None = None
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """A grounding benchmark or VQA set. ``kind``: ``data`` (a converted JSONL), ``source`` (a ``vrh data``
+    source converted from ``snapshot``) or ``world`` (the synthetic world, optionally through ``layout``)."""
+
+    name: str
+    task: str  # grounding | vqa
+    kind: str
+    data: str | None = None
+    source: str | None = None
+    snapshot: str | None = None
+    split: str | None = None
+    limit: int | None = None
+    n: int | None = None
+    seed: int | None = None
+    layout: str | None = None
+
+    def settings(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+
+@dataclass(frozen=True)
+class Study:
+    path: Path
+    name: str
+    models: tuple[ModelSpec, ...]
+    benchmarks: tuple[DatasetSpec, ...]
+    vqa: tuple[DatasetSpec, ...]
+    protocol: dict[str, dict[str, Any]]  # table name -> its settings with defaults filled (only present tables)
+    run: dict[str, Any] = field(default_factory=dict)  # device, dtype, batch_size, max_new_tokens, threads
+    grids: dict[str, tuple[int, int]] = field(default_factory=dict)  # model -> LM (layers, heads), from config
+    pairs: tuple[tuple[str, str], ...] = ()  # transfer (A, B): A's heads masked in B, both directions resolved
+
+    def model(self, name: str) -> ModelSpec:
+        return next(m for m in self.models if m.name == name)
+
+    def dataset(self, name: str) -> DatasetSpec:
+        return next(d for d in (*self.benchmarks, *self.vqa) if d.name == name)
+
+
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "detection": {"n": 200, "n_eval": None, "scorers": ["out/sum/mean"], "seed": 0},
+    "sweep": {"ks": [0, 1, 3, 5, 10, 20, 50], "seeds": [0, 1, 2], "mask_mode": "zero", "n": None},
+    "crosstask": {"k": 20, "seeds": [0, 1, 2]},
+    "compare": {"ks": [5, 10, 20, 50], "methods": None, "seeds": [0, 1, 2], "n": 200},
+    "transfer": {"k": 20, "seeds": [0, 1, 2], "pairs": "auto", "both_directions": True},
+    "stability": {"k": 20, "n_values": [1, 2, 5, 10, 20, 50, 100, 200], "bootstrap": 10},
+    "dpo_pairs": {"k": 20, "n": None},
+}
+RUN_DEFAULTS = {"device": "cpu", "dtype": "float32", "batch_size": 16, "max_new_tokens": 64, "threads": None}
+
+
+# --- line numbers -------------------------------------------------------------------------------------
+def line_of(text: str, keys: tuple[str, ...]) -> int:
+    """1-based line of the key path ``keys`` in the TOML ``text`` (a table header ``[a.b]`` or a
+    ``key = ...`` line under it, or inside an inline table on one line); the closest enclosing line found
+    when the exact key is not written (a default), 1 when nothing is.
+
+    >>> line_of("[study]\\nname = 'x'\\n[models]\\nA = { model = 'm' }\\n", ("models", "A", "model"))
+    4
+    """
+    lines = text.splitlines()
+    header = re.compile(r"^\s*\[\[?\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
+    best, depth = 1, 0
+    for i in range(len(keys), 0, -1):  # the longest table header that is a prefix of the path
+        want = ".".join(keys[:i])
+        hit = next((n for n, ln in enumerate(lines) if (m := header.match(ln)) and _unquote(m.group(1)) == want),
+                   None)
+        if hit is not None:
+            best, depth = hit + 1, i
+            break
+    rest = keys[depth:]
+    start = best if depth else 0
+    for i, key in enumerate(rest):
+        pat = re.compile(rf"(^|[{{,\s])\"?{re.escape(key)}\"?\s*=")
+        # the first key is looked for in the table, a deeper one only on its parent's line (an inline table)
+        span = range(start, len(lines)) if i == 0 else range(start, start + 1)
+        found = False
+        for n in span:
+            if n > start and depth and header.match(lines[n]):
+                break
+            if pat.search(lines[n]):
+                best, start, found = n + 1, n, True
+                break
+        if not found:
+            break
+    return best
+
+
+def _unquote(dotted: str) -> str:
+    return ".".join(p.strip().strip('"').strip("'") for p in dotted.split("."))
+
+
+# --- reading ------------------------------------------------------------------------------------------
+class _Reader:
+    def __init__(self, path: Path, text: str):
+        self.path, self.text = path, text
+
+    def fail(self, keys: tuple[str, ...], message: str) -> StudyError:
+        return StudyError(f"{self.path}:{line_of(self.text, keys)}: {message}")
+
+    def table(self, value: Any, keys: tuple[str, ...]) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise self.fail(keys, f"[{'.'.join(keys)}] must be a table")
+        return value
+
+    def check_keys(self, table: dict[str, Any], allowed: dict[str, Any], keys: tuple[str, ...]) -> None:
+        for key, value in table.items():
+            if key not in allowed:
+                raise self.fail((*keys, key), f"unknown key {key!r} in [{'.'.join(keys)}]; allowed: "
+                                              + ", ".join(sorted(allowed)))
+            want = allowed[key]
+            if isinstance(value, bool) and want is not bool:
+                ok = False
+            else:
+                ok = isinstance(value, want)
+            if not ok:
+                names = " or ".join(t.__name__ for t in (want if isinstance(want, tuple) else (want,)))
+                raise self.fail((*keys, key), f"{'.'.join((*keys, key))} must be {names}, got {value!r}")
+
+    def path_value(self, value: str, keys: tuple[str, ...], must: str = "exist") -> str:
+        p = Path(value).expanduser()
+        p = p if p.is_absolute() else (self.path.parent / p)
+        if not p.exists():
+            raise self.fail(keys, f"{'.'.join(keys)}: {p} does not {must}")
+        return str(p.resolve())
+
+
+def load_study(path: str | Path) -> Study:
+    """Read and check the study file ``path`` (TOML); raises :class:`StudyError` naming the line."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"study file {path} not found")
+    text = path.read_text()
+    r = _Reader(path, text)
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise StudyError(f"{path}: not valid TOML: {e}") from None
+    for key in raw:
+        if key not in SECTIONS:
+            raise r.fail((key,), f"unknown table [{key}]; a study has " + ", ".join(f"[{s}]" for s in SECTIONS))
+    st = r.table(raw.get("study", {}), ("study",))
+    r.check_keys(st, STUDY_KEYS, ("study",))
+    run = {**RUN_DEFAULTS, **{k: v for k, v in st.items() if k != "name"}}
+    models = _models(r, raw)
+    benchmarks = _datasets(r, raw, "benchmarks", "grounding")
+    vqa = _datasets(r, raw, "vqa", "vqa")
+    if not benchmarks:
+        raise r.fail(("benchmarks",), "a study needs at least one grounding benchmark ([benchmarks.NAME])")
+    taken = {}
+    for d in (*benchmarks, *vqa):
+        if d.name in taken:
+            raise r.fail((("vqa" if d.task == "vqa" else "benchmarks"), d.name),
+                         f"{d.name!r} names both a benchmark and a VQA set; names must differ")
+        taken[d.name] = d
+    protocol = {}
+    for name, allowed in PROTOCOL_KEYS.items():
+        if name not in raw and name != "detection":
+            continue
+        table = r.table(raw.get(name, {}), (name,))
+        r.check_keys(table, allowed, (name,))
+        protocol[name] = {**DEFAULTS[name], **table}
+    study = Study(path=path.resolve(), name=st.get("name", path.stem), models=models, benchmarks=benchmarks,
+                  vqa=vqa, protocol=protocol, run=run)
+    from vrh.study.checks import check_study  # the checks that need vrh's registries and model configs
+
+    grids, pairs = check_study(study, r)
+    return dataclasses.replace(study, grids=grids, pairs=pairs)
+
+
+def _models(r: _Reader, raw: dict[str, Any]) -> tuple[ModelSpec, ...]:
+    table = r.table(raw.get("models", {}), ("models",))
+    if not table:
+        raise r.fail(("models",), "a study needs at least one model ([models] NAME = \"hub id or folder\")")
+    out = []
+    for name, value in table.items():
+        keys = ("models", name)
+        if not NAME_RE.match(name):
+            raise r.fail(keys, f"model name {name!r}: letters, digits, '_', '.', '-' only (it names folders)")
+        value = {"model": value} if isinstance(value, str) else r.table(value, keys)
+        r.check_keys(value, MODEL_KEYS, keys)
+        if "model" not in value:
+            raise r.fail(keys, f"[models.{name}] needs model = \"hub id, local folder or organism:NAME\"")
+        out.append(ModelSpec(name=name, model=_model_ref(r, value["model"], (*keys, "model")),
+                             adapter=value.get("adapter")))
+    return tuple(out)
+
+
+def _model_ref(r: _Reader, model: str, keys: tuple[str, ...]) -> str:
+    """organism:NAME must resolve; a value that looks like a path (starts with . / ~, or exists) must be a
+    checkpoint folder; anything else is a hub id."""
+    if model == "organism" or model.startswith("organism:"):
+        from vrh.models.loading import resolve_model_path
+
+        try:
+            resolve_model_path(model)
+        except FileNotFoundError as e:
+            raise r.fail(keys, str(e)) from None
+        return model
+    p = Path(model).expanduser()
+    local = model.startswith((".", "/", "~")) or (r.path.parent / p).exists()
+    if not local:
+        return model
+    folder = Path(r.path_value(model, keys))
+    if not (folder / "config.json").is_file():
+        raise r.fail(keys, f"{'.'.join(keys)}: {folder} is not a checkpoint folder (no config.json)")
+    return str(folder)
+
+
+def _datasets(r: _Reader, raw: dict[str, Any], section: str, task: str) -> tuple[DatasetSpec, ...]:
+    out = []
+    for name, value in r.table(raw.get(section, {}), (section,)).items():
+        keys = (section, name)
+        if not NAME_RE.match(name):
+            raise r.fail(keys, f"name {name!r}: letters, digits, '_', '.', '-' only (it names folders)")
+        value = r.table(value, keys)
+        r.check_keys(value, DATASET_KEYS, keys)
+        kinds = [k for k in ("data", "source", "world") if k in value]
+        if len(kinds) != 1:
+            raise r.fail(keys, f"[{section}.{name}] needs exactly one of data = \"file.jsonl\", source = \"NAME\" "
+                               f"(with snapshot), world = \"{task}\"; got {kinds or 'none'}")
+        kind = kinds[0]
+        allowed = {"data": {"data"}, "source": {"source", "snapshot", "split", "limit"},
+                   "world": {"world", "n", "seed", "layout"}}[kind]
+        for key in value:
+            if key not in allowed:
+                raise r.fail((*keys, key), f"{key!r} does not apply to a {kind} entry; it takes "
+                                           + ", ".join(sorted(allowed)))
+        spec = dict(value)
+        if kind == "data":
+            spec["data"] = r.path_value(value["data"], (*keys, "data"))
+        elif kind == "source":
+            if "snapshot" not in value:
+                raise r.fail(keys, f"[{section}.{name}] source = {value['source']!r} needs snapshot = \"folder\"")
+            spec["snapshot"] = r.path_value(value["snapshot"], (*keys, "snapshot"))
+        else:
+            if value["world"] != task:
+                raise r.fail((*keys, "world"), f"world = {value['world']!r} in [{section}]: must be {task!r}")
+            for key in ("n", "seed"):
+                if key not in value:
+                    raise r.fail(keys, f"[{section}.{name}] world needs {key} = ...")
+            if value["n"] < 1:
+                raise r.fail((*keys, "n"), f"n must be >= 1, got {value['n']}")
+            if value.get("layout") is not None and (task != "grounding" or value["layout"] not in WORLD_LAYOUTS):
+                raise r.fail((*keys, "layout"), f"layout {value['layout']!r}: the world is written in a "
+                                                f"grounding layout, one of {list(WORLD_LAYOUTS)}")
+            spec.pop("world")
+        out.append(DatasetSpec(name=name, task=task, kind=kind, **spec))
+    return tuple(out)
