@@ -23,10 +23,14 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from vrh import runs
+from vrh.experiments.sparsity import fraction_above
 from vrh.models.loading import resolve_model_path
 
-SPARSITY_THRESHOLD = "0.1"  # the score threshold stated for the sparsity figure (docs/organism.md)
+SPARSITY_THRESHOLD = 0.1  # the acceptance threshold of the sparsity figure (docs/organism.md); the demo records
+# sparsity at the paper's thresholds (0.001 / 0.005), so this one is read off the demo's detection scores
 
 
 def checks(findings: Path) -> list[dict]:
@@ -38,7 +42,9 @@ def checks(findings: Path) -> list[dict]:
 
     n, k = demo["num_heads_total"], demo["k"]
     base = demo["baseline_accuracy"]
-    sp = demo["sparsity"]
+    scores = np.asarray(json.loads((findings / "demo" / "detect" / "head_scores.json").read_text())["scores"],
+                        dtype=float)  # (L, H)
+    above = fraction_above(scores, SPARSITY_THRESHOLD)
     rows = [
         ("3", "held-out grounding accuracy (n=%d)" % meta["heldout"]["grounding_n"],
          meta["heldout"]["grounding_acc_iou50"], ">= 0.90", meta["heldout"]["grounding_acc_iou50"] >= 0.90),
@@ -51,8 +57,7 @@ def checks(findings: Path) -> list[dict]:
          base - demo["random_masked_accuracy_mean"], "<= 0.10", base - demo["random_masked_accuracy_mean"] <= 0.10),
         ("4", "parse failures under VRH masking", demo["vrh_parse_failure_rate"], "<= 0.05",
          demo["vrh_parse_failure_rate"] <= 0.05),
-        ("4", f"fraction of heads scoring above {SPARSITY_THRESHOLD}", sp["fraction_above"][SPARSITY_THRESHOLD],
-         "< 0.15", sp["fraction_above"][SPARSITY_THRESHOLD] < 0.15),
+        ("4", f"fraction of heads scoring above {SPARSITY_THRESHOLD}", above, "< 0.15", above < 0.15),
     ]
     if tr is not None:
         own = tr["baseline_accuracy"] - tr["own_heads_accuracy"]
@@ -159,8 +164,8 @@ def report_lines(c: dict[str, Any]) -> list[str]:
                          f"{sw['top_k_accuracy'][i]:.3f} / {sw['random_accuracy_mean'][i]:.3f} +- "
                          f"{sw['random_accuracy_std'][i]:.3f}  "
                          f"(parse failures {sw['top_k_parse_failure_rate'][i]:.3f})"))
-    lines.append(row(f"top {max(sw['k'])} heads (layer, head), best first",
-                     " ".join(f"({layer},{head})" for layer, head in sw["top_heads"])))
+    lines.append(row(f"top {max(sw['k'])} heads (LAYER:HEAD), best first",
+                     " ".join(f"{layer}:{head}" for layer, head in sw["top_heads"])))
     sp = c["sparsity"]
     for t, frac in sp["fraction_above"].items():
         lines.append(row(f"fraction of heads scoring above {t}", f"{frac:.3f} ({sp['count_above'][t]} of {n})"))

@@ -81,6 +81,8 @@ def test_demo_writes_headline_subruns_and_report(finished):
     assert g["k"] == [0, 1, 3, 6] and r["vrh_masked_accuracy"] == g["vrh"]["accuracy"][2]
     assert runs.read_results(out / "sweep_vqa")["k"] == [0, 3]
     assert (out / "report" / "report.html").exists() and r["report"] == str(out / "report" / "report.html")
+    # sparsity at the paper's Fig. 5 thresholds, as every other output states it (issue 26 item 7)
+    assert sorted(float(t) for t in r["sparsity"]["fraction_above"]) == [0.001, 0.005]
 
 
 def test_a_plain_rerun_is_refused_like_every_command(finished, organism, capsys):

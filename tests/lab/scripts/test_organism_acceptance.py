@@ -31,7 +31,10 @@ def findings(tmp_path, vrh_masked=0.2, frac_above=0.09, transferred=0.5):
     write(f / "demo" / "results.json", {
         "num_heads_total": 32, "k": 3, "baseline_accuracy": 0.9, "elapsed_seconds": 40.0,
         "vrh_masked_accuracy": vrh_masked, "random_masked_accuracy_mean": 0.88, "random_seeds": [0, 1, 2],
-        "vrh_parse_failure_rate": 0.01, "sparsity": {"fraction_above": {"0.05": 0.2, "0.1": frac_above}}})
+        "vrh_parse_failure_rate": 0.01, "sparsity": {"fraction_above": {"0.001": 0.4, "0.005": 0.3}}})
+    above = round(frac_above * 32)  # heads of the demo's detection scoring above the acceptance threshold 0.1
+    write(f / "demo" / "detect" / "head_scores.json", {"scores": [[0.5] * 8] * (above // 8) + [
+        [0.5] * (above % 8) + [0.01] * (8 - above % 8)] + [[0.01] * 8] * (3 - above // 8)})
     write(f / "transfer" / "results.json", {"baseline_accuracy": 0.8, "own_heads_accuracy": 0.2,
                                             "transferred_heads_accuracy": transferred})
     return f
