@@ -56,6 +56,9 @@ def test_cli_defaults_are_todays():
     assert (cfg.batch_size, cfg.max_new_tokens, cfg.mask_mode) == (64, 24, "zero")
     assert parse_config(demo.Config, p.parse_args(["--k", "2", "--mask-mode", "uniform"])).k == 2
     assert default_ks(3, 4, 8) == (0, 1, 3, 6) and default_ks(3, 2, 4) == (0, 1, 3)
+    from vrh.experiments.sparsity import DEFAULT_THRESHOLDS
+
+    assert cfg.sparsity_thresholds == DEFAULT_THRESHOLDS  # the paper's, the one definition (issue 26 item 7)
 
 
 def test_demo_writes_headline_subruns_and_report(finished):

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vrh.experiments.sparsity import DEFAULT_THRESHOLDS
 from vrh.infra.options import (DEFAULT_K_RULE, GenerationOptions, MaskOptions, ModelOptions, RunOptions, ints, option,
                                optional_int, redefault)
 
@@ -48,7 +47,7 @@ class Config(ModelOptions, MaskOptions, GenerationOptions, RunOptions):
     seeds: tuple[int, ...] = option((0, 1, 2), parse=ints, metavar="S,S",
                                     help="random-head seeds: one random control per (k, seed)")
     world_seed: int = option(DEMO_WORLD_SEED, cli=False, help="seed of the synthetic world's samples (VQA: +1)")
-    sparsity_thresholds: tuple[float, ...] = option(DEFAULT_THRESHOLDS, cli=False,
+    sparsity_thresholds: tuple[float, ...] = option((1e-3, 5e-3), cli=False,  # sparsity.DEFAULT_THRESHOLDS
                                                     help="score thresholds of the sparsity figure (the paper's "
                                                          "Fig. 5 ones: 0.001 non-negligible, 0.005 high)")
 
