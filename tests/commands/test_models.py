@@ -137,6 +137,49 @@ def test_inspect_prints_the_structure_and_the_visual_tokens(capsys):
     assert v["tokens"] > 0
 
 
+REAL = Path(__file__).resolve().parents[2] / ".." / "shared" / "real" / "checkpoints"
+
+
+@pytest.mark.skipif(not REAL.is_dir(), reason="the real checkpoint files (../shared/real) are absent")
+@pytest.mark.parametrize("folder, size, heads, counted", [
+    ("internvl3_8b_hf", "1792x1344", "28 layers x 28 heads = 784", "3,328 visual tokens, 3,072 of them cells"),
+    ("qwen2_5_vl_7b", "640x480", "28 layers x 28 heads = 784", "391 visual tokens, 391 of them cells"),
+    ("llama3_llava_next_8b_hf", "640x480", "32 layers x 32 heads = 1,024", "2,340 visual tokens, 1,728 of them cells"),
+], ids=["internvl3_8b_hf", "qwen2_5_vl_7b", "llama3_llava_next_8b_hf"])
+def test_inspect_counts_a_config_only_real_folder(capsys, folder, size, heads, counted):
+    """The shared folders carry configs and no tokenizer (a config-only download): the CLI counts their visual
+    tokens with the family's stand-in tokenizer and says so (figures: ../shared/real/SOURCES.md, paper App. I)."""
+    from vrh.models.inspect import STAND_IN_NOTE
+
+    assert main(["models", "--inspect", str(REAL / folder), "--image-size", size]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("LM heads") and heads in line for line in lines), lines
+    (line,) = [line for line in lines if line.startswith(f"image {size}")]
+    assert line.split(None, 2)[2] == f"{counted} ({STAND_IN_NOTE})"
+
+
+def test_inspect_without_a_stand_in_says_it_did_not_count(tmp_path, capsys):
+    """A custom adapter has no tiny build, hence no stand-in: a folder without tokenizer files is not counted."""
+    import shutil
+
+    from vrh.models.inspect import TOKENIZER_DEFINITIONS, TOKENIZER_FILES
+    from vrh.testing.builders import TINY_BUILDERS
+    from vrh.testing.tiny_models import save_tiny
+
+    whole = save_tiny(*TINY_BUILDERS["qwen2_5_vl"](), tmp_path / "whole")
+    shutil.copytree(whole, tmp_path / "bare", ignore=shutil.ignore_patterns(*TOKENIZER_FILES, *TOKENIZER_DEFINITIONS))
+    (tmp_path / "my_inspect_plugin.py").write_text(
+        "from vrh.models.adapters.qwen_vl import Qwen2_5_VLAdapter\n\n"
+        "class Mine(Qwen2_5_VLAdapter):\n    name = 'mine'\n")
+    argv = ["models", "--inspect", str(tmp_path / "bare"), "--image-size", "64x48"]
+    assert main([*argv, "--adapter", f"{tmp_path / 'my_inspect_plugin.py'}:Mine"]) == 0
+    out = capsys.readouterr().out
+    assert (f"image 64x48  visual tokens not counted: {tmp_path / 'bare'} has no tokenizer files" in out
+            and "family 'mine' has no stand-in tokenizer (no tiny build)" in out), out
+    assert main(argv) == 0  # the built-in adapter of the same folder has one
+    assert "visual tokens, " in capsys.readouterr().out
+
+
 def test_inspect_errors_are_one_line(tmp_path, capsys, monkeypatch):
     from huggingface_hub import constants
 

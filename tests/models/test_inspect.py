@@ -1,11 +1,12 @@
 """``vrh.models.inspect``: a checkpoint built on the meta device from its config, its heads and its visual tokens.
 
 The real-config tests read ``../shared/real/checkpoints`` (skipped where it is absent). Those folders hold the
-published config and processor files but no tokenizer (too large to share), so the visual-token tests copy them
-next to the family's tiny stand-in tokenizer (``vrh.testing``), which carries the family's special tokens: the
-count is the processor's expansion of the image placeholder, set by the image processor and processor configs,
-not by the vocabulary. Expected figures: paper Table A7 (784 heads) and App. I (3,328 InternVL3 tokens at
-1792x1344), and ``../shared/real/SOURCES.md``.
+published config and processor files but no tokenizer (too large to share), as a config-only download does, so
+inspect counts their visual tokens with the family's stand-in tokenizer (``vrh.testing.builders.
+stand_in_tokenizer``: the tiny build's, which carries the family's special tokens): the count is the processor's
+expansion of the image placeholder, set by the image processor and processor configs, not by the vocabulary
+(``test_inspect_real_tokenizers.py`` gets the same counts with the real vocabularies). Expected figures: paper
+Table A7 (784 heads) and App. I (3,328 InternVL3 tokens at 1792x1344), and ``../shared/real/SOURCES.md``.
 """
 
 import json
@@ -15,12 +16,15 @@ from pathlib import Path
 import pytest
 from huggingface_hub import constants
 
-from vrh.models.inspect import inspect_checkpoint, parse_image_size
+from vrh.models.inspect import (STAND_IN_NOTE, TOKENIZER_DEFINITIONS, TOKENIZER_FILES, inspect_checkpoint,
+                                parse_image_size)
+from vrh.testing.builders import TINY_BUILDERS, stand_in_tokenizer
+from vrh.testing.tiny_models import save_tiny
 
 REAL = Path(__file__).resolve().parents[2] / ".." / "shared" / "real" / "checkpoints"
 needs_real = pytest.mark.skipif(not REAL.is_dir(), reason="the real checkpoint files (../shared/real) are absent")
 
-# folder, tiny tokenizer family, layers, heads, head dim, {(W, H): (visual tokens, cells)}
+# folder, adapter, layers, heads, head dim, {(W, H): (visual tokens, cells)}
 CASES = [
     ("qwen2_5_vl_7b", "qwen2_5_vl", 28, 28, 128,
      {(448, 448): (256, 256), (640, 480): (391, 391), (1792, 1344): (3072, 3072)}),
@@ -31,47 +35,28 @@ CASES = [
 ]
 
 
-def _qwen():
-    from vrh.testing.tiny_models import qwen_tokenizer
-
-    return qwen_tokenizer()
-
-
-def _internvl():
-    from vrh.testing.tiny_internvl import internvl_tokenizer
-
-    return internvl_tokenizer()
-
-
-def _llava():
-    from vrh.testing.tiny_models import llava_tokenizer
-
-    return llava_tokenizer()
-
-
-STAND_INS = {"qwen2_5_vl": _qwen, "internvl": _internvl, "llava_next": _llava}  # the tiny builds' tokenizers
-
-
-def with_stand_in_tokenizer(folder: str, family: str, dest: Path) -> Path:
-    """The real folder's files (the reconstructed LLaVA-NeXT processor config under its real name, as
-    SOURCES.md's figures assume) plus the family's tiny tokenizer."""
+def current_files(folder: str, dest: Path) -> Path:
+    """The real folder's current files (the reconstructed LLaVA-NeXT processor config under its real name, as
+    SOURCES.md's figures assume): a config-only download, no tokenizer files."""
     dest.mkdir()
     for f in (REAL / folder).iterdir():
         if "first_release" not in f.name and "475-byte" not in f.name:  # the current files only
             shutil.copy(f, dest / f.name.replace(".RECONSTRUCTED", ""))
-    STAND_INS[family]().save_pretrained(dest)
     return dest
 
 
 @needs_real
 @pytest.mark.parametrize("folder, family, layers, heads, head_dim, counts", CASES, ids=[c[0] for c in CASES])
 def test_real_configs_give_the_published_figures(tmp_path, folder, family, layers, heads, head_dim, counts):
-    path = with_stand_in_tokenizer(folder, family, tmp_path / folder)
-    found = inspect_checkpoint(str(path), image_sizes=tuple(counts))
+    path = current_files(folder, tmp_path / folder)
+    found = inspect_checkpoint(str(path), image_sizes=tuple(counts), stand_in=stand_in_tokenizer)
     assert (found.adapter, found.num_layers, found.num_heads, found.head_dim) == (family, layers, heads, head_dim)
     assert found.total_heads == layers * heads and found.o_proj_in_features == heads * head_dim
     assert found.attention_modules == [f"model.language_model.layers.{i}.self_attn" for i in range(layers)]
-    assert {(v.width, v.height): (v.tokens, v.cells) for v in found.visual} == counts
+    assert {(v.width, v.height): (v.tokens, v.cells) for v in found.visual} == counts, [v.note for v in found.visual]
+    assert {v.note for v in found.visual} == {STAND_IN_NOTE}
+    assert sorted(f.name for f in path.iterdir()) == sorted(f.name.replace(".RECONSTRUCTED", "") for f in (
+        REAL / folder).iterdir() if "first_release" not in f.name and "475-byte" not in f.name)  # untouched
     text = found.format()
     assert f"{layers} layers x {heads} heads = {layers * heads:,}" in text
     assert f"model.language_model.layers.{{0..{layers - 1}}}.self_attn" in text
@@ -80,20 +65,68 @@ def test_real_configs_give_the_published_figures(tmp_path, folder, family, layer
 @needs_real
 def test_table_a7_head_counts_from_the_bare_real_folders():
     """784 = 28 x 28 for Qwen2.5-VL-7B and InternVL3-8B (paper Table A7), from the shared folders as they are;
-    without a tokenizer there, the count is refused in one line, not guessed."""
+    without a tokenizer there and no stand-in given, the count is refused in one line, not guessed."""
     for folder in ("qwen2_5_vl_7b", "internvl3_8b_hf"):
         found = inspect_checkpoint(str(REAL / folder), image_sizes=((1792, 1344),))
         assert found.total_heads == 784 and found.head_dim == 128
         (v,) = found.visual
-        assert v.tokens is None and "has no tokenizer files" in v.note
+        assert v.tokens is None and "has no tokenizer files" in v.note and "stand-in" not in v.note
         assert "visual tokens not counted" in found.format()
+
+
+@pytest.mark.parametrize("family", sorted(TINY_BUILDERS))
+def test_a_config_only_folder_counts_as_the_whole_one(tmp_path, family):
+    """Every family with a tiny build: its save without the tokenizer files counts the visual tokens and cells the
+    whole save counts, through the stand-in (and says so); with no stand-in it is not counted."""
+    whole = save_tiny(*TINY_BUILDERS[family](), tmp_path / "whole")
+    bare = tmp_path / "bare"
+    shutil.copytree(whole, bare, ignore=shutil.ignore_patterns(*TOKENIZER_FILES, *TOKENIZER_DEFINITIONS))
+    sizes = ((64, 48), (40, 72))
+    expected = inspect_checkpoint(str(whole), image_sizes=sizes, stand_in=stand_in_tokenizer)
+    assert all(v.tokens and not v.note for v in expected.visual), [v.note for v in expected.visual]
+    found = inspect_checkpoint(str(bare), image_sizes=sizes, stand_in=stand_in_tokenizer)
+    assert [(v.tokens, v.cells, v.meta) for v in found.visual] == [(v.tokens, v.cells, v.meta) for v in expected.visual]
+    assert [v.note for v in found.visual] == [STAND_IN_NOTE] * 2
+    assert f"{found.visual[0].tokens:,} visual tokens, {found.visual[0].cells:,} of them cells ({STAND_IN_NOTE})" \
+        in found.format()
+    assert [v.tokens for v in inspect_checkpoint(str(bare), image_sizes=sizes).visual] == [None, None]
+
+
+SMALL_LM = dict(num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                num_key_value_heads=2, head_dim=16)
+
+
+@needs_real
+@pytest.mark.parametrize("folder, family, sizes, tokens", [
+    ("paligemma2_448", "paligemma", ((448, 448), (640, 480)), 1024),
+    ("gemma3_4b_it", "gemma3", ((896, 896), (640, 480)), 256),
+], ids=["paligemma2_448", "gemma3_4b_it"])
+def test_real_processor_files_without_a_config_count_with_a_stand_in(tmp_path, folder, family, sizes, tokens):
+    """The shared PaliGemma2-448 and Gemma 3 folders hold processor files only (no config.json, so the CLI refuses
+    them in one line); beside a config of the family with its published vision shape (SigLIP, 14-px patches, 448
+    and 896 px) and a small LM, they count one image as SOURCES.md says (448 px -> 1,024 tokens; Gemma 3's
+    ``image_seq_length`` 256) at any size, with the family's stand-in tokenizer."""
+    from transformers import Gemma3Config, PaliGemmaConfig
+
+    with pytest.raises(FileNotFoundError, match="has no config.json"):
+        inspect_checkpoint(str(REAL / folder))
+    path = current_files(folder, tmp_path / folder)
+    if family == "paligemma":
+        config = PaliGemmaConfig(vision_config=dict(image_size=448, patch_size=14),
+                                 text_config=dict(model_type="gemma2", **SMALL_LM))
+    else:
+        config = Gemma3Config(vision_config=dict(image_size=896, patch_size=14), text_config=SMALL_LM)
+    config.save_pretrained(path)
+    found = inspect_checkpoint(str(path), image_sizes=sizes, stand_in=stand_in_tokenizer)
+    assert found.adapter == family
+    assert [(v.tokens, v.cells, v.note) for v in found.visual] == [(tokens, tokens, STAND_IN_NOTE)] * len(sizes)
 
 
 @needs_real
 def test_a_processor_that_cannot_count_is_one_line_per_size(tmp_path):
     """A tokenizer but no image processor config: the structure is still read, each size says why in one line."""
     shutil.copy(REAL / "qwen2_5_vl_7b" / "config.json", tmp_path / "config.json")
-    STAND_INS["qwen2_5_vl"]().save_pretrained(tmp_path)
+    stand_in_tokenizer("qwen2_5_vl").save_pretrained(tmp_path)
     found = inspect_checkpoint(str(tmp_path), image_sizes=((448, 448), (64, 64)))
     assert found.total_heads == 784 and [v.tokens for v in found.visual] == [None, None]
     assert all(v.note.startswith(f"the processor in {tmp_path} could not expand an image (OSError: ")

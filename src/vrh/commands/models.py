@@ -33,8 +33,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "its family, layers x heads, head dim and attention modules (default: list the families)")
     p.add_argument("--image-size", metavar="WxH", nargs="+", default=[],
                    help="with --inspect: count the visual tokens (and how many are cells) the checkpoint's "
-                        "processor makes of an image of this size, e.g. 1792x1344; several sizes allowed (default: "
-                        "none)")
+                        "processor makes of an image of this size, e.g. 1792x1344; several sizes allowed; a "
+                        "checkpoint without tokenizer files is counted with the family's stand-in tokenizer, and says "
+                        "so (default: none)")
     p.add_argument("--revision", default=None, help="with --inspect and a hub id: the cached revision (default: main)")
 
 
@@ -101,9 +102,11 @@ class _Discard:
 def main(args: argparse.Namespace) -> int:
     if args.inspect:
         from vrh.models.inspect import inspect_checkpoint, parse_image_size
+        from vrh.testing.builders import stand_in_tokenizer
 
         sizes = tuple(parse_image_size(s) for s in args.image_size)
-        found = inspect_checkpoint(args.inspect, image_sizes=sizes, adapter=args.adapter, revision=args.revision)
+        found = inspect_checkpoint(args.inspect, image_sizes=sizes, adapter=args.adapter, revision=args.revision,
+                                   stand_in=stand_in_tokenizer)  # a config-only folder is counted all the same
         print(json.dumps(found.to_json(), indent=2) if args.json else found.format())
         return 0
     if args.image_size or args.revision:

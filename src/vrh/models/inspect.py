@@ -7,7 +7,10 @@ the head dim (``o_proj``'s input viewed as ``[B, S, H, d_head]`` by the masking 
 attention modules the adapter finds, and, for an image size, how many visual tokens the checkpoint's own
 processor makes of such an image and how many of them are *cells* (tokens that show image pixels and may
 enter K; :class:`vrh.models.adapters.base.VisionBatch`). The count goes through the adapter's
-``build_batch`` on a blank image, so it is the one a run gets, never a formula.
+``build_batch`` on a blank image, so it is the one a run gets, never a formula. A checkpoint without tokenizer
+files (a config-only download) is counted with a stand-in tokenizer carrying the family's special tokens when the
+caller passes one (``vrh models --inspect`` passes the tiny builds' tokenizers, :mod:`vrh.testing.builders`): the
+expansion of the image placeholder is set by the processor configs and those special tokens, not by the vocabulary.
 
 A checkpoint is a local folder, the shipped ``organism``, or a hub id already in the local Hugging Face cache:
 nothing is downloaded (an uncached id is one line saying so).
@@ -15,19 +18,26 @@ nothing is downloaded (an uncached id is one line saying so).
 
 from __future__ import annotations
 
+import contextlib
 import json
+import tempfile
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 # files any of which makes a folder carry a tokenizer (the processor needs one to expand the image placeholder)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "qwen.tiktoken", "tokenizer.tiktoken")
+# a checkpoint's files that describe a tokenizer whose vocabulary it lacks: a stand-in's own replace them
+TOKENIZER_DEFINITIONS = ("tokenizer_config.json", "special_tokens_map.json", "added_tokens.json")
+STAND_IN_NOTE = ("counted with a stand-in tokenizer: the checkpoint has no tokenizer files; the count does not depend "
+                 "on the vocabulary")
 
 
 @dataclass(frozen=True)
 class VisualCount:
     """Visual tokens the processor makes of one ``width x height`` image (``tokens`` None: not counted, ``note``
-    says why in one line)."""
+    says why in one line; counted, ``note`` is empty or :data:`STAND_IN_NOTE`)."""
 
     width: int
     height: int
@@ -76,8 +86,8 @@ class Inspection:
                 ("parameters", params)]
         for v in self.visual:
             rows.append((f"image {v.width}x{v.height}",
-                         f"{v.tokens:,} visual tokens, {v.cells:,} of them cells" if v.tokens is not None
-                         else f"visual tokens not counted: {v.note}"))
+                         f"{v.tokens:,} visual tokens, {v.cells:,} of them cells" + (f" ({v.note})" if v.note else "")
+                         if v.tokens is not None else f"visual tokens not counted: {v.note}"))
         width = max(len(label) for label, _ in rows) + 2
         return "\n".join(f"{label:<{width}}{text}" for label, text in rows)
 
@@ -125,11 +135,14 @@ def resolve_local(checkpoint: str, revision: str | None = None) -> Path:
 
 
 def inspect_checkpoint(checkpoint: str, *, image_sizes: tuple[tuple[int, int], ...] = (),
-                       adapter: str | None = None, revision: str | None = None) -> Inspection:
+                       adapter: str | None = None, revision: str | None = None,
+                       stand_in: Callable[[str], Any] | None = None) -> Inspection:
     """Build ``checkpoint`` on the meta device and read its structure; count visual tokens per image size.
 
-    Raises ValueError / FileNotFoundError (one line) for a refused family, an unknown model type or a checkpoint
-    that is not local; a processor that cannot count is reported in that size's ``note`` instead."""
+    ``stand_in``: adapter name -> a tokenizer with that family's special tokens (or None: no stand-in), used to
+    count a checkpoint that has no tokenizer files. Raises ValueError / FileNotFoundError (one line) for a refused
+    family, an unknown model type or a checkpoint that is not local; a processor that cannot count is reported in
+    that size's ``note`` instead."""
     import importlib
 
     import torch
@@ -155,7 +168,7 @@ def inspect_checkpoint(checkpoint: str, *, image_sizes: tuple[tuple[int, int], .
         raise ValueError(f"o_proj input features {sorted(o_in)} != {heads} heads x {head_dim} head dim: vrh "
                          "cannot split this model's o_proj input into heads")
     text = chosen.text_config(model)
-    visual = count_visual_tokens(chosen, model, path, tuple(image_sizes))
+    visual = count_visual_tokens(chosen, model, path, tuple(image_sizes), stand_in)
     return Inspection(checkpoint=checkpoint, path=str(path), model_type=config.model_type, adapter=chosen.name,
                       model_class=chosen.model_class, num_layers=len(layers), num_heads=heads,
                       num_kv_heads=int(getattr(text, "num_key_value_heads", None) or heads), head_dim=head_dim,
@@ -164,25 +177,55 @@ def inspect_checkpoint(checkpoint: str, *, image_sizes: tuple[tuple[int, int], .
                       parameters=sum(p.numel() for p in model.parameters()), visual=visual)
 
 
-def count_visual_tokens(chosen: Any, model: Any, path: Path, sizes: tuple[tuple[int, int], ...]
-                        ) -> list[VisualCount]:
+def count_visual_tokens(chosen: Any, model: Any, path: Path, sizes: tuple[tuple[int, int], ...],
+                        stand_in: Callable[[str], Any] | None = None) -> list[VisualCount]:
     """The visual tokens and cells of a blank image of each size, through the checkpoint's processor and the
-    adapter's ``build_batch`` (``on_load`` first: it completes processor settings from the config). A
-    processor that cannot count gives every size the same one-line ``note``."""
-    from PIL import Image
-
-    def fail(note: str) -> list[VisualCount]:
-        return [VisualCount(w, h, note=note) for w, h in sizes]
-
+    adapter's ``build_batch`` (``on_load`` first: it completes processor settings from the config). A checkpoint
+    without tokenizer files is counted with ``stand_in(chosen.name)`` where that gives a tokenizer
+    (:func:`stand_in_view`; each count's ``note`` says so). A processor that cannot count gives every size the
+    same one-line ``note``."""
     if not sizes:
         return []
-    if not any((path / f).is_file() for f in TOKENIZER_FILES):
-        return fail(f"{path} has no tokenizer files ({', '.join(TOKENIZER_FILES[:3])}); the processor needs them "
-                    "to expand the image placeholder")
+    if any((path / f).is_file() for f in TOKENIZER_FILES):
+        return _count(chosen, model, path, path, sizes, note="")
+    tokenizer = stand_in(chosen.name) if stand_in is not None else None
+    if tokenizer is None:
+        why = (f"{path} has no tokenizer files ({', '.join(TOKENIZER_FILES[:3])}); the processor needs them to "
+               "expand the image placeholder")
+        if stand_in is not None:
+            why += f", and family {chosen.name!r} has no stand-in tokenizer (no tiny build)"
+        return [VisualCount(w, h, note=why) for w, h in sizes]
+    with stand_in_view(path, tokenizer) as view:
+        return _count(chosen, model, path, view, sizes, note=STAND_IN_NOTE)
+
+
+@contextlib.contextmanager
+def stand_in_view(path: Path, tokenizer: Any) -> Iterator[Path]:
+    """A temporary folder that loads as ``path`` with ``tokenizer``: the tokenizer saved, then links to the
+    checkpoint's files (its processor configs and chat template win over the stand-in's; its
+    :data:`TOKENIZER_DEFINITIONS`, which describe the vocabulary it lacks, do not). ``path`` is not touched."""
+    with tempfile.TemporaryDirectory(prefix="vrh-stand-in-") as tmp:
+        view = Path(tmp)
+        tokenizer.save_pretrained(view)
+        own = [f for f in sorted(path.iterdir()) if f.is_file() and f.name not in TOKENIZER_DEFINITIONS]
+        if any(f.name.startswith("chat_template") for f in own):  # the checkpoint's template, never both
+            for f in view.glob("chat_template*"):
+                f.unlink()
+        for f in own:
+            (view / f.name).unlink(missing_ok=True)
+            (view / f.name).symlink_to(f.resolve())
+        yield view
+
+
+def _count(chosen: Any, model: Any, path: Path, source: Path, sizes: tuple[tuple[int, int], ...], note: str
+           ) -> list[VisualCount]:
+    """Each size counted with the processor loaded from ``source`` (``path`` itself, or a stand-in view of it)."""
+    from PIL import Image
+
     plain = lambda o: o.tolist() if hasattr(o, "tolist") else str(o)  # noqa: E731 - tensors, arrays -> lists
     counts = []
     try:
-        processor = chosen.processor_for(str(path))
+        processor = chosen.processor_for(str(source))
         processor.tokenizer.padding_side = "left"
         chosen.on_load(model, processor)
         for width, height in sizes:
@@ -190,10 +233,12 @@ def count_visual_tokens(chosen: Any, model: Any, path: Path, sizes: tuple[tuple[
                                        [chosen.grounding_prompt("it")])
             meta = json.loads(json.dumps(batch.meta[0], default=plain)) if batch.meta else {}  # JSON-ready
             counts.append(VisualCount(width, height, tokens=len(batch.visual_positions[0]),
-                                      cells=int(batch.cell_tokens[0].sum()), meta=meta))
+                                      cells=int(batch.cell_tokens[0].sum()), note=note, meta=meta))
     except (OSError, ValueError, TypeError, AttributeError, ImportError, KeyError, NotImplementedError) as e:
         detail = " ".join(str(e).split())[:300]  # one line
-        return fail(f"the processor in {path} could not expand an image ({type(e).__name__}: {detail})")
+        why = f"the processor in {path} could not expand an image ({type(e).__name__}: {detail})"
+        why += "; tried with a stand-in tokenizer, the checkpoint having no tokenizer files" if note else ""
+        return [VisualCount(w, h, note=why) for w, h in sizes]
     return counts
 
 

@@ -1,8 +1,11 @@
-"""adapter name -> tiny builder; the shared adapter suite asserts every registered adapter has one.
+"""adapter name -> tiny builder; the shared adapter suite asserts every registered adapter has one. Each build's
+tokenizer is also the family's stand-in (:func:`stand_in_tokenizer`) where a checkpoint ships none.
 
 Its own module (not in ``tiny_models``) because the family builders import ``tiny_models``' tokenizer
 and config helpers: collecting them here keeps the imports one-way.
 """
+
+from typing import Any
 
 from vrh.testing.tiny_gemma3 import tiny_gemma3
 from vrh.testing.tiny_glm4v import tiny_glm4v
@@ -26,3 +29,12 @@ TINY_BUILDERS = {
     "paligemma": tiny_paligemma,
     "gemma3": tiny_gemma3,
 }
+
+
+def stand_in_tokenizer(family: str) -> Any:
+    """The tokenizer of ``family``'s tiny build (the family's special tokens and chat template over a small
+    vocabulary), or None where the adapter name ``family`` has no tiny build (a custom adapter). ``vrh models
+    --inspect`` counts the visual tokens of a checkpoint without tokenizer files with it: the processor expands
+    the image placeholder as its configs say, whatever the vocabulary. Read-only (the builds are cached)."""
+    builder = TINY_BUILDERS.get(family)
+    return None if builder is None else builder()[1].tokenizer
