@@ -35,7 +35,9 @@ Each run's ``results.json`` is read as its command's typed value; the schema of 
 order and meaning, what an old or partial file reads as) lives in :mod:`vrh.runs.results` and
 :mod:`vrh.runs.results_characterize`. The comparison's ``default_method`` (else a method named like "vrh",
 "ours" or "own") is drawn red, "random" grey; methods with identical accuracies share one line. A ``demo``
-run gets the headline section; any other command lands in "Other runs" until a renderer is added here.
+run gets the headline section, a ``study`` run the study's sections (:mod:`vrh.report.study`; its own results
+are the study's bookkeeping, not a measurement, so it is no "Other run"); any other command lands in "Other
+runs" until a renderer is added here.
 """
 
 from __future__ import annotations
@@ -69,7 +71,7 @@ def build_sections(runs, k: int | KChoice | None) -> list[Section]:
                  characterize.transfer_section(runs), characterize.stability_section(runs),
                  characterize.compare_section(runs), emergence.emergence_section(runs), pairs.dpo_section(runs),
                  dpo.dpo_section(runs),
-                 characterize.other_section(runs)]
+                 characterize.other_section([r for r in runs if not study.is_study(r)])]  # bookkeeping, no run
     return [p for p in parts if p is not None]
 
 

@@ -6,8 +6,9 @@ Sections: the universality grid (model x benchmark k-curves, Fig. 4), all models
 Tab. A12), the cross-task table (Tab. 3), sparsity histograms on one score axis (Fig. 5), transfer (Fig. 7,
 Tab. A13), the design-space ablation and methods (Tab. A9, Fig. 3), top-20 lists and their overlap across
 benchmarks (App. D), the failure decomposition (Fig. 8a) and stability (Fig. 8b-c). A part with no cell is
-left out. The study folder's ``config.json`` says which folder is which cell (``cells``: kind, model,
-benchmark, folder) and which datasets the benchmarks are.
+left out. A paper figure is shown only where the paper reports the same model, benchmark and k (a figure at
+another k is no comparison). The study folder's ``config.json`` says which folder is which cell (``cells``:
+kind, model, benchmark, folder) and which datasets the benchmarks are.
 """
 
 from __future__ import annotations
@@ -15,13 +16,14 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from matplotlib.ticker import MaxNLocator
 
-from vrh.report.document import Fig, Section, Table, Text
+from vrh.report.document import Fig, Section, Table, Text, slug
 from vrh.report.load import Run, is_num, pct
 from vrh.report.paper import paper_benchmark, paper_model, paper_numbers
-from vrh.report.plots import k_axis, transfer_bars
-from vrh.report.style import (BASELINE_COLOR, OTHER_COLORS, RANDOM_COLOR, TITLE_SIZE, VRH_COLOR, new_figure,
-                              plain_log_ticks, to_png)
+from vrh.report.plots import curve_family, k_axis, labelled_bars, outcome_bars, transfer_bars
+from vrh.report.style import (BASELINE_COLOR, OTHER_COLORS, RANDOM_COLOR, TITLE_SIZE, VRH_COLOR, curve_style,
+                              new_figure, plain_log_ticks, to_png)
 
 TOP = 20  # App. D lists 20 heads; fewer when a model has few (an eighth of its heads)
 
@@ -72,11 +74,17 @@ def _at(values: Any, ks: Any, k: int) -> Any:
     return values[i] if i < len(values) else None
 
 
+def is_study(run: Run) -> bool:
+    """``run`` is a ``vrh study run`` folder: its results are the study's bookkeeping (cells run, resumed,
+    redone), no measurement, and its sections are :func:`study_sections`."""
+    return run.command == "study"
+
+
 def study_sections(runs: list[Run]) -> list[Section]:
     """The study's sections (none when no study run is among ``runs``): its summary, then one section per
     figure that has cells."""
     out = []
-    for st in (r for r in runs if r.command == "study"):
+    for st in filter(is_study, runs):
         v = StudyView(st, runs)
         matched = {m: v.paper_model(m) for m in v.models}
         sec = Section(f"Study {st.config.get('name', st.name)}")
@@ -181,8 +189,7 @@ def _one_k(v: StudyView):
         res = r.res
         base, mv = res.baseline_accuracy, _at(res.vrh.accuracy if res.vrh else None, res.k, k)
         mr = _at(res.random.mean if res.random else None, res.k, k)
-        pm = v.paper_model(m)
-        ref = paper_numbers()["all_models_A12"]["models"].get(pm) or _a9_at(pm, k)
+        ref = _paper_at_k(v.paper_model(m), v.paper_benchmark(bench), k)
         rows.append([m, pct(base), pct(mr), pct(mv), _paper((ref or {}).get("baseline")),
                      _paper((ref or {}).get("random")), _paper((ref or {}).get("vrh")),
                      _diff(mv, (ref or {}).get("vrh"))])
@@ -203,21 +210,38 @@ def _one_k(v: StudyView):
     ax.legend(fontsize=7)
     return [Section(f"All models at k = {k} (Fig. 6, Tab. A12)"), Fig("study_one_k", to_png(fig)),
             Table(["model", "unmasked", "random", "VRH", "paper unmasked", "paper random", "paper VRH", "diff"], rows,
-                  f"grounding accuracy (%) on {bench}; paper: Tab. A12 (k = 20), or Tab. A9 for its four models")]
+                  f"grounding accuracy (%) on {bench}; paper: at the same k and benchmark only, Tab. A12 (k = 20, "
+                  "RefCOCO) or, for its four main models, Tab. A1 (k <= 20) and Tab. A9 (RefCOCO, k = 50)")]
 
 
-def _a9_at(pm: str | None, k: int) -> dict[str, Any] | None:
-    a9 = (paper_numbers()["ablation_A9"]["models"].get(pm) or {}) if pm else {}
-    if str(k) not in a9:
+def _paper_at_k(pm: str | None, pb: str | None, k: int) -> dict[str, Any] | None:
+    """The paper's unmasked / random / VRH accuracy of model ``pm`` on benchmark ``pb`` at ``k`` masked
+    heads, or None where the paper has no figure at that k on that benchmark (a figure at another k or on
+    another benchmark is no comparison)."""
+    if not pm or not pb:
         return None
-    return {"baseline": a9.get("0", {}).get("vrh"), "random": a9[str(k)]["random"], "vrh": a9[str(k)]["vrh"]}
+    p = paper_numbers()
+    a12, a1, a9 = p["all_models_A12"], p["kcurves_A1"], p["ablation_A9"]
+    if pm in a12["models"]:
+        return a12["models"][pm] if (pb, k) == (a12["benchmark"], a12["k"]) else None
+    ref = (a1["benchmarks"].get(pb) or {}).get(pm)
+    if ref and k in a1["ks"]:
+        return {"baseline": _at(ref["vrh"], a1["ks"], 0), "random": _at(ref["random"], a1["ks"], k),
+                "vrh": _at(ref["vrh"], a1["ks"], k)}
+    row = (a9["models"].get(pm) or {}) if pb == a9["benchmark"] else {}
+    if str(k) not in row:
+        return None
+    return {"baseline": row.get("0", {}).get("vrh"), "random": row[str(k)]["random"], "vrh": row[str(k)]["vrh"]}
 
 
 # --- Tab. 3: cross-task -------------------------------------------------------------------------------
 def _crosstask(v: StudyView):
     if not v.of("crosstask"):
         return []
-    t3 = paper_numbers()["crosstask_T3"]["models"]
+    t3 = paper_numbers()["crosstask_T3"]
+    prot = (v.config.get("protocol") or {}).get("crosstask") or {}
+    same = (prot.get("k"), v.paper_benchmark(prot.get("benchmark") or (v.benchmarks or [""])[0])) == (
+        t3["k"], t3["detected_on"])  # Tab. 3: k = 20, heads detected on RefCOCO; else no comparison
     rows = []
     for m in v.models:
         for label, key in (("unmasked", "baseline"), ("random", "random"), ("VRH", "vrh")):
@@ -231,12 +255,13 @@ def _crosstask(v: StudyView):
                         (res.vrh.accuracy if key == "vrh" else res.random.mean) if (res.vrh and res.random) else None,
                         res.k, k)
                 pq = v.paper_benchmark(q)
-                ref = ((t3.get(v.paper_model(m)) or {}).get(pq) or {}).get(key) if pq else None
+                ref = ((t3["models"].get(v.paper_model(m)) or {}).get(pq) or {}).get(key) if pq and same else None
                 row.append(pct(val) + (f" (paper {ref:.1f})" if is_num(ref) else ""))
             rows.append(row)
     return [Section("Cross-task: VQA under grounding VRHs (Tab. 3)"),
             Table(["model", "condition", *v.vqa], rows, "VQA accuracy (%) with the top-k heads detected on the "
-                                                          "study's cross-task benchmark masked")]
+                                                          "study's cross-task benchmark masked; paper: Tab. 3 "
+                                                          "where k is 20 and the heads are RefCOCO's")]
 
 
 # --- Fig. 5: sparsity on one axis ---------------------------------------------------------------------
@@ -257,7 +282,9 @@ def _sparsity(v: StudyView):
         ax.set_xscale("log")
         plain_log_ticks(ax.xaxis)
         ax.set_ylabel(m, fontsize=8)
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # counts of heads: no 2.5 heads
         ax.tick_params(labelsize=7)
+    fig.supylabel("heads per bin", fontsize=8)
     axes[-1][0].set_xlabel(f"head score on {dets[0][1]} (log scale, one axis for every model)", fontsize=8)
     rows = [[m, str(s.size), str(int((s > 0).sum())), f"{s.max():.3g}", f"{np.median(s):.3g}",
              f"{100 * (s >= 0.1 * s.max()).mean():.1f}"] for m, s in maps]
@@ -270,23 +297,26 @@ def _transfer(v: StudyView):
     cells = v.of("transfer")
     if not cells:
         return []
-    rows = []
+    rows, a13 = [], paper_numbers()["transfer_A13"]
     for target, b, r in cells:
         res, source = r.res, v.sources.get(("transfer", target, b)) or "?"
-        pa, pb = v.paper_model(source), v.paper_model(target)
-        a13 = paper_numbers()["transfer_A13"]["models"]
-        ref = a13.get(pb) if pa in a13 and pb in a13 and pa != pb else None
+        pair = [v.paper_model(source), v.paper_model(target)]
+        same = (res.k, v.paper_benchmark(b)) == (a13["k"], a13["benchmark"])
+        ref = a13["models"].get(pair[1]) if same and (pair in a13["pairs"] or pair[::-1] in a13["pairs"]) else None
         rows.append([f"{source} -> {target}", b, pct(res.baseline_accuracy), pct(res.own_heads_accuracy),
                      pct(res.transferred_heads_accuracy), pct(res.random_accuracy_mean),
                      f"{res.spearman:.2f}" if is_num(res.spearman) else "–",
                      f"{res.topk_overlap:.2f}" if is_num(res.topk_overlap) else "–",
                      _paper((ref or {}).get("cross")), _diff(res.transferred_heads_accuracy, (ref or {}).get("cross"))])
     keys = ("baseline_accuracy", "random_accuracy_mean", "own_heads_accuracy", "transferred_heads_accuracy")
-    png = transfer_bars([row[0] for row in rows], [{key: getattr(r.res, key) for key in keys} for _, _, r in cells],
-                        title="model B: unmasked, random, its own VRHs, model A's VRHs")
+    groups = [f"{row[0]}\nSpearman {row[6]}\ntop-k overlap {row[7]}" for row in rows]  # the maps' similarity
+    png = transfer_bars(groups, [{key: getattr(r.res, key) for key in keys} for _, _, r in cells],
+                        title="model B: unmasked, random, its own VRHs, model A's VRHs; under each pair: how "
+                              "alike A's and B's score maps are")
     return [Section("Transfer between models sharing a backbone (Fig. 7, Tab. A13)"), Fig("study_transfer", png),
             Table(["A's heads -> B", "benchmark", "B unmasked", "B own", "A's (cross)", "random", "Spearman",
-                   "top-k overlap", "paper cross", "diff"], rows, "accuracy (%) of model B")]
+                   "top-k overlap", "paper cross", "diff"], rows, "accuracy (%) of model B; Spearman: rank "
+                   "correlation of A's and B's score maps; paper: Tab. A13 at k = 20 on RefCOCO")]
 
 
 # --- Tab. A9 / Fig. 3: the design space and prior methods ---------------------------------------------
@@ -308,11 +338,33 @@ def _ablation(v: StudyView):
                         + [pct(a) + (f" (paper {a9[str(k)][key]:.1f})" if key and str(k) in a9 else "")
                            for k, a in zip(ks, acc)])
         if res.random is not None:
-            rows.append(["random"] + [pct(a) for a in res.random.mean or []])
-        out += [Section(f"Design space and methods: {m} on {b} (Tab. A9, Fig. 3)"),
+            rows.append(["random"] + [pct(a) + (f" (paper {a9[str(k)]['random']:.1f})" if str(k) in a9 else "")
+                                      for k, a in zip(ks, res.random.mean or [])])
+        out += [Section(f"Design space and methods: {m} on {b} (Tab. A9, Fig. 3)"), *_methods_figure(m, b, res),
                 Table(["method", *(f"k={k}" for k in ks)], rows, "grounding accuracy (%) with each method's top-k "
                                                                   "masked; lower = more causal")]
     return out
+
+
+def _methods_figure(m: str, b: str, res) -> list[Fig]:
+    """Fig. 3 for one comparison: accuracy with each method's top-k masked, as curves over k, or as bars
+    where the comparison ran at one k (a curve of one point is no figure)."""
+    ks = res.k or []
+    curves = {name: (c.accuracy if c else None) or [] for name, c in (res.methods or {}).items()}
+    if res.random is not None:
+        curves["random"] = res.random.mean or []
+    if not ks or not curves:
+        return []
+    title = f"{m} on {b}: accuracy with each method's top-k heads masked"
+    if len(ks) > 1:
+        png = curve_family(ks, curves, baseline=res.baseline_accuracy, title=title, highlight=res.default_method)
+    else:
+        colors = [VRH_COLOR if n == res.default_method else RANDOM_COLOR if n == "random" else OTHER_COLORS[0]
+                  for n in curves]
+        png = labelled_bars(list(curves), [(c or [None])[0] for c in curves.values()], colors,
+                            title=f"{title} (k = {ks[0]})", baseline=res.baseline_accuracy)
+    return [Fig(slug(f"study_methods_{m}_{b}"), png, f"red: the default method ({res.default_method}); grey: "
+                                                     "k random heads (mean over seeds); dashed: unmasked")]
 
 
 # --- App. D: top-20 lists -----------------------------------------------------------------------------
@@ -320,10 +372,11 @@ def _top_lists(v: StudyView):
     dets = {(m, b): r for m, b, r in v.of("detect") if r.head_scores is not None}
     if not dets:
         return []
-    rows, overlap = [], []
+    rows, overlap, sizes = [], [], set()
     for (m, b), r in dets.items():
         hs = r.head_scores
         n = min(TOP, max(1, hs.num_layers * hs.num_heads // 8))
+        sizes.add(n)
         top = hs.ranking()[:n]
         pm, pb = v.paper_model(m), v.paper_benchmark(b)
         ref = ((paper_numbers()["top20_D"].get(pb) or {}).get(pm)) if pm and pb else None
@@ -339,7 +392,8 @@ def _top_lists(v: StudyView):
                 overlap.append([m, f"{a} / {c}", f"{shared}/{n}"])
     out = [Section("Top heads per model and benchmark (App. D)"),
            Table(["model", "benchmark", "top heads (layer, head), 0-based", "same as paper"], rows,
-                 f"the top {TOP} (an eighth of the heads on small models), by descending score")]
+                 f"the top {'/'.join(map(str, sorted(sizes)))} heads by descending score (App. D lists {TOP}; "
+                 "an eighth of the heads on a model with fewer than 160)")]
     if overlap:
         out.append(Table(["model", "benchmarks", "shared top heads"], overlap, "overlap across benchmarks"))
     return out
@@ -347,19 +401,24 @@ def _top_lists(v: StudyView):
 
 # --- Fig. 8: failures and stability -------------------------------------------------------------------
 def _failures(v: StudyView):
-    k, rows = _report_k(v), []
+    k, cells = _report_k(v), []
     for m, b, r in v.of("sweep"):
         res = r.res
         fv = _at(res.vrh.fractions if res.vrh else None, res.k, k)
         fr = _at(res.random.fractions_mean if res.random else None, res.k, k)
-        if not isinstance(fv, dict):
-            continue
-        keys = sorted(set(fv) | set(fr or {}))
-        rows.append([m, b, "VRH", *(pct(fv.get(x)) for x in keys)])
-        rows.append(["", "", "random", *(pct((fr or {}).get(x)) for x in keys)])
-    if not rows:
+        if isinstance(fv, dict):
+            cells.append((m, b, fv, fr if isinstance(fr, dict) else {}))
+    if not cells:
         return []
-    return [Section(f"Failure decomposition at k = {k} (Fig. 8a)"),
+    keys = sorted({x for _, _, fv, fr in cells for x in (*fv, *fr)})  # one column per outcome any cell has
+    rows, labels, fractions = [], [], []
+    for m, b, fv, fr in cells:
+        rows += [[m, b, "VRH", *(pct(fv.get(x)) for x in keys)], ["", "", "random", *(pct(fr.get(x)) for x in keys)]]
+        labels += [f"{m} / {b}: VRH", f"{m} / {b}: random"]
+        fractions += [fv, fr or None]
+    png = outcome_bars(labels, fractions, title=f"outcome of each sample with k = {k} heads masked: top-k VRHs vs "
+                                                "k random heads (mean over seeds), per model and benchmark")
+    return [Section(f"Failure decomposition at k = {k} (Fig. 8a)"), Fig("study_failures", png),
             Table(["model", "benchmark", "masked", *keys], rows, "share of samples (%) by outcome")]
 
 
@@ -375,8 +434,24 @@ def _stability(v: StudyView):
                                                  "random_accuracy"))])
     if not rows:
         return []
-    return [Section("Stability (Fig. 8b-c)"),
+    fig = new_figure(6.0, 3.4)
+    ax = fig.add_subplot()
+    curves: dict[tuple, list[str]] = {}  # identical curves drawn once, named together (one would hide another)
+    for m, b, r in v.of("stability"):
+        ns, ys = r.res.n_values or [], [round(o, 9) if is_num(o) else np.nan for o in r.res.topk_overlap_mean or []]
+        curves.setdefault((tuple(ns[:len(ys)]), tuple(ys[:len(ns)]), r.res.k), []).append(f"{m} / {b}")
+    for i, ((ns, ys, k), names) in enumerate(curves.items()):
+        ax.plot(ns, ys, label=f"{', '.join(names)} (k = {k})", **curve_style(i))
+    ax.set_xscale("log")
+    plain_log_ticks(ax.xaxis)
+    ax.set_ylim(-0.02, 1.05)
+    ax.set_xlabel("scoring samples n (log scale)", fontsize=8)
+    ax.set_ylabel("top-k overlap with the full detection", fontsize=8)
+    ax.set_title("how many samples find the heads (mean over bootstrap draws)", fontsize=TITLE_SIZE)
+    ax.legend(fontsize=7)
+    return [Section("Stability (Fig. 8b-c)"), Fig("study_stability", to_png(fig)),
             Table(["model", "benchmark", "k", "top-k overlap with the full set, by scoring-set size", "unmasked",
                    "top-k of rand1", "top-k of out", "random"], rows,
-                  "Fig. 8c: overlap of the top-k from n scoring samples with the full detection's; Fig. 8b: accuracy "
-                  "(%) with the top-k of one random answer token (rand1) vs all of them (out) masked")]
+                  "overlap of the top-k found from n scoring samples with the full detection's (the paper's Fig. 8c "
+                  "plots the accuracy with those heads masked instead: vrh stability --accuracy-draws); Fig. 8b: "
+                  "accuracy (%) with the top-k of one random answer token (rand1) vs all of them (out) masked")]
