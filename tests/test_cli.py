@@ -293,6 +293,76 @@ def test_the_readmes_real_model_sequence_parses_as_written():
         assert args.command
 
 
+def _walkthrough_commands() -> list[tuple[str, str]]:
+    """The vrh command lines a new user runs in order (issue 26: the README's set-up, commands, DPO and study
+    blocks, then docs/dpo.md and docs/study.md), continuation lines joined, as (page, line). Left out: the
+    blocks for a real model, a cluster or several GPUs (their paths are placeholders)."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text().split("## Multi-GPU")[0]
+    readme = re.sub(r"## On a real model.*?```bash\n.*?```", "", readme, count=1, flags=re.S)
+    pages = [("README.md", readme), ("docs/dpo.md", (root / "docs/dpo.md").read_text()),
+             ("docs/study.md", (root / "docs/study.md").read_text())]
+    out = []
+    for page, text in pages:
+        for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
+            for line in block.replace("\\\n", " ").splitlines():
+                for part in line.split(" #")[0].split("&&"):
+                    part = part.strip().removeprefix("/usr/bin/time -v ").strip()
+                    if part.startswith("vrh ") and "/shared/" not in part:
+                        out.append((page, part))
+    return out
+
+
+def test_the_walkthroughs_commands_never_write_into_an_earlier_commands_folder():
+    """docs/dpo.md's `vrh dpo --out runs/dpo` came after the README's `vrh dpo-pairs --out runs/dpo` and was
+    refused (folder not empty), as was its re-measure block's `vrh demo --out runs/demo` after the set-up's. A
+    later command may reuse an --out only as the same command line, or with --overwrite / --resume; `vrh study`
+    is exempt (a rerun checks and continues by design)."""
+    import shlex
+
+    lines = _walkthrough_commands()
+    assert len(lines) >= 20 and any(p == "docs/dpo.md" for p, _ in lines)  # the pages were read
+    first: dict[str, tuple[str, str]] = {}
+    for page, line in lines:
+        argv = shlex.split(line)
+        if "--out" not in argv or argv[1] == "study":
+            continue
+        out = argv[argv.index("--out") + 1]
+        if out in first and first[out][1] != line and not {"--overwrite", "--resume"} & set(argv):
+            pytest.fail(f"{page}: `{line}` writes {out}, which `{first[out][1]}` ({first[out][0]}) filled")
+        first.setdefault(out, (page, line))
+
+
+def test_the_walkthroughs_commands_and_the_readmes_launcher_lines_parse():
+    """The README's "CPU-only test of the machinery" ran `-m vrh -- evaluate --data d.jsonl` without the
+    required --model (exit 2). Every walkthrough line, and every launcher line (`-m vrh`) without a `...`
+    placeholder, is valid vrh syntax once the variables its page set are substituted."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text()
+    shell = "\n".join(re.findall(r"```bash\n(.*?)```", readme, flags=re.S)).replace("\\\n", " ")
+    launched = [re.sub(r"\s+", " ", l.split("-m vrh", 1)[1]).removeprefix(" --").strip()
+                for l in shell.splitlines() if "-m vrh" in l and "..." not in l]
+    assert len(launched) >= 3
+    lines = [("README.md", "vrh " + l) for l in launched] + _walkthrough_commands()
+    docs = "".join((root / "docs" / p).read_text() for p in ("dpo.md", "study.md"))
+    env = dict(re.findall(r"^(\w+)=(\S+)", shell + "\n".join(re.findall(r"```bash\n(.*?)```", docs, flags=re.S)),
+                          flags=re.M))
+    parser = build_parser()
+    for page, line in lines:
+        line = re.sub(r"\$(\w+)", lambda m: env[m.group(1)].split(";")[0], line)
+        try:
+            assert parser.parse_args(shlex.split(line)[1:]).command
+        except SystemExit:
+            pytest.fail(f"{page}: `{line}` does not parse")
+
+
 def _no_model_load(monkeypatch):
     import vrh.models.loading
 
@@ -350,6 +420,41 @@ def test_results_go_to_stdout_and_the_default_k_scales(tmp_path, tiny_checkpoint
     assert main(["evaluate", *base, "--mask-heads", str(det), "--n", "2", "--out", str(ev)]) == 0
     assert f"masking {k} of {hs.num_layers * hs.num_heads} heads" in capsys.readouterr().err
     assert runs.read_results(ev)["k"] == k
+
+
+def test_evaluate_transfer_stability_and_dpo_pairs_print_their_result_on_stdout(tmp_path, tiny_checkpoint,
+                                                                                 tiny_dataset, capsys):
+    """evaluate's accuracy, transfer's four accuracies, stability's overlaps and dpo-pairs' pair count went to
+    stderr with the progress (stability's Fig. 8b accuracies were printed nowhere), so ``vrh evaluate ... > acc.txt`` kept nothing (issue 26 item 13, as detect, sweep
+    and compare). dpo-pairs' stdout stays a script: its counts are shell comments before the next commands."""
+    base = ["--model", tiny_checkpoint, "--max-new-tokens", "4", "--batch-size", "4"]
+    det = tmp_path / "det"
+    assert main(["detect", *base, "--data", tiny_dataset, "--n", "6", "--scorers", "out/sum/mean,rand1/sum/mean",
+                 "--out", str(det)]) == 0
+    capsys.readouterr()
+    cases = [
+        (["evaluate", *base, "--data", tiny_dataset, "--mask-heads", str(det), "--k", "2", "--n", "2"],
+         lambda r: r["accuracy"], "evaluate: accuracy {:.3f} on 2 samples"),
+        (["transfer", *base, "--data", tiny_dataset, "--heads", str(det), "--k", "1", "--seeds", "0", "--n", "2"],
+         lambda r: r["baseline_accuracy"], "transfer: B unmasked {:.3f}, A's top-1"),
+        (["stability", *base, "--heads", str(det), "--k", "1", "--n-values", "2", "--bootstrap", "2",
+          "--n-eval", "2", "--accuracy-draws", "1"], lambda r: r["topk_overlap_mean"][0],
+         "stability: top-1 overlap n=2: {:.2f}"),
+        (None, lambda r: r["token_choice"]["rand1_accuracy"], "masked (Fig. 8b): rand1/sum/mean {:.3f}, "),
+        (None, lambda r: r["accuracy_mean"][0], "of each draw masked (mean over draws) n=2: {:.3f}"),
+        (["dpo-pairs", *base, "--heads", str(det), "--k", "1", "--n", "3"],
+         lambda r: r["n_pairs"], "# dpo-pairs: {} pairs from 3 samples"),
+    ]
+    for argv, value, line in cases:  # argv None: another line of the run before
+        if argv is not None:
+            out = tmp_path / argv[0]
+            assert main([*argv, "--out", str(out)]) == 0
+            cap = capsys.readouterr()
+            assert "model:" in cap.err and "model:" not in cap.out  # notes stay on stderr
+        expected = line.format(value(runs.read_results(out)))
+        assert expected in cap.out and expected not in cap.err, (out.name, cap.out, cap.err)
+    script = [ln for ln in cap.out.splitlines() if ln and not ln.startswith("#")]
+    assert script and all(ln.startswith("vrh ") for ln in script)  # dpo-pairs: only comments and commands
 
 
 def test_two_pass_help_says_what_the_flag_does():

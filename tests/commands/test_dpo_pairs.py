@@ -114,7 +114,8 @@ def test_dpo_pairs_end_to_end(tmp_path, det_run, tiny_checkpoint, tiny_lm, capsy
     assert all(d["kept"] == (d["drop_reason"] is None) for d in res["decisions"])
     assert [c["condition"] for c in res["conditions"]] == ["none", "top2"] and "random_control" not in res
     stdout = capsys.readouterr().out
-    assert stdout.strip() == res["training_command"]
+    script = "\n".join(ln for ln in stdout.splitlines() if not ln.startswith("# "))  # the counts: shell comments
+    assert script == res["training_command"] and f"# dpo-pairs: {res['n_pairs']} pairs from 3 samples" in stdout
     assert f"vrh dpo-train --pairs {out} --model {tiny_checkpoint} --out {out}-dpo" in stdout
 
 

@@ -105,6 +105,18 @@ def test_only_rank_0_shows_progress(monkeypatch):
     assert run(10, 10, 1.0) == []
 
 
+def test_results_print_once_under_a_data_parallel_launch(monkeypatch, capsys):
+    """Under torchrun every rank ran the command and each printed the result: rank 0 only now."""
+    import vrh.infra.distributed
+
+    for rank, want in ((0, "evaluate: accuracy 0.900\n"), (1, "")):
+        monkeypatch.setattr(vrh.infra.distributed, "world", lambda r=rank: vrh.infra.distributed.World(rank=r, size=2))
+        console_mod.print_result("evaluate: accuracy 0.900")
+        console_mod.print_table("detect: top heads", ["head", "score"], [["3:3", 0.805]])
+        out = capsys.readouterr().out
+        assert out.startswith(want) and (("3:3" in out) == (rank == 0)), (rank, out)
+
+
 def test_a_long_message_is_one_line_in_a_log(capsys):
     long = "detect: 20 samples scored, 0 skipped -> " + "/very/long/run/folder" * 10
     console_mod.console.print(long)

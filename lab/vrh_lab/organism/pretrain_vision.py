@@ -21,6 +21,7 @@ import json
 import math
 import os
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -117,8 +118,11 @@ def pretrain(arch: VisionArch, out_dir: str | Path, steps: int = 1500, bs: int =
         opt.step()
         step += 1
         if step % log_every == 0 or step == steps:
-            print(f"vision step {step} loss={float(loss.detach()):.4f} " + " ".join(f"{k}={v:.3f}" for k, v in parts.items())
-                  + f" s/step={(time.time() - t0) / log_every:.3f}", flush=True)
+            rate = (time.time() - t0) / log_every
+            # of how many, and when the stage ends: the build's own ETA comes only at the next stage's start
+            print(f"vision step {step}/{steps} loss={float(loss.detach()):.4f} "
+                  + " ".join(f"{k}={v:.3f}" for k, v in parts.items())
+                  + f" s/step={rate:.3f} stage ETA {timedelta(seconds=round(rate * (steps - step)))}", flush=True)
             t0 = time.time()
         if step % 250 == 0 or step == steps:
             tmp = ckpt.with_suffix(".tmp")

@@ -33,6 +33,7 @@ import os
 import subprocess
 import time
 from dataclasses import asdict, replace
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -352,7 +353,8 @@ def train(config: TrainConfig, out_dir: str | Path, resume: bool = True, workers
         if org.step % config.log_every == 0 or org.step == end:
             dt = (time.time() - t0) / max(1, org.step - last_ckpt)
             msg = " ".join(f"{k}={sum(v) / len(v):.4g}" for k, v in acc_stats.items())
-            print(f"step {org.step} {msg} s/step={dt:.3f}", flush=True)
+            eta = timedelta(seconds=round(dt * (end - org.step)))  # this run's; the build's is per stage
+            print(f"step {org.step}/{end} {msg} s/step={dt:.3f} stage ETA {eta}", flush=True)
             acc_stats = {}
         if org.step % config.ckpt_every == 0 or org.step == end:
             _atomic_save(org.state(), ckpt)

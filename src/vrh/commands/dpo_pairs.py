@@ -30,7 +30,7 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
     from vrh import runs
     from vrh.commands._common import load
     from vrh.experiments import preference_pairs as dpo
-    from vrh.infra.console import console
+    from vrh.infra.console import print_result
     from vrh.infra.options import config_record
 
     dpo.training_samples(cfg.heads, cfg.data, cfg.train, cfg.n)  # bad --heads / --data fail before the model loads
@@ -39,8 +39,9 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
                             overwrite=cfg.overwrite, config={"command": NAME, "config": config_record(cfg)},
                             description=NAME)
     drops = ", ".join(f"{v} {k}" for k, v in result.dropped.items()) or "none"
-    console.print(f"dpo-pairs: {result.n_pairs} pairs from {result.n_samples} samples (dropped: {drops}) -> "
-                  f"{cfg.out}/{runs.PAIRS}")
-    console.print("train them and score the trained model (command on stdout, also in results.json):")
-    print(result.training_command)  # plain stdout: no console wrapping, so it copies and pipes as is
+    # stdout is the result and a script: the counts as shell comments, then the next commands, unwrapped (no
+    # console), so ``vrh dpo-pairs ... > next.sh`` or ``| sh`` runs them as is
+    print_result(f"# dpo-pairs: {result.n_pairs} pairs from {result.n_samples} samples (dropped: {drops}) -> "
+                 f"{cfg.out}/{runs.PAIRS}\n# train them and score the trained model (also in results.json):\n"
+                 f"{result.training_command}")
     return result.to_json()

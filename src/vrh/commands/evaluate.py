@@ -82,7 +82,7 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
     from vrh import runs
     from vrh.commands._common import load
     from vrh.experiments.conditions import head_source
-    from vrh.infra.console import console
+    from vrh.infra.console import console, print_result
     from vrh.experiments.heldout import select_eval_samples
     from vrh.infra.options import config_record
     from vrh.experiments.runner import run_conditions
@@ -111,6 +111,7 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
                                  mask_mode=cfg.mask_mode, masked_heads=[list(h) for h in condition.heads],
                                  heads=head_info, condition=condition.to_json(), elapsed_seconds=time.time() - t0)
         run.write_results(result.to_json())
-    console.print(f"evaluate: accuracy {result.summary.accuracy:.3f} on {result.summary.n} samples "
-                  f"({len(condition.heads)} heads masked) -> {cfg.out}")
+    # the result on stdout (``vrh evaluate ... > acc.txt`` keeps it); progress and notes went to stderr
+    print_result(f"evaluate: accuracy {result.summary.accuracy:.3f} on {result.summary.n} samples "
+                 f"({len(condition.heads)} heads masked) -> {cfg.out}")
     return result.to_json()

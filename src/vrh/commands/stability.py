@@ -61,7 +61,7 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
     from vrh.core.heads import check_grid
     from vrh.experiments import stability as st
     from vrh.experiments.heldout import select_eval_samples
-    from vrh.infra.console import console
+    from vrh.infra.console import console, print_result
     from vrh.infra.options import config_record, default_k
     from vrh.tasks import get_task
 
@@ -93,6 +93,15 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
                               description=NAME)
     skip = study.token_choice_skipped
     means = ", ".join(f"n={n}: {m:.2f}" for n, m in zip(result.n_values, result.topk_overlap_mean))
-    console.print(f"stability: top-{k} overlap {means}"
-                  + (f"; token choice skipped ({skip})" if skip else "") + f" -> {cfg.out}")
+    print_result(f"stability: top-{k} overlap {means}"  # the results: stdout
+                 + (f"; token choice skipped ({skip})" if skip else "") + f" -> {cfg.out}")
+    tc = result.token_choice
+    if tc is not None:
+        rnd = "-" if tc.random_accuracy is None else f"{tc.random_accuracy:.3f}"
+        print_result(f"stability: accuracy with the top-{k} masked (Fig. 8b): rand1/sum/mean "
+                     f"{tc.rand1_accuracy:.3f}, out/sum/mean {tc.out_accuracy:.3f}, {k} random heads {rnd}, "
+                     f"unmasked {tc.baseline_accuracy:.3f}")
+    if result.accuracy_mean is not None:
+        acc = ", ".join(f"n={n}: {a:.3f}" for n, a in zip(result.n_values, result.accuracy_mean) if a is not None)
+        print_result(f"stability: accuracy with the top-{k} of each draw masked (mean over draws) {acc}")
     return result.to_json()

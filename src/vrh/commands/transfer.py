@@ -90,7 +90,7 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
     from vrh import runs
     from vrh.commands._common import load
     from vrh.experiments.method_comparison import finite_or_none, map_similarity
-    from vrh.infra.console import console
+    from vrh.infra.console import console, print_result
     from vrh.experiments.heldout import select_eval_samples
     from vrh.core.heads import check_grid
     from vrh.experiments.kcurves import conditions_table, random_control_report
@@ -151,7 +151,7 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
             elapsed_seconds=time.time() - t0)
         run.write_results(result.to_json())
     own = result.own_heads_accuracy
-    console.print(f"transfer: B unmasked {result.baseline_accuracy:.3f}, A's top-{k} "
-                  f"{result.transferred_heads_accuracy:.3f}, own {'-' if own is None else f'{own:.3f}'}, "
-                  f"random {result.random_accuracy_mean:.3f} -> {cfg.out}")
+    print_result(f"transfer: B unmasked {result.baseline_accuracy:.3f}, A's top-{k} "  # the result: stdout
+                 f"{result.transferred_heads_accuracy:.3f}, own {'-' if own is None else f'{own:.3f}'}, "
+                 f"random {result.random_accuracy_mean:.3f} -> {cfg.out}")
     return result.to_json()

@@ -195,8 +195,25 @@ def heads_text(heads, sep: str = " ") -> str:
     return sep.join(head_text(h) for h in heads)
 
 
+def is_main_rank() -> bool:
+    """True on rank 0 of a data-parallel run (and in any single process): results print there only."""
+    from vrh.infra.distributed import world
+
+    return world().is_main
+
+
+def print_result(text: str) -> None:
+    """A result line on stdout (progress and notes go to stderr: ``vrh ... | tee`` keeps the results), once:
+    on rank 0 only of a data-parallel run."""
+    if is_main_rank():
+        print(text, flush=True)
+
+
 def print_table(title: str, columns: list[str], rows: list[list]) -> None:
-    """A result table on stdout (progress and notes go to stderr: ``vrh ... | tee`` keeps the results)."""
+    """A result table on stdout (progress and notes go to stderr: ``vrh ... | tee`` keeps the results), on
+    rank 0 only of a data-parallel run."""
+    if not is_main_rank():
+        return
     table = Table(title=title)
     for c in columns:
         table.add_column(c)

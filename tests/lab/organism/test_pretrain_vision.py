@@ -1,6 +1,7 @@
 """Stage 1 (vision pretraining): per-patch targets are right, the loss falls, the trained tower loads
 into the stage-2 organism (frozen), and an LM starts from another run's checkpoint."""
 
+import re
 from dataclasses import replace
 
 import numpy as np
@@ -47,6 +48,14 @@ def test_pretraining_loss_falls_and_resumes(tmp_path):
     m = pretrain(arch, tmp_path / "v", steps=2, bs=4)
     assert (tmp_path / "v" / "tower.pt").exists() and (tmp_path / "v" / "heads.pt").exists() and m["steps"] == 2
     assert pretrain(arch, tmp_path / "v", steps=3, bs=4)["steps"] == 3  # resumed, one more step
+
+
+def test_progress_lines_say_of_how_many_and_when_the_stage_ends(tmp_path, capsys):
+    """`vrh organism build`'s first stage printed "vision step 50 ... s/step=0.33" for 11 min, its only ETA "?"."""
+    pretrain(VisionArch(hidden=32, layers=1, heads=2, intermediate=64), tmp_path / "v", steps=2, bs=2, log_every=1)
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("vision step")]
+    assert [line.split()[2] for line in lines] == ["1/2", "2/2"]
+    assert all(re.search(r" stage ETA \d+:\d\d:\d\d$", line) for line in lines) and lines[-1].endswith(" 0:00:00")
 
 
 def test_stage2_uses_the_pretrained_tower_frozen_and_an_lm_from_another_run(tmp_path):

@@ -1,6 +1,7 @@
 """The organism trainer: loss falls on a tiny config, checkpoints resume, the fast batch path equals the
 processor, and an exported organism loads back with the stock transformers classes."""
 
+import re
 from dataclasses import replace
 
 import torch
@@ -32,11 +33,15 @@ def test_fast_batch_matches_processor():
     assert (b.labels[0] != -100).sum() == 10  # "[ a , b , c , d ]" + EOS
 
 
-def test_resume_and_export(tmp_path):
+def test_resume_and_export(tmp_path, capsys):
     cfg = replace(PRESETS["tiny"], steps=4, ckpt_every=2, eval_n=4)
     train(cfg, tmp_path / "run", workers=0)
     org = train(replace(cfg, steps=6), tmp_path / "run", workers=0)
     assert org.step == 6
+    # a step line says of how many and when the stage ends (`vrh organism build` showed "ETA ?" for a stage)
+    steps = [line for line in capsys.readouterr().out.splitlines() if line.startswith("step ")]
+    assert steps[0].startswith("step 4/4 ") and steps[-1].startswith("step 6/6 ")
+    assert all(re.search(r" stage ETA \d+:\d\d:\d\d$", line) for line in steps)
     export(org, tmp_path / "exp", n_eval=4)
     model = LlavaForConditionalGeneration.from_pretrained(tmp_path / "exp" / "tiny_b")
     proc = AutoProcessor.from_pretrained(tmp_path / "exp" / "tiny_b")
