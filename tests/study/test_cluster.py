@@ -31,7 +31,6 @@ def test_parameters_are_read_as_json_values_or_text():
         parse_parameters(["timeout_min"])
 
 
-@pytest.mark.slow
 def test_the_local_executor_gives_the_folder_of_a_sequential_run(small_study, tmp_path):
     from vrh.study.cluster import submit_study
 

@@ -104,7 +104,6 @@ def test_a_study_killed_mid_cell_resumes_to_the_folder_of_an_uninterrupted_run(s
     _kill_and_resume(small_study, tmp_path, monkeypatch, 0.5)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("fraction", [0.05, 0.3, 0.7, 0.95])
 def test_killed_at_other_points_it_resumes_to_the_same_folder(small_study, tmp_path, monkeypatch, fraction):
     _kill_and_resume(small_study, tmp_path, monkeypatch, fraction)
