@@ -39,7 +39,7 @@ MMSTAR = [  # answer, MMStar's outcome, vrh's
     ("The answer is B", "wrong", "wrong"),
     ("A cat", "correct", "parse_failure"), ("Above", "correct", "parse_failure"),  # first letters
     ("", "parse_failure", "parse_failure"), ("I think A", "wrong", "parse_failure"), ("  A  ", "correct", "correct"),
-    ("A\nBecause the cat is on the mat.", "correct", "parse_failure"),
+    ("A\nBecause the cat is on the mat.", "correct", "correct"),  # the letter alone on its line
     ("The correct option is A", "wrong", "correct"), ("C) a dog", "wrong", "wrong"),
     ("a cat", "correct", "parse_failure"), ("Neither", "wrong", "parse_failure"), ("D", "wrong", "wrong"),
     ("[A]", "wrong", "correct"),
@@ -70,7 +70,7 @@ def test_answer_tables_scored_both_ways(bench, answer, official, lenient):
     assert outcome(answer, s, "lenient") == lenient
 
 
-@pytest.mark.parametrize("bench, n, disagree", [("mmstar", 28, 9), ("cvbench", 11, 4), ("countbenchqa", 9, 5)])
+@pytest.mark.parametrize("bench, n, disagree", [("mmstar", 28, 8), ("cvbench", 11, 4), ("countbenchqa", 9, 5)])
 def test_how_often_the_rules_disagree_on_the_tables(bench, n, disagree):
     rows = TABLES[bench][0]
     assert len(rows) == n and sum((o == "correct") != (v == "correct") for _, o, v in rows) == disagree

@@ -54,9 +54,10 @@ LENIENT = "lenient"
 
 _PUNCT_RE = re.compile(r"[\W_]+")  # anything but letters and digits (Unicode-aware)
 
-# Read at the start of the answer: a capital letter, maybe bracketed, then a bracket, punctuation or the
-# end. "A cat" is not read as option A: a capital followed by a word is an article, not a choice.
-_LEADING_CHOICE_RE = re.compile(r"\s*+[(\[]?([A-Z])(?:[)\]]|[.:,]|\s*+$)")
+# Read at the start of the answer: a capital letter, maybe bracketed, then a bracket, punctuation, the end
+# of its line ("A\nBecause ...": the letter alone on the first line) or of the answer. "A cat" is not read as
+# option A: a capital followed by a word is an article, not a choice.
+_LEADING_CHOICE_RE = re.compile(r"\s*+[(\[]?([A-Z])(?:[)\]]|[.:,]|[ \t]*+(?:\r?\n|$))")
 # The whole answer is one letter, any case: "b", "(b)", "b." (models often lower-case a bare letter).
 _LONE_CHOICE_RE = re.compile(r"\s*+[(\[]?([A-Za-z])[)\]]?[.:]?\s*+")
 # After a keyword anywhere: "Answer: B", "The answer is (C).", "option D". Only a capital letter counts,
@@ -133,8 +134,8 @@ def normalize(text: str) -> str:
 def parse_choice(text: str) -> str | None:
     """The option letter (upper-case) the answer chose, or ``None``.
 
-    >>> [parse_choice(t) for t in ["B", "(b)", "C) a cat", "Answer: D", "The answer is (A).", "A cat"]]
-    ['B', 'B', 'C', 'D', 'A', None]
+    >>> [parse_choice(t) for t in ["B", "(b)", "C) a cat", "Answer: D", "The answer is (A).", "A cat", "A\\nAs seen"]]
+    ['B', 'B', 'C', 'D', 'A', None, 'A']
     """
     m = (_LEADING_CHOICE_RE.match(text) or _LONE_CHOICE_RE.fullmatch(text)
          or _KEYWORD_CHOICE_RE.search(text))
