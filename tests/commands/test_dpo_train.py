@@ -21,7 +21,7 @@ def test_dpo_train_then_evaluate_the_trained_model_with_model(tmp_path, tiny_che
     assert res["steps"] == 2 and res["n_pairs"] == 4 and res["model_dir"] == str(out / dpo.MODEL_DIR)
     assert res["settings"]["lr"] == 1e-3 and res["trl_version"] and res["peak_memory_bytes"] > 0
     assert runs.read_config(out)["command"] == "dpo-train"
-    assert f"-> {out / dpo.MODEL_DIR} (use it as --model)" in " ".join(capsys.readouterr().err.split())
+    assert f"-> {out / dpo.MODEL_DIR} (use it as --model)" in capsys.readouterr().out  # the result: stdout
     ev = tmp_path / "eval"
     assert main(["evaluate", "--model", str(out / dpo.MODEL_DIR), "--data", str(tiny_dataset), "--mask-heads",
                  str(det_run), "--k", "0", "--out", str(ev), "--max-new-tokens", "8", "--batch-size", "4"]) == 0

@@ -29,13 +29,13 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
     reference itself (two copies of ``--model``)."""
     from vrh.commands._common import configure_threads
     from vrh.experiments.dpo_comparison import train_run
-    from vrh.infra.console import console
+    from vrh.infra.console import print_result
     from vrh.infra.options import config_record
 
     configure_threads(cfg)
     res = train_run(cfg.model, cfg.pairs, cfg.out, cfg, device=cfg.device, dtype=cfg.dtype, adapter=cfg.adapter,
                     resume=cfg.resume, overwrite=cfg.overwrite,
                     config={"command": NAME, "config": config_record(cfg)})
-    console.print(f"dpo-train: {res.steps} steps on {res.n_pairs} pairs, mean loss {res.train_loss:.4f} -> "
-                  f"{res.model_dir} (use it as --model)")
+    print_result(f"dpo-train: {res.steps} steps on {res.n_pairs} pairs, mean loss {res.train_loss:.4f} -> "
+                 f"{res.model_dir} (use it as --model)")  # the result: stdout
     return res.to_json()
