@@ -87,6 +87,7 @@ def test_accelerate_launch_detect_equals_one_process(tmp_path, tiny_checkpoint, 
     done = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stderr.count("detect: 7 samples scored") == 1  # the summary once, from rank 0
+    assert done.stderr.count("model: ") == 1 and done.stdout.count("detect: top") == 1  # note and result once
     a, b = runs.read_json(one / runs.HEAD_SCORES), runs.read_json(two / runs.HEAD_SCORES)
     a.pop("elapsed_seconds"), b.pop("elapsed_seconds")
     assert a == b and runs.read_samples(one) == runs.read_samples(two)

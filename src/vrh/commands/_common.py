@@ -64,12 +64,13 @@ def load(cfg: Any, lm: Any = None, model: str | None = None):
     if lm is not None:
         return lm
     from vrh.infra.console import console
-    from vrh.infra.distributed import rank_device
+    from vrh.infra.distributed import rank_device, world
     from vrh.models.loading import load_model
 
     configure_threads(cfg)
     lm = load_model(model or cfg.model, device=rank_device(cfg.device), dtype=cfg.dtype,
                     adapter=getattr(cfg, "adapter", None), device_map=getattr(cfg, "device_map", None))
-    console.print(f"model: {lm.path} (adapter {lm.adapter.name}, {lm.num_layers} layers x {lm.num_heads} heads)",
-                  markup=False, highlight=False)
+    if world().is_main:  # once per run, not once per data-parallel process
+        console.print(f"model: {lm.path} (adapter {lm.adapter.name}, {lm.num_layers} layers x {lm.num_heads} heads)",
+                      markup=False, highlight=False)
     return lm
