@@ -104,19 +104,10 @@ def submit_study(study: Any, out: str | Path, *, cluster: str = "slurm", folder:
         import submitit
     except ImportError:
         raise ValueError("--executor needs submitit: pip install 'vrh[cluster]'") from None
-    from vrh.runs import write_json
-    from vrh.study.execute import StudyLock, StudyRun, check_configs, prepare_cells, write_study_config
-    from vrh.study.kinds import build_cells
+    from vrh.study.execute import study_session
 
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    t0 = time.time()
-    with StudyLock(out):
-        cells = build_cells(study)
-        check_configs(cells, out)
-        write_study_config(study, out, cells)
-        report = StudyRun()
-        todo = prepare_cells(cells, out, report, log)
+    with study_session(study, out, log, executor=cluster) as (todo, report):
         if not todo:
             log("study: nothing to do, every cell is done")
         ex = submitit.AutoExecutor(folder=str(folder or out / STATE_DIR / "jobs" / "%j"), cluster=cluster)
@@ -139,7 +130,4 @@ def submit_study(study: Any, out: str | Path, *, cluster: str = "slurm", folder:
             report.seconds.update(part["seconds"])
             for name, n in part["model_loads"].items():
                 report.model_loads[name] = report.model_loads.get(name, 0) + n
-        report.elapsed_seconds = time.time() - t0
-        write_json(out / "results.json", {"schema_version": 1, **report.to_json(),
-                                          "cells": {c.id: c.folder for c in cells}, "executor": cluster})
     return report

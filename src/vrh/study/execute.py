@@ -18,7 +18,8 @@ import os
 import shutil
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -238,8 +239,12 @@ def plan_states(study: Any, out: Path) -> list[tuple[Cell, str, list[str]]]:
     return [(c, *cell_state(out, c)) for c in build_cells(study)]
 
 
-def run_study(study: Any, out: str | Path, *, max_loaded: int = 2, log: Callable[[str], None] = print) -> StudyRun:
-    """Run what is not done of ``study`` in ``out``, sequentially (see the module docstring)."""
+@contextmanager
+def study_session(study: Any, out: str | Path, log: Callable[[str], None],
+                  **record: Any) -> Iterator[tuple[list[Cell], StudyRun]]:
+    """The frame every executor runs a study in: ``out`` locked, the cells built and checked, the study's
+    config written, changed cells cleared; yields (cells to run, the run's bookkeeping), and on a clean exit
+    writes ``out/results.json`` (plus ``record``'s keys, e.g. the executor)."""
     from vrh.runs import write_json
 
     out = Path(out)
@@ -250,11 +255,16 @@ def run_study(study: Any, out: str | Path, *, max_loaded: int = 2, log: Callable
         check_configs(cells, out)
         write_study_config(study, out, cells)
         report = StudyRun()
-        todo = prepare_cells(cells, out, report, log)
-        run_cells(todo, out, report, max_loaded=max_loaded, log=log)
+        yield prepare_cells(cells, out, report, log), report
         report.elapsed_seconds = time.time() - t0
         write_json(out / "results.json", {"schema_version": 1, **report.to_json(),
-                                          "cells": {c.id: c.folder for c in cells}})
+                                          "cells": {c.id: c.folder for c in cells}, **record})
+
+
+def run_study(study: Any, out: str | Path, *, max_loaded: int = 2, log: Callable[[str], None] = print) -> StudyRun:
+    """Run what is not done of ``study`` in ``out``, sequentially (see the module docstring)."""
+    with study_session(study, out, log) as (todo, report):
+        run_cells(todo, Path(out), report, max_loaded=max_loaded, log=log)
     return report
 
 
