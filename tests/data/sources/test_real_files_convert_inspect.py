@@ -9,7 +9,6 @@ unlabelled first release (0 samples) and the one-instance VAW excerpt (no questi
 import csv
 import io
 import json
-import re
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,8 @@ from PIL import Image, ImageDraw
 from vrh.cli import main
 from vrh.data.sources import get_source
 from vrh.data.sources.paper_counts import paper_count
+
+from tests.data.sources.test_real_benchmark_files import spatialrgpt_records  # the excerpt in the official layout
 
 REAL = Path(__file__).resolve().parents[3] / ".." / "shared" / "real" / "benchmarks"
 pytestmark = pytest.mark.skipif(not REAL.is_dir(), reason="the real benchmark files (../shared/real) are absent")
@@ -132,15 +133,7 @@ def cvbench_rows(tmp):
 
 def spatialrgpt_excerpt(tmp):
     """The 52 real rows in the official layout (one JSON list); image and boxes are stand-ins."""
-    records = []
-    for line in (REAL / "spatialrgpt" / "bench_text_excerpt.jsonl").read_text().splitlines():
-        r = json.loads(line)
-        n = 1 + max(int(k) for k in re.findall(r"Region \[(\d+)\]", r["question"]))
-        records.append({"id": r["id"], "image_info": {"file_path": "images/scene.png", "height": 48, "width": 64},
-                        "text_q": r["question"], "qa_info": {"type": r["qa_type"], "category": r["qa_category"]},
-                        "conversations": [{"from": "human", "value": "<image>\n" + r["question"]},
-                                          {"from": "gpt", "value": r["ground_truth"]}],
-                        "bbox": [[2 + 30 * k, 4, 28 + 30 * k, 40] for k in range(n)], "rle": []})
+    records = spatialrgpt_records()
     (tmp / "bench" / "images").mkdir(parents=True)
     Image.new("RGB", (64, 48), "white").save(tmp / "bench" / "images" / "scene.png")
     (tmp / "bench" / "SpatialRGPT-Bench_v1.json").write_text(json.dumps(records))
