@@ -475,3 +475,34 @@ def test_a_reader_that_leaves_early_gets_no_error():
     err = p.stderr.read().decode()
     p.stderr.close()
     assert p.wait() == 141 and err == ""
+
+
+def test_a_failed_write_names_the_file(tmp_path, capsys, monkeypatch):
+    """A write that fails on a full disk raises an OSError without a filename, so the error said only "No space
+    left on device" (issue 33 item 10): it names the file that was being written now."""
+    import errno
+    import io
+
+    from vrh.commands import models
+
+    class FullDisk(io.FileIO):  # what a full disk does: write() fails, and the error carries no filename
+        def write(self, b):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    target = tmp_path / "run" / "results.json"
+    target.parent.mkdir()
+
+    def full(args):
+        with io.TextIOWrapper(io.BufferedWriter(FullDisk(target, "w"))) as f:
+            json.dump({"accuracy": 0.5}, f)
+
+    def failing_in_c(args):  # raised inside the C io layer (no Python frame of its own), a reader open beside it
+        with open(__file__) as source, open(target, "w") as f:
+            os.dup2(source.fileno(), f.fileno())  # f's descriptor now reads a file: its write fails
+            f.write("{}")
+            f.flush()
+
+    for command, message in ((full, "No space left on device"), (failing_in_c, "Bad file descriptor")):
+        monkeypatch.setattr(models, "main", command)
+        assert main(["models"]) == 2
+        assert capsys.readouterr().err == f"vrh models: error: {message}: {target}\n"

@@ -178,6 +178,8 @@ def test_batch_states_round_trip_and_a_torn_write_is_ignored(tmp_path):
 
     state = {"ids": ["a", "b"], "records": [{"id": "a", "iou": None, "box": [1.0, 2.0]}],
              "scorers": {"s": {"lists": {"_scores": [torch.ones(2, 3)], "_include": [True]}, "counters": {"n_x": 1}}}}
+    with runs.RunFolder(tmp_path) as run:
+        run.write_config({"command": "detect"})
     runs.write_batch_state(tmp_path, 3, state)
     (tmp_path / runs.DETECT_STATE / "batch-000004.pt.tmp").write_bytes(b"half a file")
     got = runs.read_batch_states(tmp_path)
@@ -331,3 +333,71 @@ def test_a_resume_mismatch_names_the_users_settings_first_one_per_line(tmp_path)
     assert lines[0].endswith("2 setting(s) differ from the interrupted run's (rerun with the same settings, or "
                              "--overwrite to start over):")
     assert lines[1] == "  config.k: 3 -> 4" and lines[2].startswith("  model.path: mmm")
+
+
+def test_resume_refuses_a_folder_vrh_did_not_make(tmp_path):
+    """Issue 33 item 2: the user's results.json was overwritten and their torn last line dropped."""
+    from vrh.runs.folder import check_out
+
+    d = tmp_path / "theirs"
+    (d / "Documents").mkdir(parents=True)
+    (d / "notes.txt").write_text("mine")
+    (d / runs.RESULTS).write_text('{"mine": 1}')
+    (d / runs.SAMPLES).write_text('{"id": "a"}\n{"id": "b", "torn')
+    before = {p: p.read_bytes() for p in d.rglob("*") if p.is_file()}
+    with pytest.raises(FileExistsError, match="--resume: .* is not a vrh run folder"):
+        check_out(d, resume=True)
+    with pytest.raises(FileExistsError, match="--resume: .* is not a vrh run folder"):
+        runs.RunFolder(d, resume=True)
+    assert {p: p.read_bytes() for p in d.rglob("*") if p.is_file()} == before and not (d / runs.LOCK).exists()
+
+
+def test_resume_refuses_what_overwrite_refuses(tmp_path):
+    d = tmp_path / "r"
+    with runs.RunFolder(d) as run:
+        run.write_config({"command": "evaluate"})
+    (d / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="--resume: .*holds files no vrh run writes \\(notes.txt\\)"):
+        runs.RunFolder(d, resume=True)
+    (d / "notes.txt").unlink()
+    with runs.RunFolder(d, resume=True) as run:  # vrh's own folder resumes as before
+        run.write_config({"command": "evaluate"})
+
+
+def test_the_cli_refuses_resume_into_a_foreign_folder_before_loading(tmp_path, capsys):
+    from vrh.cli import main
+
+    from vrh.organism.world import write_split
+
+    data = write_split(tmp_path / "data", 2, 0)
+    d = tmp_path / "theirs"
+    d.mkdir()
+    (d / runs.RESULTS).write_text('{"mine": 1}')
+    assert main(["evaluate", "--model", "organism", "--data", str(data), "--out", str(d),
+                 "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert "is not a vrh run folder" in err and "Traceback" not in err
+    assert (d / runs.RESULTS).read_text() == '{"mine": 1}'
+
+
+def test_detection_state_with_a_file_of_the_users_is_refused_and_kept(tmp_path):
+    d = tmp_path / "r"
+    with runs.RunFolder(d) as run:
+        run.write_config({"command": "detect"})
+    runs.write_batch_state(d, 0, {"ids": [], "records": [], "scorers": {}})
+    mine = d / runs.DETECT_STATE / "notes.txt"
+    mine.write_text("mine")
+    with pytest.raises(FileExistsError, match="detect_state/notes.txt"):
+        runs.RunFolder(d, overwrite=True)
+    assert mine.read_text() == "mine" and len(list(mine.parent.glob("batch-*.pt"))) == 1
+
+
+@pytest.mark.parametrize("flags", [{}, {"resume": True}, {"overwrite": True}])
+def test_a_run_killed_before_its_config_was_in_place_is_no_run_yet(tmp_path, flags):
+    d = tmp_path / "r"
+    d.mkdir()
+    (d / runs.LOCK).write_text("123\n")
+    (d / (runs.CONFIG + ".tmp")).write_text('{"vrh_run": 1, "comm')  # killed between the write and the rename
+    with runs.RunFolder(d, **flags) as run:
+        run.write_config({"command": "evaluate"})
+    assert runs.is_run_folder(d) and not (d / (runs.CONFIG + ".tmp")).exists()

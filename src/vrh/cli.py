@@ -84,8 +84,29 @@ def _silence_stdout() -> None:
 def _message(err: BaseException) -> str:
     """An error's message (a system OSError as ``strerror: filename``, without the errno prefix)."""
     if isinstance(err, OSError) and err.strerror:
-        return f"{err.strerror}: {err.filename}" if err.filename else err.strerror
+        filename = err.filename or _open_file_in(err)
+        return f"{err.strerror}: {filename}" if filename else err.strerror
     return str(err).strip() or type(err).__name__
+
+
+def _open_file_in(err: BaseException) -> str | None:
+    """The file a failed ``write()`` / ``close()`` was on. Such an OSError (a full disk: ENOSPC, a quota, an
+    I/O error) carries no filename, but a frame it passed through holds the open file: the innermost such
+    frame, a file open for writing before one open for reading."""
+    import io
+
+    frames = []
+    tb = err.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    for frame in reversed(frames):
+        files = [v for v in frame.f_locals.values()
+                 if isinstance(v, io.IOBase) and isinstance(getattr(v, "name", None), (str, os.PathLike))]
+        files.sort(key=lambda f: not set(str(getattr(f, "mode", ""))) & set("wax+"))  # writers first
+        if files:
+            return os.fsdecode(files[0].name)
+    return None
 
 
 def _resumable(mod) -> bool:

@@ -106,6 +106,28 @@ def test_the_readme_one_liner_runs_twice():
     assert parse_config(demo.Config, p.parse_args(args)).overwrite
 
 
+@pytest.mark.parametrize("inner, named", [("data/MY_NOTES.txt", "data/MY_NOTES.txt"),
+                                          ("data/my_extra/labels.csv", "data/my_extra/"),
+                                          ("report/my_slides.txt", "report/my_slides.txt"),
+                                          ("report/figures/mine.png", "report/figures/mine.png")])
+@pytest.mark.parametrize("flag", ["overwrite", "resume"])
+def test_the_users_files_inside_the_demos_subfolders_are_never_deleted(finished, organism, inner, named, flag):
+    """Issue 33 item 3: ``data/`` and ``report/`` were removed whole, without looking inside."""
+    out, _ = finished
+    mine = out / inner
+    made = not mine.parent.exists()
+    mine.parent.mkdir(parents=True, exist_ok=True)
+    mine.write_text("mine")
+    try:
+        with pytest.raises(FileExistsError, match=f"--{flag}: .*holds files no vrh run writes \\({named}\\)"):
+            demo.run(demo.Config(out=str(out), **{flag: True}, **SMALL), organism)
+        assert mine.read_text() == "mine" and runs.is_finished(out) and (out / "report" / "report.html").is_file()
+    finally:
+        mine.unlink()
+        if made:
+            mine.parent.rmdir()
+
+
 def test_rerun_with_overwrite_replaces_a_previous_demo_run(finished, organism, no_report):
     out, r = finished
     stale = out / "sweep_grounding" / runs.OVERLAYS  # an artefact an older run of another command left there

@@ -54,6 +54,100 @@ def test_dpo_train_refuses_missing_pairs_in_one_line(tmp_path, tiny_checkpoint, 
     assert not (tmp_path / "o").exists()  # refused before anything was written
 
 
+def _disk_full_at(monkeypatch, where: str, kind: str) -> None:
+    """Writes whose path contains ``where`` fail as they do on a full disk: safetensors' writer with a
+    SafetensorError (``os error 28``), torch's with a RuntimeError that names neither the cause nor the path
+    (then the disk reports no free space)."""
+    import shutil
+
+    import torch
+    import transformers.modeling_utils as mu
+
+    if kind == "safetensors":
+        from safetensors import SafetensorError
+
+        real = mu.safe_save_file
+
+        def save_file(tensors, path, *a, **kw):
+            if where in str(path):
+                raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+            return real(tensors, path, *a, **kw)
+
+        monkeypatch.setattr(mu, "safe_save_file", save_file)
+    else:
+        real_save, real_usage = torch.save, shutil.disk_usage
+
+        def save(obj, f, *a, **kw):
+            if where in str(f):
+                raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534")
+            return real_save(obj, f, *a, **kw)
+
+        def usage(path):
+            u = real_usage(path)
+            return type(u)(u.total, u.total, 0) if where.split("/")[0] in str(path) else u
+
+        monkeypatch.setattr(torch, "save", save)
+        monkeypatch.setattr(shutil, "disk_usage", usage)
+
+
+@pytest.mark.parametrize("kind", ["safetensors", "torch"])
+def test_a_full_disk_is_a_one_line_error_naming_the_checkpoint_and_resume_continues(
+        tmp_path, tiny_checkpoint, tiny_dataset, capsys, monkeypatch, kind):
+    """The disk fills up while checkpoint 2 is written: one line naming it (no traceback), exit 2; once there
+    is room again, --resume continues from checkpoint 1 (checkpoint 2 is incomplete) to the full training."""
+    pairs = write_pairs(tmp_path / "pairs", tiny_dataset)
+    out = tmp_path / "train"
+    cmd = ["dpo-train", "--model", tiny_checkpoint, "--pairs", str(pairs), "--out", str(out), *STEPS]
+    with monkeypatch.context() as m:
+        _disk_full_at(m, "checkpoint-2/", kind)
+        assert main(cmd) == 2
+    err = capsys.readouterr().err
+    line = f"vrh dpo-train: error: No space left on device: {out / dpo.CHECKPOINTS / 'checkpoint-2'}"
+    assert line in err.splitlines() and "Traceback" not in err
+    assert main([*cmd, "--resume"]) == 0
+    res = runs.read_results(out)
+    assert res["steps"] == 2 and res["resumed_from"] == str(out / dpo.CHECKPOINTS / "checkpoint-1")
+
+
+def test_overwrite_removes_the_trained_model_only_if_it_holds_nothing_else(tmp_path, tiny_checkpoint,
+                                                                            tiny_dataset, capsys):
+    """model/ carries vrh's record of its files (vrh.runs.written): a file the user added there is not
+    deleted by --overwrite, which refuses and names it."""
+    pairs = write_pairs(tmp_path / "pairs", tiny_dataset)
+    out = tmp_path / "train"
+    cmd = ["dpo-train", "--model", tiny_checkpoint, "--pairs", str(pairs), "--out", str(out), *STEPS]
+    assert main(cmd) == 0
+    notes = out / dpo.MODEL_DIR / "notes.txt"
+    notes.write_text("mine")
+    capsys.readouterr()
+    assert main([*cmd, "--overwrite"]) == 2
+    assert "model/notes.txt" in capsys.readouterr().err and notes.read_text() == "mine"
+
+
+@pytest.mark.slow
+def test_dpo_train_killed_with_sigkill_while_checkpointing_resumes_to_the_uninterrupted_training(
+        tmp_path, tiny_checkpoint, tiny_dataset, kill_mid_run):
+    """A real kill -9 once checkpoint 2 is being written (of 3 steps, one checkpoint each), then --resume."""
+    import os
+    import sys
+
+    pairs = write_pairs(tmp_path / "pairs", tiny_dataset)
+    steps = ["--max-steps", "3", "--lr", "1e-3", "--train-batch-size", "2", "--grad-accum", "1", "--save-steps", "1"]
+
+    def cmd(out):
+        return ["dpo-train", "--model", tiny_checkpoint, "--pairs", str(pairs), "--out", str(out), *steps]
+
+    assert main(cmd(tmp_path / "full")) == 0
+    out = tmp_path / "killed"
+    kill_mid_run([sys.executable, "-m", "vrh", *cmd(out)], dict(os.environ),
+                 lambda: (out / dpo.CHECKPOINTS / "checkpoint-2").is_dir())
+    assert main([*cmd(out), "--resume"]) == 0
+    a, b = runs.read_results(tmp_path / "full"), runs.read_results(out)
+    assert b["steps"] == a["steps"] == 3 and b["last_log"]["num_tokens"] == a["last_log"]["num_tokens"]
+    assert b["train_loss"] == pytest.approx(a["train_loss"], abs=1e-5)
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model", "results.json", "train_log.jsonl"]
+
+
 def test_paper_defaults_are_the_option_defaults():
     from vrh.commands import dpo_train
 

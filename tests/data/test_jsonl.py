@@ -402,3 +402,31 @@ def test_a_bbox_key_gets_a_hint_and_json_errors_read_well(folder):
     (folder / "bad.jsonl").write_text('{"id": "unterminated')
     with pytest.raises(DatasetError, match=r"bad.jsonl:1: invalid JSON at column 8: Unterminated string starting at$"):
         load_dataset(folder / "bad.jsonl")
+
+
+def test_a_deeply_nested_line_is_a_line_error_and_a_skip(folder):
+    """A line of 100,000 ``[`` escaped as a RecursionError traceback, ``on_error="skip"`` included (issue 33
+    item 8): it is invalid JSON naming file, line and column, skipped like any other bad line."""
+    deep = folder / "deep.jsonl"
+    deep.write_text(json.dumps(grounding()) + "\n" + "[" * 100_000 + "\n" + json.dumps(vqa()) + "\n")
+    with pytest.raises(DatasetError, match=r"deep.jsonl:2: invalid JSON at column 101: nested more than 100 levels"):
+        load_dataset(deep)
+    samples = load_dataset(deep, on_error="skip")
+    assert [s.id for s in samples] == ["g1", "q1"] and [n for n, _ in samples.report.skipped] == [2]
+    # a value the parser could read but no dataset needs: the line (an object) may nest 100 levels, not 101
+    nested = lambda n: json.loads("[" * n + "]" * n)  # noqa: E731
+    assert len(load_dataset(write_lines(folder, [grounding(extra=nested(99))]))) == 1
+    with pytest.raises(DatasetError, match=r"data.jsonl:1: invalid JSON at column \d+: nested more than 100"):
+        load_dataset(write_lines(folder, [grounding(extra=nested(100))]))
+    kept = write_lines(folder, [grounding(extra={"a": "[" * 500, "b": [[1, 2], {"c": [3]}]})])  # brackets in text
+    assert load_dataset(kept)[0].meta["extra"]["a"] == "[" * 500
+
+
+def test_a_command_given_a_deeply_nested_dataset_fails_in_one_line(folder, tmp_path, capsys):
+    from vrh.cli import main
+
+    deep = folder / "deep.jsonl"
+    deep.write_text("[" * 100_000 + "\n")
+    assert main(["detect", "--model", "organism", "--data", str(deep), "--out", str(tmp_path / "det")]) == 2
+    err = capsys.readouterr().err
+    assert err == f"vrh detect: error: {deep}:1: invalid JSON at column 101: nested more than 100 levels deep\n"

@@ -55,6 +55,7 @@ SUBSETS = {"random2:s2": ["g1", "g3"]}
 
 def _run(path, lm, samples, batched, resume=False):
     with runs.RunFolder(path, resume=resume) as run:
+        run.write_config({"command": "evaluate"})  # a vrh run folder: what --resume continues
         return run_conditions(lm, get_task("grounding"), samples, _conditions(lm), run, subsets=SUBSETS,
                               batch_conditions=batched, **KW)
 

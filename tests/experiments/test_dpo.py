@@ -14,6 +14,7 @@ from vrh.experiments import preference_pairs as pp  # noqa: E402
 from vrh.data import load_dataset  # noqa: E402
 from vrh.infra.options import DpoTrainOptions  # noqa: E402
 from vrh.models.loading import load_model  # noqa: E402
+from vrh.runs import written  # noqa: E402
 
 FAST = DpoTrainOptions(lr=1e-3, epochs=1.0, max_steps=2, train_batch_size=2, grad_accum=1, save_steps=1)
 
@@ -83,6 +84,7 @@ def test_a_few_dpo_steps_on_the_tiny_checkpoint_give_a_loadable_changed_model(tm
     log = runs.read_jsonl(tmp_path / "run" / dpo.TRAIN_LOG)
     assert [r["step"] for r in log if "loss" in r] == [1, 2] and "rewards/margins" in log[0]
     assert not (tmp_path / "run" / dpo.CHECKPOINTS).exists()  # no optimizer state left behind
+    assert written.has_record(out.model_dir) and written.foreign(out.model_dir) == []  # every file recorded
     trained = load_model(out.model_dir)
     after = trained.model.state_dict()
     assert any(not torch.equal(before[k], after[k]) for k in before)  # full-parameter update happened
@@ -128,6 +130,33 @@ def test_an_interrupted_training_resumes_from_its_last_checkpoint(tmp_path, tiny
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
     assert out.train_loss == pytest.approx(full.train_loss, abs=1e-5)  # mean over both steps, as uninterrupted
     assert out.last_log["loss"] == pytest.approx(full.last_log["loss"], abs=1e-5)
+    assert out.last_log["num_tokens"] == full.last_log["num_tokens"]  # the whole run's tokens, not step 2's
+
+
+def test_a_checkpoint_a_kill_left_incomplete_is_not_resumed_from(tmp_path):
+    """TRL writes trainer_state.json last: a checkpoint without it (or with it torn, or naming another step) is
+    what a kill, Ctrl-C or a full disk leaves mid-write; the newest complete one is resumed from."""
+    ckpts = tmp_path / "checkpoints"
+    for step, state in [(1, '{"global_step": 1}'), (2, '{"global_step": 2}'), (3, None), (4, '{"global_st'),
+                        (5, '{"global_step": 3}')]:
+        (ckpts / f"checkpoint-{step}").mkdir(parents=True)
+        (ckpts / f"checkpoint-{step}" / "model.safetensors").write_text("weights")
+        if state is not None:
+            (ckpts / f"checkpoint-{step}" / "trainer_state.json").write_text(state)
+    assert dpo.latest_checkpoint(ckpts) == str(ckpts / "checkpoint-2")
+    assert dpo.latest_checkpoint(tmp_path / "none") is None
+
+
+def test_a_fresh_training_refuses_to_delete_what_it_did_not_write(tmp_path, tiny_checkpoint, tiny_dataset):
+    """checkpoints/ and model/ are removed through their record of what vrh wrote (vrh.runs.written): a file
+    the user put there stops the training before it deletes anything."""
+    ds = dpo.load_pairs(write_pairs(tmp_path / "pairs", tiny_dataset))
+    notes = tmp_path / "run" / dpo.CHECKPOINTS / "notes.txt"
+    notes.parent.mkdir(parents=True)
+    notes.write_text("mine")
+    with pytest.raises(FileExistsError, match="notes.txt"):
+        dpo.train_dpo(load_model(tiny_checkpoint), load_model(tiny_checkpoint), ds, tmp_path / "run", FAST)
+    assert notes.read_text() == "mine"
 
 
 def test_policy_and_reference_must_be_two_models(tmp_path, tiny_lm_for_dpo):

@@ -94,9 +94,11 @@ def test_resume_generates_only_what_is_missing(tmp_path, fake):
     first = fake(fail_after=7)
     with pytest.raises(KeyboardInterrupt):
         with runs.RunFolder(tmp_path / "r") as run:
+            run.write_config({"command": "evaluate"})  # a vrh run folder: what --resume continues
             runner.run_conditions(None, get_task("vqa"), SAMPLES, conds, run, batch_conditions=fake.batched)
     f = fake()
     with runs.RunFolder(tmp_path / "r", resume=True) as run:
+        run.write_config({"command": "evaluate"})
         res = runner.run_conditions(None, get_task("vqa"), SAMPLES, conds, run, batch_conditions=fake.batched)
     assert f.generated == 15 - 7 and res.n_generated == 8
     assert not set(f.rows) & set(first.rows)  # finished (head set, sample) rows are not generated again

@@ -144,3 +144,47 @@ def test_progress_can_be_turned_off_from_python(monkeypatch, capsys, tiny_checkp
     assert "detect:" not in err and "evaluate:" not in err
     vrh.run_conditions(lm, vrh.get_task("grounding"), samples, [conditions.none()], max_new_tokens=2)
     assert "evaluate: 2/2 generations" in capsys.readouterr().err  # the default still shows it
+
+
+# --- user text is printed as typed, never read as rich markup (issue 33 item 9) ---------------------------
+TYPED = ["runs/rep[/x]", "runs/exp[v2]", "runs/[bold]b[/bold]", "runs/a\\[b]", "runs/:thumbs_up:"]
+
+
+@pytest.mark.parametrize("text", TYPED)
+def test_console_lines_print_what_the_user_typed(capsys, text):
+    """``--out "runs/rep[/x]"`` crashed with rich's MarkupError after the report was written, and
+    ``--out runs/exp[v2]`` printed ``runs/exp/report.html``: every line, table and bar prints text as given."""
+    console_mod.console.print(f"report: {text}/report.html")
+    console_mod.warn(f"--model {text} answered none")
+    console_mod.report_skipped([{"id": "s1", "reason": f"image {text}/1.png not found"}], f"evaluate {text}")
+    console_mod.print_table(f"sweep {text}", ["run"], [[text]])
+    with progress(1, f"convert {text}", interactive=True) as advance:
+        advance()
+    cap = capsys.readouterr()
+    err = cap.err.splitlines()
+    assert err[:3] == [f"report: {text}/report.html", f"warning: --model {text} answered none",
+                       f"evaluate {text}: 1 sample(s) skipped ('s1'): image {text}/1.png not found; listed in "
+                       "results.json"]
+    assert f"convert {text}" in cap.err.split("\n", 3)[3]
+    assert cap.out.count(text) == 2 and f"│ {text} │" in cap.out  # the title (wrapped to the table) and the cell
+
+
+def test_no_source_line_prints_rich_markup():
+    """The console reads no markup, so a ``[yellow]...[/yellow]`` left in a message would print its tags: colour
+    goes through ``warn`` or a ``Text`` style instead."""
+    import ast
+    import re
+    from pathlib import Path
+
+    import vrh
+
+    tag = re.compile(r"\[/?(bold|dim|italic|underline|red|green|yellow|blue|magenta|cyan|white|link)\b[^\]]*\]")
+    found = []
+    for path in Path(vrh.__file__).resolve().parent.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) in (
+                    "print", "warn", "log", "progress", "progress_bar"):
+                for sub in ast.walk(node):
+                    if isinstance(sub, ast.Constant) and isinstance(sub.value, str) and tag.search(sub.value):
+                        found.append(f"{path.name}:{sub.lineno}: {sub.value[:60]}")
+    assert not found, found

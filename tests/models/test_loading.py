@@ -102,3 +102,51 @@ def test_loading_in_a_log_prints_no_library_bars(capfd):
     """Not a terminal (as under pytest): transformers' "Loading weights" bar is silenced, one line per message."""
     load_model("organism")
     assert "Loading weights" not in capfd.readouterr().err
+
+
+def _pickled_checkpoint(src, dst, extra=None):
+    """``src`` with its weights as a pickled ``pytorch_model.bin`` (no safetensors), plus ``extra`` entries."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file
+
+    shutil.copytree(src, dst)
+    weights = load_file(dst / "model.safetensors")
+    (dst / "model.safetensors").unlink()
+    torch.save({**weights, **(extra or {})}, dst / "pytorch_model.bin")
+    return dst
+
+
+def test_a_pickled_checkpoint_with_objects_is_refused_in_one_line(tmp_path, tiny_checkpoint, tiny_dataset, capsys):
+    """A ``pytorch_model.bin`` holding more than tensors was refused safely by torch, but as a 30-line traceback
+    (issue 33 item 10): one line now, saying to convert it to safetensors. Nothing in the pickle ran."""
+    import pathlib
+
+    from vrh.cli import main
+
+    marker = tmp_path / "the pickle ran"
+
+    class Payload:
+        def __reduce__(self):
+            return pathlib.Path.touch, (marker,)
+
+    bad = _pickled_checkpoint(pathlib.Path(tiny_checkpoint), tmp_path / "ck", {"_payload": Payload()})
+    with pytest.raises(ValueError, match=r"its pickled weights \(pytorch_model\*.bin, no model.safetensors\) are not "
+                                         r"only tensors \(the pickle refers to .+\); vrh never "):
+        load_model(str(bad))
+    capsys.readouterr()
+    assert main(["detect", "--model", str(bad), "--data", tiny_dataset, "--n", "4", "--out", str(tmp_path / "d")]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(f"vrh detect: error: model {bad}: its pickled weights")
+    assert err[0].endswith("convert the checkpoint to safetensors (torch.load(..., weights_only=False), then "
+                           "safetensors.torch.save_file into model.safetensors, or save_pretrained) and pass the "
+                           "converted folder")
+    assert not marker.exists()
+
+
+def test_a_plain_tensor_pickle_still_loads(tmp_path, tiny_checkpoint):
+    import pathlib
+
+    lm = load_model(str(_pickled_checkpoint(pathlib.Path(tiny_checkpoint), tmp_path / "ck")))
+    assert lm.num_layers > 0

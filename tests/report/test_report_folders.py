@@ -2,7 +2,10 @@
 brings them along once, a folder given twice is reported once, and a rerun into the same ``--out`` leaves
 no figure of the previous report behind."""
 
+import shutil
+
 import numpy as np
+import pytest
 
 from vrh import runs
 from vrh.report import build_report
@@ -85,3 +88,64 @@ def test_two_demos_label_their_sub_runs_by_folder(tmp_path):
         _detect(d / "detect")
         dirs.append(d)
     assert [r.name for r in load_runs(dirs)] == ["demo_a", "demo_a/detect", "demo_b", "demo_b/detect"]
+
+
+# --- a report never touches a file of the user's (issue 33 item 1) -------------------------------------
+def _tree(folder):
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_folder_that_is_not_a_vrh_report_is_refused_and_left_as_it_was(tmp_path):
+    out = tmp_path / "mine"
+    (out / "figures").mkdir(parents=True)
+    (out / "figures" / "fig1.png").write_bytes(b"my figure")
+    (out / "report.md").write_text("my report")
+    with pytest.raises(FileExistsError, match="not a vrh report folder"):
+        build_report([_detect(tmp_path / "det")], out)
+    assert _tree(out) == {"figures/fig1.png": b"my figure", "report.md": b"my report"}
+
+
+def test_the_cli_refuses_it_in_one_line(tmp_path, capsys):
+    from vrh.cli import main
+
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "report.md").write_text("my report")
+    assert main(["report", str(_detect(tmp_path / "det")), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "not a vrh report folder" in err and "Traceback" not in err
+    assert (out / "report.md").read_text() == "my report"
+
+
+def test_a_figures_symlink_is_never_followed(tmp_path):
+    out = tmp_path / "out"
+    build_report([det := _detect(tmp_path / "det")], out)  # a vrh report folder ...
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "det-heatmap.png").write_bytes(b"not vrh's")
+    (elsewhere / "old.png").write_bytes(b"not vrh's either")
+    shutil.rmtree(out / "figures")
+    (out / "figures").symlink_to(elsewhere)  # ... whose figures now point out of it
+    with pytest.raises(FileExistsError, match="symlink"):
+        build_report([det], out)
+    assert _tree(elsewhere) == {"det-heatmap.png": b"not vrh's", "old.png": b"not vrh's either"}
+
+
+def test_a_rerun_replaces_only_what_the_previous_report_wrote(tmp_path):
+    out = tmp_path / "out"
+    build_report([det := _detect(tmp_path / "det"), _stability(tmp_path / "stab")], out)
+    (out / "figures" / "mine.png").write_bytes(b"my figure")  # the user's, beside vrh's
+    (out / "notes.md").write_text("my notes")
+    build_report([det], out)
+    assert (out / "figures" / "mine.png").read_bytes() == b"my figure" and (out / "notes.md").read_text() == "my notes"
+    assert not (out / "figures" / "stab-stability.png").exists()  # the previous report's, no longer shown
+
+
+def test_a_file_of_the_users_under_a_name_the_report_writes_is_refused(tmp_path):
+    out = tmp_path / "out"
+    build_report([det := _detect(tmp_path / "det")], out)
+    theirs = out / "figures" / "stab-stability.png"  # not written by the first report, named as the next one writes it
+    theirs.write_bytes(b"my figure")
+    with pytest.raises(FileExistsError, match="stab-stability.png.*vrh did not write"):
+        build_report([det, _stability(tmp_path / "stab")], out)
+    assert theirs.read_bytes() == b"my figure"

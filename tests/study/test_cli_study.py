@@ -60,3 +60,13 @@ def test_an_out_folder_that_is_not_a_study_is_refused_untouched(tmp_path, capsys
     assert main(["study", "run", str(path), "--out", str(other)]) == 2
     assert "is not a vrh study folder" in capsys.readouterr().err
     assert sorted(p.name for p in other.iterdir()) == ["notes.txt"]
+
+
+def test_the_study_name_cannot_steer_the_terminal(tmp_path, capsys):
+    """An escape sequence, a NUL, a BEL and a right-to-left override in the name are printed as escapes."""
+    path = write_study(tmp_path)
+    path.write_text(path.read_text().replace('name = "small"', 'name = "s\\u001b[2J\\u0000\\u0007\\u202eevil"'))
+    assert main(["study", "plan", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("study s\\x1b[2J\\x00\\x07\\u202eevil: ")
+    assert not any(ch in out for ch in "\x1b\x00\x07\u202e")

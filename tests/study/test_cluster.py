@@ -31,6 +31,13 @@ def test_parameters_are_read_as_json_values_or_text():
         parse_parameters(["timeout_min"])
 
 
+def test_the_study_name_in_a_slurm_job_name_is_letters_digits_and_dashes():
+    from vrh.study.cluster import job_name
+
+    assert job_name("organisms") == "vrh-study-organisms"
+    assert job_name("x\n#SBATCH --wrap=rm\x1b") == "vrh-study-x_SBATCH_--wrap_rm_"
+
+
 def test_the_local_executor_gives_the_folder_of_a_sequential_run(small_study, tmp_path):
     from vrh.study.cluster import submit_study
 

@@ -146,3 +146,19 @@ def test_a_study_killed_with_sigkill_resumes_to_the_same_folder(small_study, tmp
             proc.kill()
     assert subprocess.run(cmd, env=env, capture_output=True).returncode == 0
     assert differences(reference, out) == []
+
+
+def test_a_changed_dataset_removes_only_what_the_study_wrote_in_its_folder(small_study, tmp_path):
+    """Issue 33 item 3: a redone dataset cell removed its folder whole (``shutil.rmtree``)."""
+    path, reference = small_study
+    out = tmp_path / "out"
+    shutil.copytree(reference, out)
+    mine = out / "data" / "world" / "MY_NOTES.txt"
+    mine.write_text("mine")
+    changed = write_study(tmp_path, n_world=13)
+    with pytest.raises(FileExistsError, match="redoing cell .*world.*MY_NOTES.txt"):
+        run_study(load_study(changed), out, **QUIET)
+    assert mine.read_text() == "mine" and (out / "data" / "world" / "grounding.jsonl").is_file()
+    mine.unlink()
+    rep = run_study(load_study(changed), out, **QUIET)
+    assert "data/world" in rep.redone and len(runs.read_jsonl(out / "data" / "world" / "grounding.jsonl")) == 13

@@ -95,3 +95,26 @@ def test_the_shipped_example_study_reads(tmp_path):
     assert s.pairs == (("A", "B"), ("C", "C_prime"), ("B", "A"), ("C_prime", "C"))
     kinds = {c.kind for c in build_cells(s)}
     assert kinds == {"data", "detect", "sweep", "crosstask", "compare", "transfer", "stability"}
+
+
+@pytest.mark.parametrize("opening, closing", [("[", "]"), ("{a = ", "}")])
+def test_a_deeply_nested_value_is_one_error_naming_the_file_and_line(tmp_path, capsys, opening, closing):
+    """100,000 nested arrays or inline tables: tomllib's RecursionError became a traceback (issue 33 item 8)."""
+    from vrh.cli import main
+
+    path = write_study(tmp_path)
+    path.write_text(path.read_text().replace("max_new_tokens = 24", "max_new_tokens = 24\nthreads = "
+                                             + opening * 100_000 + "1" + closing * 100_000))
+    with pytest.raises(StudyError, match="values nested too deeply") as e:
+        load_study(path)
+    assert str(e.value).startswith(f"{path}:") and _line(e.value) == _line_with(path, "threads = ")
+    assert main(["study", "plan", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"vrh study: error: {path}:") and "Traceback" not in err
+
+
+def test_deep_line_skips_strings_and_comments():
+    from vrh.study.spec import deep_line
+
+    text = "a = '[[[[[[' # [[[[[[\nb = \"\"\"\n[[[[[[\n\"\"\"\nc = [[[[[[1]]]]]]\n"
+    assert deep_line(text, limit=5) == 5 and deep_line(text, limit=6) is None

@@ -159,7 +159,7 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
     from vrh.experiments import conditions as cond
     from vrh import runs
     from vrh.commands._common import load
-    from vrh.infra.console import console
+    from vrh.infra.console import console, warn
     from vrh.experiments.detection import run_detection
     from vrh.experiments.heldout import GROUNDING_HINT, load_task_samples, select_eval_samples
     from vrh.experiments.kcurves import conditions_table, random_control_report, sweep_conditions
@@ -202,7 +202,7 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
                                  source=DETECT_DIR) for k in ks]
     control = random_control_report(controls)
     for w in control.warnings:
-        console.print(f"[yellow]warning:[/yellow] {w}")
+        warn(w)
 
     with run:
         res = run_conditions(lm, task, samples, conds, run, batch_size=cfg.batch_size,

@@ -56,6 +56,8 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
     import dataclasses
     import time
 
+    from rich.text import Text
+
     from vrh import runs
     from vrh.commands._common import load
     from vrh.experiments.conditions import check_room
@@ -84,7 +86,8 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
         check_room(kk, lm.num_layers, lm.num_heads, opt)
     run = runs.RunFolder(out, overwrite=cfg.overwrite, resume=cfg.resume)
     rule = "" if cfg.k is not None else f" (default: {DEFAULT_K_RULE})"
-    console.print(f"[bold]vrh demo[/bold]: model {cfg.model}, k = {k} of {total} heads{rule}, writing {out}")
+    console.print(Text.assemble(("vrh demo", "bold"), f": model {cfg.model}, k = {k} of {total} heads{rule}, "
+                                                       f"writing {out}"))
     with run:
         run.write_config({"command": NAME, "config": config_record(cfg), "model": lm.describe(), "k": k,
                           "ks": list(ks), "subruns": list(SUBRUNS)})

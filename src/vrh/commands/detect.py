@@ -41,13 +41,12 @@ def warn_if_never_correct(out: str, model: str) -> None:
     """A loud line when the model answered no detection sample correctly: its heads were scored on answers
     that never found the object (the toy organism run on a user's photos scored 20 of 20 "mislocated")."""
     from vrh import runs
-    from vrh.infra.console import console
+    from vrh.infra.console import warn
 
     records = runs.read_samples(out)
     if records and not any(r.get("outcome") == "correct" for r in records):
-        console.print(f"[bold yellow]warning:[/bold yellow] --model {model} answered none of the {len(records)} "
-                      "detection samples correctly: these head scores come from answers that never found the "
-                      "object; check that --model is the model you meant for this data", highlight=False)
+        warn(f"--model {model} answered none of the {len(records)} detection samples correctly: these head scores "
+             "come from answers that never found the object; check that --model is the model you meant for this data")
 
 
 TOP_SHOWN = 10  # heads of the ranking printed; the full ranking is in head_scores.json

@@ -29,6 +29,8 @@ class Config(ModelOptions, PairOptions, MaskOptions, DpoTrainOptions, Generation
 
 
 def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
+    import shlex
+
     from vrh.commands._common import load
     from vrh.experiments import preference_pairs as pp
     from vrh.experiments.dpo import require_trl
@@ -48,5 +50,5 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
                      f"{100 * b['differences'][0]['diff']:+.1f} ± {100 * b['differences'][0]['se']:.1f}"])
     print_table(f"vrh dpo ({res.elapsed_seconds:.0f} s): held-out grounding accuracy (%)",
                 ["benchmark", "n", *res.models, "dpo-vrh - base"], rows)
-    console.print(f"report: vrh report --out REPORT {cfg.out}")
+    console.print(f"report: vrh report --out REPORT {shlex.quote(cfg.out)}")
     return res.to_json()

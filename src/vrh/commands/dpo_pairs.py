@@ -27,6 +27,8 @@ class Config(ModelOptions, PairOptions, MaskOptions, GenerationOptions, RunOptio
 
 def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
     """Writes a dpo-pairs run folder (samples.jsonl, pairs.jsonl); returns results.json."""
+    import shlex
+
     from vrh import runs
     from vrh.commands._common import load
     from vrh.experiments import preference_pairs as dpo
@@ -39,9 +41,11 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
                             overwrite=cfg.overwrite, config={"command": NAME, "config": config_record(cfg)},
                             description=NAME)
     drops = ", ".join(f"{v} {k}" for k, v in result.dropped.items()) or "none"
-    # stdout is the result and a script: the counts as shell comments, then the next commands, unwrapped (no
-    # console), so ``vrh dpo-pairs ... > next.sh`` or ``| sh`` runs them as is
+    # stdout is the result and a script: the counts as shell comments, then the next commands (shell-quoted),
+    # unwrapped (no console), so ``vrh dpo-pairs ... > next.sh`` or ``| sh`` runs them as is; a newline in the
+    # path would end the comment and run the rest of it, so the comment shows it as \n
+    pairs = shlex.quote(f"{cfg.out}/{runs.PAIRS}").replace("\n", "\\n")
     print_result(f"# dpo-pairs: {result.n_pairs} pairs from {result.n_samples} samples (dropped: {drops}) -> "
-                 f"{cfg.out}/{runs.PAIRS}\n# train them and score the trained model (also in results.json):\n"
+                 f"{pairs}\n# train them and score the trained model (also in results.json):\n"
                  f"{result.training_command}")
     return result.to_json()

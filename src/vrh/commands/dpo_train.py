@@ -3,9 +3,9 @@
 Full-parameter training of ``--model`` (the paper's lr 2e-7 and 4 epochs are the defaults; every TRL setting
 vrh passes is an option), the reference a second load of the same checkpoint. Writes ``--out``: the trained
 checkpoint in ``model/`` (``--model OUT/model`` loads it like the base), TRL's log in ``train_log.jsonl``,
-``results.json``; ``--resume`` continues an interrupted training from its last checkpoint
-(``checkpoints/``, removed once the model is saved). Needs TRL: ``pip install 'vrh[dpo]'``. The training
-itself is :mod:`vrh.experiments.dpo`.
+``results.json``; ``--resume`` continues an interrupted training from its last complete checkpoint
+(``checkpoints/``, removed once the model is saved), or only saves one that had finished. Needs TRL:
+``pip install 'vrh[dpo]'``. The training itself is :mod:`vrh.experiments.dpo`.
 """
 
 from __future__ import annotations

@@ -49,17 +49,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from vrh.infra.console import console
+    from vrh.infra.console import console, printable
     from vrh.study.spec import load_study
 
     if args.study_command == "report":
         return _report(Path(args.folder), args.out)
-    study = load_study(args.study)
-    from vrh.study.execute import check_configs
+    study = load_study(args.study)  # every check, the cells' own commands' included, before anything loads
+    from vrh.study.execute import check_study_folder
+    from vrh.study.spec import check_device_here
     from vrh.study.kinds import build_cells
 
-    check_configs(build_cells(study), Path(getattr(args, "out", None) or "."))  # each command's own checks
+    if args.out is not None:
+        check_study_folder(Path(args.out))
     if args.study_command == "plan":
+        try:
+            check_device_here(study)
+        except ValueError as e:  # planned here, perhaps run elsewhere: said, not refused
+            console.print(f"note: {e} (only where the study runs matters)", markup=False, highlight=False)
         if args.commands:
             import shlex
 
@@ -68,49 +74,61 @@ def main(args: argparse.Namespace) -> int:
             out = Path(args.out or "STUDY_DIR")
             for c in build_cells(study):
                 line = command_line(c, out)
-                print(f"# {c.id}: prepared by vrh study run" if line is None else shlex.join(line))
+                print(printable(f"# {c.id}: prepared by vrh study run" if line is None else shlex.join(line)))
             return 0
         _print_plan(study, Path(args.out) if args.out else None)
         return 0
     if args.max_loaded < 1:
         raise ValueError(f"--max-loaded must be >= 1, got {args.max_loaded}")
+    if args.executor != "slurm":  # the cells run on this machine: its device must be here
+        check_device_here(study)
     out = Path(args.out)
     try:
         if args.executor == "sequential":
             from vrh.study.execute import run_study
 
-            rep = run_study(study, out, max_loaded=args.max_loaded, log=console.print)
+            rep = run_study(study, out, max_loaded=args.max_loaded, log=_log)
         else:
             from vrh.study.cluster import parse_parameters, submit_study
 
             rep = submit_study(study, out, cluster=args.executor, folder=args.jobs_folder,
-                               parameters=parse_parameters(args.slurm), log=console.print)
+                               parameters=parse_parameters(args.slurm), log=_log)
     except KeyboardInterrupt:
         console.print(f"\nvrh study: interrupted; finished cells are kept in {out}; rerun the same command to "
                       "continue (an interrupted cell resumes)")
         return 130
-    console.print(f"study: {len(rep.ran)} cells run ({len(rep.resumed)} resumed, {len(rep.redone)} redone), "
-                  f"{len(rep.already_done)} already done, {rep.elapsed_seconds:.1f} s -> {out}")
+    _log(f"study: {len(rep.ran)} cells run ({len(rep.resumed)} resumed, {len(rep.redone)} redone), "
+         f"{len(rep.already_done)} already done, {rep.elapsed_seconds:.1f} s -> {out}")
     if args.report:
         return _report(out, None)
     return 0
 
 
+def _log(message: str) -> None:
+    """A study's progress line on stderr: text from the study file (a setting in "changed (...)") printed as
+    text, never as rich markup or terminal control."""
+    from vrh.infra.console import console, printable
+
+    console.print(printable(message), markup=False, highlight=False)
+
+
 def _print_plan(study, out) -> None:
-    """One line per cell (plain text, so that no terminal width truncates an id): state, id, folder, deps."""
+    """One line per cell (plain text, so that no terminal width truncates an id): state, id, folder, deps.
+    What comes from the study file (its name, changed settings) is printed with control characters escaped."""
     from collections import Counter
 
+    from vrh.infra.console import printable
     from vrh.study.execute import plan_states
     from vrh.study.kinds import build_cells
 
     states = ([(c, "-", []) for c in build_cells(study)] if out is None else plan_states(study, out))
     width = max(len(c.id) for c, _, _ in states)
-    print(f"study {study.name}: {len(states)} cells" + ("" if out is None else f" in {out}: " + ", ".join(
-        f"{n} {s}" for s, n in Counter(s for _, s, _ in states).items())))
+    print(printable(f"study {study.name}: {len(states)} cells" + ("" if out is None else f" in {out}: " + ", ".join(
+        f"{n} {s}" for s, n in Counter(s for _, s, _ in states).items()))))
     for c, state, diffs in states:
         deps = f"  <- {', '.join(c.deps)}" if c.deps else ""
         why = f"  ({'; '.join(diffs[:3])})" if diffs else ""
-        print(f"{state:8s} {c.id:{width}s}  {c.folder}{deps}{why}")
+        print(printable(f"{state:8s} {c.id:{width}s}  {c.folder}{deps}{why}"))
 
 
 def _report(folder, out) -> int:

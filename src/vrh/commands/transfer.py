@@ -90,7 +90,7 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
     from vrh import runs
     from vrh.commands._common import load
     from vrh.experiments.method_comparison import finite_or_none, map_similarity
-    from vrh.infra.console import console, print_result
+    from vrh.infra.console import console, print_result, warn
     from vrh.experiments.heldout import select_eval_samples
     from vrh.core.heads import check_grid
     from vrh.experiments.kcurves import conditions_table, random_control_report
@@ -132,7 +132,7 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
     conds += rc.conditions
     control = random_control_report([rc])
     for w in control.warnings:
-        console.print(f"[yellow]warning:[/yellow] {w}")
+        warn(w)
 
     model_a = _model_name(cfg.heads)
     run = runs.RunFolder(cfg.out, resume=cfg.resume, overwrite=cfg.overwrite)

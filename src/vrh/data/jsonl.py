@@ -34,7 +34,9 @@ image of at least ``MIN_SIDE_FOR_NORM_CHECK`` px per side is refused as "looks n
 pixels it is a sub-pixel box, and every correct answer would score as mislocated. Any other field is kept
 in :attr:`Sample.meta`.
 
-Every error names the file and the 1-based line, e.g. ``data.jsonl:7: grounding sample needs 'box'``.
+Every error names the file and the 1-based line, e.g. ``data.jsonl:7: grounding sample needs 'box'``. A
+line nested more than :data:`vrh.data.json_text.MAX_DEPTH` levels deep is invalid JSON here (real lines
+nest 2-4 levels; Python's parser would crash on a deep enough one).
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vrh.data import json_text
 from vrh.data.boxes import Box, xywh_to_xyxy
 
 TASKS = ("grounding", "vqa", "point")  # point: a question asked as it is, answered by a point inside `mask`
@@ -381,7 +384,7 @@ def load_dataset(path: str | os.PathLike, *, limit: int | None = None, check_ima
                 if not line.strip():
                     continue
                 try:
-                    rec = json.loads(line)
+                    rec = json_text.loads(line)  # nesting deeper than json_text.MAX_DEPTH is invalid too
                 except json.JSONDecodeError as e:
                     raise ValueError(f"invalid JSON at column {e.colno}: {e.msg}") from None
                 sample = _parse_line(rec, path.parent, check_images)

@@ -41,7 +41,7 @@ import numpy as np
 import torch
 
 from vrh import runs
-from vrh.infra.console import console, progress_shown, report_skipped
+from vrh.infra.console import console, progress_shown, report_skipped, warn
 from vrh.infra.console import progress as progress_bar
 from vrh.data import Sample, split_detect_eval
 from vrh.infra.distributed import my_batches, world
@@ -174,7 +174,7 @@ def _finish(lm, scorers, whole: BatchState, elapsed: float, capture: str = "teac
             warnings.append(f"scorer {name!r} gives every head the same score ({float(scores.flatten()[0]):.3g}); "
                             "its ranking is only the (layer, head) tie order")
     for w in warnings:
-        console.print(f"[yellow]warning:[/yellow] {w}")
+        warn(w)
     primary = next(iter(scorers))
     forwards = whole.forwards
     extra = {"capture_forwards": forwards["main"],  # main capture passes: one per batch, shared by every scorer

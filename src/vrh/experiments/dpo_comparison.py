@@ -74,7 +74,8 @@ def train_run(base: str, pairs: str | os.PathLike, out: str | os.PathLike, opts:
     """One DPO training as a dpo-train run folder ``out`` (``config.json``, ``train_log.jsonl``, ``model/``,
     ``results.json``): ``base`` (a ``--model`` value) trained on the pairs of ``pairs`` with the
     :class:`vrh.infra.options.DpoTrainOptions` ``opts``. A finished run in ``out`` is returned as is with
-    ``resume``; an interrupted one continues from its last TRL checkpoint."""
+    ``resume``; an interrupted one continues from its last complete TRL checkpoint
+    (:func:`vrh.experiments.dpo.train_dpo`)."""
     import dataclasses
 
     from vrh.experiments import dpo

@@ -16,7 +16,7 @@ from typing import Any
 
 from vrh import runs
 from vrh.data import Sample, dataset_hash, load_dataset
-from vrh.infra.console import console
+from vrh.infra.console import warn
 
 GROUNDING_HINT = 'this command needs grounding samples ("task": "grounding", with an expression and a box)'
 
@@ -75,7 +75,7 @@ def select_eval_samples(data: str | Path, task: str, n: int | None, heads_runs: 
             note = (f"{data} is not the dataset {run_dir} detected on ({split.data_path}): disjointness checked by "
                     f"sample id only")
             if not other_dataset_expected:
-                console.print(f"[yellow]note:[/yellow] {note}")
+                warn(note, "note:")
             notes.append(note)
             if overlap:
                 raise ValueError(f"{len(overlap)} evaluation samples have ids that {run_dir} scored during detection "

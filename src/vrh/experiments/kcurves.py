@@ -108,7 +108,7 @@ def run_sweep(lm: Any, task: Any, samples: Sequence[Any], scores: torch.Tensor, 
     """
     import time
 
-    from vrh.infra.console import console
+    from vrh.infra.console import warn
     from vrh.experiments.runner import run_conditions
     from vrh.runs import RunFolder
 
@@ -118,7 +118,7 @@ def run_sweep(lm: Any, task: Any, samples: Sequence[Any], scores: torch.Tensor, 
                                        mask_mode=mask_mode, source=source)
     control = random_control_report(controls)
     for w in control.warnings:
-        console.print(f"[yellow]warning:[/yellow] {w}")
+        warn(w)
     with RunFolder(out, overwrite=overwrite, resume=resume) as run:
         run.write_config({**config, "conditions": [c.to_json() for c in conds]})
         res = run_conditions(lm, task, samples, conds, run, batch_size=batch_size, max_new_tokens=max_new_tokens,

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -184,11 +185,17 @@ def write_pairs(path: str | os.PathLike, rows: Sequence[Mapping[str, Any]]) -> P
 
 
 def training_command(out: str | os.PathLike, model: str, data: str | os.PathLike, heads: str | os.PathLike) -> str:
-    """The documented training + evaluation commands (module docstring) filled in for this run."""
+    """The documented training + evaluation commands (module docstring) filled in for this run, each argument
+    shell-quoted: pasted or piped to ``sh``, a path with a blank, ``<``, ``;`` or ``$`` stays one argument.
+
+    >>> print(training_command("runs/a b", "org/m", "d.jsonl", "runs/det").splitlines()[0])
+    vrh dpo-train --pairs 'runs/a b' --model org/m --out 'runs/a b-dpo'
+    """
     doc = __doc__.split("Train and score", 1)[1].split("::", 1)[1].split("\n(", 1)[0]
     text = "\n".join(line[4:] for line in doc.strip("\n").splitlines())
     values = {"OUT": str(out), "MODEL": str(model), "DATA": str(data), "RUN": str(heads)}
-    return re.sub(r"\b(OUT|MODEL|DATA|RUN)\b", lambda m: values[m.group(1)], text)
+    # the whole argument is quoted at once (OUT-dpo/model -> 'a b-dpo/model'), not the placeholder alone
+    return re.sub(r"\b(OUT|MODEL|DATA|RUN)\b(\S*)", lambda m: shlex.quote(values[m.group(1)] + m.group(2)), text)
 
 
 def resolve_k(k: int | None, num_layers: int, num_heads: int) -> int:
@@ -215,7 +222,7 @@ def make_pairs(lm: Any, opts: Any, out: str | os.PathLike, *, random_negatives: 
     from vrh.experiments import conditions as cond
     from vrh.experiments.kcurves import conditions_table, random_control_report
     from vrh.experiments.runner import run_conditions
-    from vrh.infra.console import console
+    from vrh.infra.console import warn
     from vrh.tasks import get_task
 
     t0 = time.time()
@@ -236,7 +243,7 @@ def make_pairs(lm: Any, opts: Any, out: str | os.PathLike, *, random_negatives: 
                                        outside=detected.heads, exclude_layers=opts.exclude_layers,
                                        method=src.scorer, mask_mode=opts.mask_mode, label="random:s{seed}")
         for w in control.warnings:
-            console.print(f"[yellow]warning:[/yellow] {w}")
+            warn(w)
     policy = "random" if random_negatives else "vrh"
 
     run = runs.RunFolder(out, resume=resume, overwrite=overwrite)

@@ -37,7 +37,7 @@ from vrh.experiments.conditions import Condition, RandomControl
 from vrh.core.heads import Head, top_k
 from vrh.experiments.kcurves import conditions_table, random_control_report
 from vrh.experiments.runner import ConditionResults
-from vrh.infra.console import console
+from vrh.infra.console import warn
 from vrh.scoring import make_scorer
 from vrh.scoring.functions import aggregate
 from vrh.tasks import Task
@@ -221,7 +221,7 @@ def run_stability(lm: Any, task: Task, samples: Sequence[Any], study: StabilityS
                 result = replace(result, token_choice=fold_token_choice(res, study.k),
                                  random_control=random_control_report([control]))
                 for w in control.warnings:
-                    console.print(f"[yellow]warning:[/yellow] {w}")
+                    warn(w)
             if accuracy_draws:
                 result = replace(result, **fold_draw_accuracy(res, result.n_values, accuracy_draws),
                                  accuracy_draws=accuracy_draws)

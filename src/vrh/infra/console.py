@@ -1,4 +1,10 @@
-"""Terminal output: progress bars for every loop a user waits for, and small summary tables."""
+"""Terminal output: progress bars for every loop a user waits for, and small summary tables.
+
+Nothing printed here is read as rich markup (or ``:emoji:`` codes): a line carries paths, model ids and
+dataset names the user typed, and ``--out runs/exp[v2]`` must print as typed, not as ``runs/exp`` (``[v2]``
+taken for a style tag) or a crash (``[/x]``, a closing tag that closes nothing). Colour is given as a
+``Text`` style instead (:func:`warn`, ``Text.assemble``).
+"""
 
 from __future__ import annotations
 
@@ -16,8 +22,9 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColu
 from rich.text import Text
 from rich.table import Table
 
-# soft_wrap: a message is one line however long (a log cut at 80 columns, with trailing blanks, breaks grep)
-console = Console(stderr=True, soft_wrap=True)
+# soft_wrap: a message is one line however long (a log cut at 80 columns, with trailing blanks, breaks grep);
+# markup and emoji off: a line prints its text as given (module docstring)
+console = Console(stderr=True, soft_wrap=True, markup=False, emoji=False)
 
 
 LOG_EVERY_FRACTION = 0.1  # without a terminal, a progress line every 10% of the work ...
@@ -152,7 +159,7 @@ def progress(total: int, description: str, *, unit: str = "samples", interactive
         finally:
             lines.close()
         return
-    bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+    bar = Progress(TextColumn("{task.description}", style="bold", markup=False), BarColumn(), MofNCompleteColumn(),
                    TextColumn("{task.fields[unit]}"), TaskProgressColumn(), _RateColumn(), TimeElapsedColumn(),
                    TimeRemainingColumn(), console=console, transient=False)
     with bar:
@@ -219,16 +226,39 @@ def print_table(title: str, columns: list[str], rows: list[list]) -> None:
         table.add_column(c)
     for r in rows:
         table.add_row(*[f"{v:.3f}" if isinstance(v, float) else str(v) for v in r])
-    Console().print(table)
+    Console(markup=False, emoji=False).print(table)  # title and cells as text (module docstring)
+
+
+def warn(message: str, label: str = "warning:") -> None:
+    """One line on stderr: ``label`` in yellow, then ``message`` as given (never markup)."""
+    console.print(Text.assemble((label, "yellow"), " ", str(message)))
 
 
 def report_skipped(skipped: list[dict], what: str) -> None:
     """One warning line for samples a run skips (``{"id", "reason"}`` each): how many, the first reason and
-    the ids it names (user text printed as text, never as rich markup)."""
-    from rich.markup import escape
-
+    the ids it names."""
     if not skipped:
         return
     ids = ", ".join(repr(str(r["id"]))[:60] for r in skipped[:3]) + (" ..." if len(skipped) > 3 else "")
-    console.print(f"[yellow]{escape(what)}: {len(skipped)} sample(s) skipped[/yellow] ({escape(ids)}): "
-                  f"{escape(str(skipped[0]['reason']))}; listed in results.json")
+    console.print(Text.assemble((f"{what}: {len(skipped)} sample(s) skipped", "yellow"),
+                                f" ({ids}): {skipped[0]['reason']}; listed in results.json"))
+
+
+_CONTROL_CATEGORIES = ("Cc", "Cf", "Cs", "Zl", "Zp")  # controls, format (bidi overrides), surrogates, separators
+
+
+def printable(text: str) -> str:
+    """``text`` with every character that would steer a terminal written as its escape: C0/C1 controls
+    (ESC sequences, NUL, BEL, newlines), bidirectional overrides and other format characters, line and
+    paragraph separators. For text a user's file supplies (a study's name) printed as one line; a
+    printable string comes back unchanged.
+
+    >>> printable("study \\x1b[31mred\\u202e\\x00"), printable("K\u00f6ln 20%")
+    ('study \\\\x1b[31mred\\\\u202e\\\\x00', 'K\u00f6ln 20%')
+    """
+    import unicodedata
+
+    return "".join(ch if unicodedata.category(ch) not in _CONTROL_CATEGORIES
+                   else (f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}" if ord(ch) < 0x10000
+                         else f"\\U{ord(ch):08x}")
+                   for ch in text)

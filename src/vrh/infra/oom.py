@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
+from rich.text import Text
+
 from vrh.infra.console import console
 
 T = TypeVar("T")
@@ -39,6 +41,6 @@ def halving_on_oom(fn: Callable[[Sequence[T]], R], items: Sequence[T], what: str
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
     half = (len(items) + 1) // 2
-    console.print(f"[yellow]{what}: out of memory on a batch of {len(items)}; retrying it as batches of {half} "
-                  f"and {len(items) - half}[/yellow]")
+    console.print(Text(f"{what}: out of memory on a batch of {len(items)}; retrying it as batches of {half} "
+                       f"and {len(items) - half}", style="yellow"))
     return halving_on_oom(fn, items[:half], what) + halving_on_oom(fn, items[half:], what)

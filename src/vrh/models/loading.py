@@ -9,6 +9,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import pickle
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -223,11 +225,39 @@ def load_model(model: str, *, device: str = "cpu", dtype: str = "float32", revis
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; choose from {sorted(DTYPES)}")
     placement = {} if device_map is None else {"device_map": device_map}  # custom adapters may predate it
-    m, processor = chosen.load(path, dtype=DTYPES[dtype], device=device, **placement)
+    try:
+        m, processor = chosen.load(path, dtype=DTYPES[dtype], device=device, **placement)
+    except pickle.UnpicklingError as e:  # torch's weights_only loader refused a pytorch_model.bin: say what to do
+        raise UnsafeCheckpoint(_pickle_refusal(path, e)) from None
     if (getattr(m, "tp_size", None) or 1) > 1:  # a checkpoint whose config asks for a TP plan under torchrun
         _refuse_tensor_parallel(f"model {path} was loaded tensor-parallel (tp_size={m.tp_size})")
     m.eval()
     return LoadedModel(m, processor, chosen, path, revision)
+
+
+class UnsafeCheckpoint(ValueError):
+    """A checkpoint's pickled weights hold more than tensors; loading them could run code, so vrh refuses."""
+
+
+def _pickle_refusal(path: str, err: Exception) -> str:
+    """The one-line refusal of a ``pytorch_model.bin`` that torch's ``weights_only`` unpickler would not read.
+
+    >>> line = _pickle_refusal("ck", Exception("... WeightsUnpickler error: Unsupported global: GLOBAL os.system "
+    ...                                        "was not an allowed global by default. ..."))
+    >>> line.split(";")[0]
+    'model ck: its pickled weights (...) are not only tensors (the pickle refers to os.system)'
+    """
+    text = str(err)
+    found = re.search(r"Unsupported global: GLOBAL (\S+)", text)
+    if found:
+        what = f"are not only tensors (the pickle refers to {found.group(1)})"
+    else:
+        detail = re.search(r"WeightsUnpickler error:\s*(\S[^\n]*)", text)
+        what = f"are not a plain tensor pickle ({detail.group(1).strip() if detail else 'torch refused them'})"
+    return (f"model {path}: its pickled weights (pytorch_model*.bin, no model.safetensors) {what}; vrh never "
+            "unpickles objects, since that runs code the file's author chose. If you trust the file, convert the "
+            "checkpoint to safetensors (torch.load(..., weights_only=False), then safetensors.torch.save_file "
+            "into model.safetensors, or save_pretrained) and pass the converted folder")
 
 
 def _offline_variable() -> str | None:

@@ -361,16 +361,21 @@ def words() -> list[str]:
 
 def write_split(out_dir: str | Path, n: int, seed: int, task: str = "grounding",
                 size: int = IMAGE_SIZE) -> Path:
-    """Write ``n`` samples as PNGs under ``out_dir/images`` plus ``out_dir/<task>.jsonl``."""
+    """Write ``n`` samples as PNGs under ``out_dir/images`` plus ``out_dir/<task>.jsonl``, each file recorded
+    first as vrh's (:mod:`vrh.runs.written`: a later ``--overwrite`` removes exactly these). ``out_dir`` must be
+    empty or a folder this function (or another vrh writer) filled before."""
+    from vrh.runs import written
+
     if task not in ("grounding", "vqa"):
         raise ValueError(f"task must be grounding or vqa, got {task!r}")
     out = Path(out_dir)
-    (out / "images").mkdir(parents=True, exist_ok=True)
     path = out / f"{task}.jsonl"
+    sids = [f"{task}-{seed}-{k:06d}" for k in range(n)]
+    written.record(out, [path.name, *(f"images/{sid}.png" for sid in sids)])
+    (out / "images").mkdir(parents=True, exist_ok=True)
     with open(path, "w") as f:
-        for k in range(n):
+        for k, sid in enumerate(sids):
             s = grounding_sample(seed, k, size) if task == "grounding" else vqa_sample(seed, k, size)
-            sid = f"{task}-{seed}-{k:06d}"
             rel = f"images/{sid}.png"
             render(s["scene"]).save(out / rel)
             rec = {"id": sid, "image": rel, "task": task, "expression": s.get("expression"),

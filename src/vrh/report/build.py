@@ -8,10 +8,12 @@ results, head scores, samples, overlays), and writes into ``out_dir``:
 * ``report.md`` with its figures as PNGs in ``out_dir/figures/``, for reading in a repository.
 
 Every file is first written under a temporary name and renamed into place only once all of them were
-written, so a report that fails midway (a full disk) leaves the previous report as it was. Once the new
-report is in place, the PNGs directly in ``figures/`` that it does not link are removed: they are the
-previous report's, and figures that no longer match the report mislead whoever browses the folder
-(nothing else in ``out_dir`` is touched). Figures are built with matplotlib's mathtext and TeX off
+written, so a report that fails midway (a full disk) leaves the previous report as it was. ``out_dir`` must be
+empty or a previous report's: every file a report writes is recorded there first (:mod:`vrh.runs.written`),
+and a folder without that record, a ``figures`` that is a symlink, or an existing file of the same name that
+vrh did not write is refused before anything is written. Once the new report is in place, the figures the
+previous report wrote and this one does not link are removed (figures that no longer match the report
+mislead whoever browses the folder); nothing vrh did not write is ever touched. Figures are built with matplotlib's mathtext and TeX off
 (:data:`vrh.report.style.PLAIN_TEXT`): run names and expressions are user text, and a ``$`` in one must
 not be parsed as math (or fail the whole report).
 
@@ -54,6 +56,7 @@ from vrh.report.kchoice import KChoice, report_k
 from vrh.report.load import load_runs
 from vrh.report.notes import report_notices
 from vrh.report.style import PLAIN_TEXT
+from vrh.runs import written
 
 HTML_NAME = "report.html"
 MD_NAME = "report.md"
@@ -90,13 +93,13 @@ def build_report(run_dirs: Sequence[str | Path], out_dir: str | Path, *, k: int 
         raise ValueError("vrh report needs at least one run folder")
     if k is not None and k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
+    out_dir = Path(out_dir)
+    check_report_folder(out_dir)  # before any work: a folder that is not a vrh report is refused at once
     runs = load_runs(list(run_dirs))
     if not any(r.finished for r in runs):
         raise ValueError("no finished run to report: " + "; ".join(f"{r.path} did not finish ({r.progress()})"
                                                                    for r in runs)
                          + " -- a run is finished once it has written its results; wait for it or --resume it")
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     kc = report_k(runs, k)
     secs = build_sections(runs, kc)
     intro = [*characterize.headline_lines(runs),  # the finding first, then what the page covers
@@ -106,18 +109,48 @@ def build_report(run_dirs: Sequence[str | Path], out_dir: str | Path, *, k: int 
                   "Heads are LAYER:HEAD, 0-based (as the CLI writes them). Accuracies in %."), *report_notices(runs), *k_notice(kc, runs)]
     html_path, md_path, fig_dir = out_dir / HTML_NAME, out_dir / MD_NAME, out_dir / FIG_DIR
     md, figs = render_markdown(title, intro, secs, FIG_DIR)
+    files = {**{fig_dir / name: png for name, png in figs.items()}, md_path: md.encode("utf-8"),
+             html_path: render_html(title, intro, secs).encode("utf-8")}
+    check_report_folder(out_dir, files)  # again, now that the figures' names are known
+    before = written.recorded(out_dir)
+    written.record(out_dir, files)  # recorded before they are written: a crash leaves nothing unrecorded
     fig_dir.mkdir(exist_ok=True)
-    _write_all({**{fig_dir / name: png for name, png in figs.items()}, md_path: md.encode("utf-8"),
-                html_path: render_html(title, intro, secs).encode("utf-8")})
-    _remove_stale_figures(fig_dir, set(figs))
+    _write_all(files)
+    _remove_stale_figures(out_dir, before, set(files))
     return {"html": html_path, "md": md_path, "figures": fig_dir}
 
 
-def _remove_stale_figures(fig_dir: Path, keep: set[str]) -> None:
-    """Remove the ``*.png`` files directly in ``fig_dir`` that the report just written does not link (a
-    previous report's); never a subfolder, never another kind of file."""
-    for path in fig_dir.glob("*.png"):
-        if path.name not in keep and path.is_file():
+def check_report_folder(out_dir: Path, files: Mapping[Path, bytes] = {}) -> None:
+    """Refuse (FileExistsError) an ``--out`` a report may not write into: a non-empty folder that is not a vrh
+    report (no record of what vrh wrote there, :mod:`vrh.runs.written`), a ``figures`` that is not a real folder
+    (a symlink is never followed), or a file among ``files`` that exists without vrh having written it."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise FileExistsError(f"--out {out_dir} is a file, not a folder")
+    if not out_dir.is_dir() or not any(out_dir.iterdir()):
+        return
+    if not written.has_record(out_dir):
+        raise FileExistsError(f"--out {out_dir} is not empty and is not a vrh report folder (no record of files vrh "
+                              "wrote there); a report writes only into an empty folder or a previous report's: "
+                              "choose another --out")
+    figs = out_dir / FIG_DIR
+    if figs.is_symlink() or (figs.exists() and not figs.is_dir()):
+        raise FileExistsError(f"--out {out_dir}: {figs} is not a folder vrh made (a symlink or a file); a report "
+                              "never writes through it: remove it or choose another --out")
+    mine = written.recorded(out_dir)
+    clash = sorted(str(p.relative_to(out_dir)) for p in files
+                   if (p.exists() or p.is_symlink()) and (p.is_symlink() or written.relative(out_dir, p) not in mine))
+    if clash:
+        raise FileExistsError(f"--out {out_dir}: {', '.join(clash[:5])} exist(s) but vrh did not write them; a report "
+                              "never replaces a file of yours: move them away or choose another --out")
+
+
+def _remove_stale_figures(out_dir: Path, before: set[str], keep: set[Path]) -> None:
+    """Remove the files a previous report in ``out_dir`` wrote (recorded in ``before``) that the report just
+    written does not: its figures that no longer match. Nothing vrh did not write is touched."""
+    keep_rel = {written.relative(out_dir, p) for p in keep}
+    for rel in sorted(before - keep_rel):
+        path = out_dir / rel
+        if not rel.endswith("/") and path.is_file() and not path.is_symlink():
             path.unlink()
 
 

@@ -14,7 +14,9 @@ Folder policy (:class:`RunFolder`): a new run refuses a non-empty folder unless 
 identifies itself as a vrh run (:func:`is_run_folder`: a ``config.json`` carrying the ``vrh_run`` mark that
 only :meth:`RunFolder.write_config` writes), and removes only what a run folder can contain
 (:func:`run_folder_contents`: the artefacts named here, sub-runs, the extra files of the command that wrote
-it); a model checkpoint folder, or a run folder holding anything else, is refused with the names.
+it, and its subfolders only as far as their record of what vrh wrote goes, :mod:`vrh.runs.written`); a model
+checkpoint folder, or a run folder holding anything else, is refused with the names. ``resume`` refuses what
+``overwrite`` refuses: it rewrites ``results.json`` and trims a torn ``samples.jsonl``.
 
 One writer per folder: a :class:`RunFolder` holds an exclusive OS lock (``flock`` on ``.vrh-lock``, which
 holds the writer's pid) from before it looks at the folder until the run ends (:meth:`RunFolder.release`,
@@ -32,8 +34,12 @@ Every ``torch.load`` in vrh goes through :func:`load_torch_file` (``weights_only
 cannot run code), and ``.npz`` artefacts keep user strings (sample ids, scorer names) as data, never as
 array names (:func:`_write_named_arrays`).
 
-The contract is split in five modules, all re-exported here (``from vrh import runs; runs.RunFolder``):
-:mod:`vrh.runs.folder` (names, the folder being written, its lock and clean-up), :mod:`vrh.runs.artefacts`
+Every removal in vrh follows :mod:`vrh.runs.written`: remove only what vrh recorded writing, or refuse and
+name what was found.
+
+The contract is split in six modules, all re-exported here (``from vrh import runs; runs.RunFolder``):
+:mod:`vrh.runs.folder` (names, the folder being written, its lock and clean-up), :mod:`vrh.runs.written` (the
+record of what vrh wrote in a folder, the one removal rule), :mod:`vrh.runs.artefacts`
 (typed readers and writers), and :mod:`vrh.runs.results` with :mod:`vrh.runs.results_characterize` and
 :mod:`vrh.runs.results_dpo` (the ``results.json`` of every kind of run: one typed value each, its keys and
 their order, ``to_json`` for the command writing it and ``from_json`` for the report reading it).

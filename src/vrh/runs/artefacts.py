@@ -4,13 +4,14 @@ maps, overlays, emergence logs) and of detection's resumable batch state."""
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vrh.runs.folder import (CONFIG, DETECT_STATE, EMERGENCE, HEAD_SCORES, OVERLAYS, RESULTS, RunFolder, SAMPLES, SAMPLE_SCORES, SCHEMA_VERSION, read_json, read_jsonl, write_jsonl)
+from vrh.runs.folder import (CONFIG, DETECT_STATE, EMERGENCE, HEAD_SCORES, OVERLAYS, RESULTS, RunFolder, SAMPLES,
+                             SAMPLE_SCORES, SCHEMA_VERSION, is_batch_state_file, read_json, read_jsonl, write_jsonl)
+
 
 # --- typed readers ------------------------------------------------------------------------------------
 def read_config(run_dir: str | os.PathLike) -> dict[str, Any]:
@@ -323,5 +324,9 @@ def load_torch_file(path: str | os.PathLike, *, what: str = "checkpoint", fix: s
 def clear_batch_states(run: RunFolder) -> None:
     """Remove ``detect_state/`` (rank 0) once the run's final artefacts are written."""
     folder = run.path / DETECT_STATE
-    if run.world.is_main and folder.is_dir():
-        shutil.rmtree(folder)
+    if run.world.is_main and folder.is_dir() and not folder.is_symlink():
+        for child in folder.iterdir():
+            if is_batch_state_file(child):
+                child.unlink()
+        if not any(folder.iterdir()):  # anything else in it is not vrh's: left where it is
+            folder.rmdir()

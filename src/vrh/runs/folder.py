@@ -18,6 +18,7 @@ from typing import Any
 
 import vrh
 from vrh.infra.distributed import World, world
+from vrh.runs import written
 
 CONFIG = "config.json"
 SAMPLES = "samples.jsonl"
@@ -396,15 +397,20 @@ def check_out(path: str | os.PathLike, *, resume: bool = False, overwrite: bool 
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise FileExistsError(f"--out {path} is a file, not a folder")
-    non_empty = path.is_dir() and any(c.name != LOCK for c in path.iterdir())
+    # a run killed before its config.json was in place left only the lock and that file's temporary: not a run yet
+    non_empty = path.is_dir() and any(not (c.name == LOCK or (c.name == CONFIG + ".tmp" and c.is_file()
+                                                              and not c.is_symlink())) for c in path.iterdir())
     if non_empty and not (resume or overwrite):
         raise FileExistsError(f"run folder {path} is not empty; pass --overwrite to replace it "
                               "or --resume to continue the run in it")
     if non_empty and overwrite:
         run_folder_contents(path)  # on every rank alike, before any rank waits for another
-    if non_empty and resume and (path / CONFIG).exists() and not is_run_folder(path):
-        raise FileExistsError(f"{path} is not a vrh run folder (its {CONFIG} was not written by vrh); "
-                              "--resume continues only a vrh run: choose another --out")
+    if non_empty and resume and not is_run_folder(path):
+        # resume rewrites results.json, trims a torn samples.jsonl and appends to it: only in a folder vrh made
+        raise FileExistsError(f"--resume: {path} is not a vrh run folder (no {CONFIG} written by vrh); --resume "
+                              "continues only a run vrh started there: choose another --out")
+    if non_empty and resume:
+        run_folder_contents(path, what="--resume")  # the same folders --overwrite would refuse
     return non_empty
 
 
@@ -424,30 +430,56 @@ def is_run_folder(path: str | os.PathLike) -> bool:
     return cfg.get(RUN_MARK) is not None or legacy
 
 
-def run_folder_contents(path: str | os.PathLike) -> list[Path]:
+def run_folder_contents(path: str | os.PathLike, what: str = "--overwrite") -> list[Path]:
     """What ``--overwrite`` removes from the vrh run folder ``path``: its artefacts, unmerged shards, detection
-    state, temporary files, sub-runs (each a vrh run folder, checked the same way) and the extra files of the
-    command that wrote it (:data:`COMMAND_FILES`). Refuses (FileExistsError, naming them) a folder that is
-    not a vrh run, or that holds anything else: nothing a run did not write is ever deleted."""
+    state, temporary files, sub-runs (each a vrh run folder, checked the same way) and the extra files and
+    subfolders of the command that wrote it (:data:`COMMAND_FILES`; a subfolder only when everything in it is
+    recorded as vrh's, :mod:`vrh.runs.written`). Refuses (FileExistsError, naming them) a folder that is not a
+    vrh run, or that holds anything else: nothing a run did not write is ever deleted (``what``: the flag that
+    asked, for the message)."""
     path = Path(path)
+    if path.is_symlink():
+        raise FileExistsError(f"{what}: {path} is a symlink; vrh never removes through one: choose another --out")
     if not is_run_folder(path):
         raise FileExistsError(f"{path} is not empty and is not a vrh run folder (no {CONFIG} written by vrh); "
-                              "refusing to delete its contents for --overwrite: choose another --out")
+                              f"refusing to delete its contents for {what}: choose another --out")
     own = set(COMMAND_FILES.get(str(read_json(path / CONFIG).get("command")), ()))
     out, foreign = [], []
     for child in sorted(path.iterdir()):
         name = child.name
         if name == LOCK:
             continue
-        known = (name in ARTEFACTS or name in own or name.endswith((".tmp", ".tmp.npz")) or child.match(SHARD_GLOB)
-                 or (name == DETECT_STATE and child.is_dir() and not child.is_symlink()))
-        if not known and child.is_dir() and not child.is_symlink() and is_run_folder(child):
-            run_folder_contents(child)  # a sub-run must be clean too
+        real_dir = child.is_dir() and not child.is_symlink()
+        if name in own and real_dir:
+            if written.has_record(child):
+                found = [f"{name}/{f}" for f in written.foreign(child)]  # the user sees which file stopped it
+            else:
+                found = [f"{name}/ (no record of what vrh wrote in it)"] if any(child.iterdir()) else []
+            foreign += found
+            if not found:
+                out.append(child)
+            continue
+        if name == DETECT_STATE and real_dir:
+            found = [f"{name}/{c.name}" for c in sorted(child.iterdir()) if not is_batch_state_file(c)]
+            foreign += found
+            if not found:
+                out.append(child)
+            continue
+        known = ((name in ARTEFACTS and not real_dir) or (name in own and not child.is_symlink())
+                 or (name.endswith((".tmp", ".tmp.npz")) and not real_dir) or child.match(SHARD_GLOB))
+        if not known and real_dir and is_run_folder(child):
+            run_folder_contents(child, what)  # a sub-run must be clean too
             known = True
-        (out if known else foreign).append(child)
+        elif not known and real_dir and [c.name for c in child.iterdir()] == [LOCK]:
+            known = True  # a sub-run killed before its config.json: nothing but its lock file
+        if known:
+            out.append(child)
+        else:
+            foreign.append(name + ("/" if real_dir else ""))
     if foreign:
-        names = ", ".join(c.name for c in foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
-        raise FileExistsError(f"--overwrite: {path} holds files no vrh run writes ({names}); refusing to delete "
+        names = ", ".join(foreign[:5]) + (
+            f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        raise FileExistsError(f"{what}: {path} holds files no vrh run writes ({names}); refusing to delete "
                               "them: move them away or choose another --out")
     return out
 
@@ -456,9 +488,35 @@ def clear_run_folder(path: Path) -> None:
     """Delete what a previous vrh run left in ``path`` (:func:`run_folder_contents`); refuse any other folder."""
     for child in run_folder_contents(path):
         if child.is_dir() and not child.is_symlink():
-            shutil.rmtree(child)
+            if written.has_record(child):
+                written.remove_written(child)  # checked above: everything in it is recorded
+            elif is_run_folder(child):
+                clear_run_folder(child)
+                _remove_empty(child)
+            else:
+                _remove_empty(child)  # detect_state/ (vrh's batch files) or a sub-run killed before its config
         else:
             child.unlink()
+
+
+def is_batch_state_file(path: Path) -> bool:
+    """Whether ``path`` is a file detection writes in ``detect_state/``: ``batch-NNNNNN.pt`` (or its ``.tmp``).
+
+    >>> is_batch_state_file(Path("batch-000012.pt")), is_batch_state_file(Path("notes.txt"))
+    (True, False)
+    """
+    import re
+
+    return (not path.is_symlink() and not path.is_dir()
+            and re.fullmatch(r"batch-\d{6}\.pt(\.tmp)?", path.name) is not None)
+
+
+def _remove_empty(folder: Path) -> None:
+    """Remove ``folder``: a detection state folder (checked: only vrh's batch files) or one emptied by a clear."""
+    for child in folder.iterdir():
+        if child.name == LOCK or (folder.name == DETECT_STATE and is_batch_state_file(child)):
+            child.unlink()
+    folder.rmdir()
 
 
 def config_differences(old: Mapping[str, Any], new: Mapping[str, Any], prefix: str = "") -> list[str]:

@@ -16,9 +16,9 @@ cell, so parallel workers never write the same file).
 
 Adding a kind of cell (e.g. DPO training, issue 28): a builder ``(study) -> list[Cell]`` registered with
 :func:`register_cell_kind` under the kind's name (in :mod:`vrh.study.kinds`, or a module of its own
-imported there), its ``[table]`` and keys in :data:`vrh.study.spec.PROTOCOL_KEYS` / ``DEFAULTS``, and the
-command module that runs it in :data:`vrh.study.execute.COMMANDS`; plan, states, resume, both executors and
-the report's sub-runs then handle it.
+imported there), its ``[table]`` and keys in :data:`vrh.study.spec.PROTOCOL_KEYS` / ``DEFAULTS`` (bounds in
+:data:`vrh.study.values.RULES`), and the command module that runs it in :data:`COMMANDS`; plan, states,
+resume, both executors and the report's sub-runs then handle it.
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ from typing import Any
 OUT = "@out/"  # prefix of a path inside the study folder, in a cell's settings
 STATE_DIR = ".study"
 STATES = ("done", "partial", "changed", "missing")
+# the study folder's own entries beside the cells' folders (its bookkeeping, its run record, the default report)
+STUDY_ENTRIES = (STATE_DIR, "config.json", "results.json", "report")
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,20 @@ def fingerprint(kind: str, settings: dict[str, Any], dep_prints: list[str]) -> s
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+# cell kind -> the command module that runs it (an added kind adds its command here)
+COMMANDS = {"detect": "detect", "sweep": "sweep", "crosstask": "sweep", "compare": "compare",
+            "stability": "stability", "transfer": "transfer", "dpo_pairs": "dpo_pairs"}
+
+
+def command_config(cell: Cell, out: Path):
+    """The command module and ``Config`` of ``cell`` in the study folder ``out`` (its folder as the run's
+    ``out``, ``resume`` on: an empty folder starts fresh, an interrupted one continues)."""
+    import importlib
+
+    mod = importlib.import_module(f"vrh.commands.{COMMANDS[cell.kind]}")
+    return mod, mod.Config(**resolve(cell.settings, out), out=str(out / cell.folder), resume=True)
+
+
 def resolve(settings: dict[str, Any], out: Path) -> dict[str, Any]:
     """``settings`` with every ``@out/`` path made a path inside ``out``; lists become tuples (the
     commands' Config fields are tuples)."""
@@ -83,8 +99,34 @@ def resolve(settings: dict[str, Any], out: Path) -> dict[str, Any]:
 
 
 # --- states -------------------------------------------------------------------------------------------
+def record_name(cell: Cell) -> str:
+    """The file name of ``cell``'s record: its id with ``/`` written ``__`` (names hold no ``__``,
+    :data:`vrh.study.spec.RECORD_SEPARATOR`, so no two cells share one)."""
+    return cell.id.replace("/", "__") + ".json"
+
+
 def record_path(out: Path, cell: Cell) -> Path:
-    return out / STATE_DIR / "cells" / (cell.id.replace("/", "__") + ".json")
+    return out / STATE_DIR / "cells" / record_name(cell)
+
+
+def check_unique(cells: list[Cell]) -> None:
+    """Refuse cells that would share a folder, a record file or an id (compared case-insensitively, as a
+    macOS or Windows filesystem does), a folder inside another's, or a folder on the study folder's own
+    entries (:data:`STUDY_ENTRIES`). The study's name rules make this impossible for the built-in kinds
+    (docs/study.md); this guards every kind added later."""
+    seen: dict[tuple[str, str], str] = {}
+    for c in cells:
+        if c.folder.split("/")[0].casefold() in STUDY_ENTRIES:
+            raise ValueError(f"cell {c.id}: its folder {c.folder} is the study folder's own entry")
+        for what, key in (("folder", c.folder.casefold()), ("record file", record_name(c).casefold()),
+                          ("id", c.id.casefold())):
+            other = seen.setdefault((what, key), c.id)
+            if other != c.id:
+                raise ValueError(f"cells {other} and {c.id} would share the {what} {key}; rename a model or dataset")
+    folders = sorted((c.folder.casefold().rstrip("/") + "/", c.id) for c in cells)
+    for (a, ida), (b, idb) in zip(folders, folders[1:]):
+        if b.startswith(a):
+            raise ValueError(f"cell {idb}'s folder {b} is inside cell {ida}'s; rename a model or dataset")
 
 
 def read_record(out: Path, cell: Cell) -> dict[str, Any] | None:

@@ -1,14 +1,16 @@
 """The checks of a study file that need vrh's registries or the models' configs (no weights): scorer and
-method specs, mask modes, source names, names that refer to the study's own models and benchmarks, the
-detection split against the benchmark sizes, and every k against each model's head grid (room for k
-random heads outside the top-k, :func:`vrh.experiments.conditions.check_room`). Each failure names the
-line of the study file (:meth:`vrh.study.spec._Reader.fail`)."""
+method specs, mask modes, source and adapter names, names that refer to the study's own models and
+benchmarks, the detection and comparison splits against the benchmark sizes, every k against each model's
+head grid (room for k random heads outside the top-k, :func:`vrh.experiments.conditions.check_room`), the
+names of transfer pairs against their folder, and every cell's command ``Config`` (:func:`check_cells`).
+Each failure names the line of the study file (:meth:`vrh.study.spec._Reader.fail`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 MIN_COMPARE_SEEDS = 3  # vrh compare's own rule (commands/compare.py MIN_SEEDS)
+TABLE_OF_KIND = {"detect": "detection"}  # the study table a kind of cell takes its settings from (else its name)
 
 
 def check_study(study: Any, r: Any) -> tuple[dict[str, tuple[int, int]], tuple[tuple[str, str], ...]]:
@@ -19,6 +21,7 @@ def check_study(study: Any, r: Any) -> tuple[dict[str, tuple[int, int]], tuple[t
     from vrh.experiments.conditions import check_room
     from vrh.experiments.detection import check_scorers
     from vrh.study.backbones import backbone, shared_backbone_pairs
+    from vrh.study.kinds import TRANSFER_SEPARATOR
 
     p = study.protocol
     models = [m.name for m in study.models]
@@ -58,16 +61,18 @@ def check_study(study: Any, r: Any) -> tuple[dict[str, tuple[int, int]], tuple[t
     if "sweep" in p and p["sweep"]["mask_mode"] not in mask_mode_names():
         raise r.fail(("sweep", "mask_mode"), f"sweep.mask_mode {p['sweep']['mask_mode']!r}: one of "
                                              f"{list(mask_mode_names())}")
-    for table in ("sweep", "crosstask", "compare", "transfer"):
-        if table in p and not p[table]["seeds"]:
-            raise r.fail((table, "seeds"), f"{table}.seeds: the random control needs at least one seed")
     if "compare" in p and len(set(p["compare"]["seeds"])) < MIN_COMPARE_SEEDS:
         raise r.fail(("compare", "seeds"), f"compare.seeds: at least {MIN_COMPARE_SEEDS} distinct seeds")
+    for m in study.models:
+        if m.adapter is not None:
+            _check_adapter(r, m.adapter, ("models", m.name, "adapter"))
+    sizes = {d.name: d.n if d.kind == "world" else d.limit if d.kind == "source" else _data_size(r, d)
+             for d in (*study.benchmarks, *study.vqa)}
     for d in study.benchmarks:
-        size = d.n if d.kind == "world" else d.limit if d.kind == "source" else _count_lines(d.data)
-        if size is not None and det["n"] >= size:
-            raise r.fail(("detection", "n"), f"detection.n {det['n']} leaves no held-out samples in benchmark "
-                                             f"{d.name!r} ({size} samples)")
+        _check_split(r, "detection", det["n"], det["n_eval"], d.name, sizes[d.name])
+    if "compare" in p:
+        b = p["compare"].get("benchmark") or benchmarks[0]
+        _check_split(r, "compare", p["compare"]["n"], det["n_eval"], b, sizes[b])
 
     grids, backbones = {}, {}
     for m in study.models:
@@ -106,6 +111,12 @@ def check_study(study: Any, r: Any) -> tuple[dict[str, tuple[int, int]], tuple[t
                                                         f"models {models}")
                 found.append(tuple(pair))
         for a, b in found:
+            for name in (a, b):
+                if TRANSFER_SEPARATOR in name or name.startswith("to_") or name.endswith("_to"):
+                    raise r.fail(("models", name), f"model name {name!r} is in a transfer pair, whose folder is "
+                                                   f"A{TRANSFER_SEPARATOR}B_BENCH: such a name may not hold "
+                                                   f"{TRANSFER_SEPARATOR!r}, begin with 'to_' or end with '_to' "
+                                                   "(two pairs could share a folder); rename the model")
             if grids[a] != grids[b]:
                 raise r.fail(("transfer", "pairs"), f"transfer {a} -> {b}: different layer x head grids "
                                                     f"{grids[a]} and {grids[b]}")
@@ -118,6 +129,69 @@ def _section(d: Any) -> str:
     return "vqa" if d.task == "vqa" else "benchmarks"
 
 
-def _count_lines(path: str) -> int:
-    with open(path) as f:
-        return sum(1 for line in f if line.strip())
+def _check_split(r: Any, table: str, n: int, n_eval: int | None, bench: str, size: int | None) -> None:
+    """A detection of ``n`` samples (and ``n_eval`` held out) must fit in the benchmark, as the command's
+    :func:`vrh.experiments.detection.detection_split` requires, with at least one sample held out."""
+    if size is None:  # a source converted without a limit: its size is known once converted
+        return
+    if n >= size:
+        raise r.fail((table, "n"), f"{table}.n {n} leaves no held-out samples in benchmark {bench!r} ({size} samples)")
+    if n_eval is not None and n + n_eval > size:
+        raise r.fail(("detection", "n_eval"), f"{table}.n {n} + detection.n_eval {n_eval} asks for more samples "
+                                              f"than benchmark {bench!r} has ({size})")
+
+
+def _check_adapter(r: Any, adapter: str, keys: tuple[str, ...]) -> None:
+    """A registered adapter name, or a ``file.py:Class`` whose file exists (resolved from the working
+    directory, as ``--adapter`` is). The file is not imported here: it runs when its model loads
+    (docs/study.md: a study file is code)."""
+    from pathlib import Path
+
+    from vrh.models.adapters import load_plugins, registered_adapters
+
+    module, colon, attr = adapter.rpartition(":")
+    if not colon:
+        load_plugins()
+        if adapter not in registered_adapters():
+            raise r.fail(keys, f"adapter {adapter!r}: no registered adapter of that name (registered: "
+                               f"{sorted(registered_adapters())}); a custom adapter is written "
+                               "'package.module:Class' or 'path/to/file.py:Class'")
+    elif module.endswith(".py") and not Path(module).expanduser().is_file():
+        raise r.fail(keys, f"adapter {adapter!r}: no file {Path(module).expanduser().resolve()} (a relative path "
+                           "is taken from the working directory, as --adapter's is)")
+    elif not module or not attr:
+        raise r.fail(keys, f"adapter {adapter!r}: write 'package.module:Class' or 'path/to/file.py:Class'")
+
+
+def check_cells(study: Any, r: Any) -> None:
+    """Build the study's cells (each folder and record its own, :func:`vrh.study.cells.check_unique`) and
+    each cell's command ``Config``, so the command's own checks run now; a refusal names the line of the
+    table the cell comes from."""
+    from pathlib import Path
+
+    from vrh.study.cells import command_config
+    from vrh.study.kinds import build_cells
+
+    try:
+        cells = build_cells(study)
+    except ValueError as e:
+        raise r.fail(("models",), str(e)) from None
+    for c in cells:
+        if c.kind == "data":
+            continue
+        try:
+            command_config(c, Path(study.path).parent / "STUDY_DIR")
+        except (TypeError, ValueError) as e:
+            raise r.fail((TABLE_OF_KIND.get(c.kind, c.kind),), f"cell {c.id}: {e}") from None
+
+
+def _data_size(r: Any, d: Any) -> int:
+    """The number of ``d.task`` samples in the converted dataset ``d.data``, read as the commands read it
+    (before their model loads): a file that is not a vrh dataset of that task is refused now."""
+    from vrh.experiments.heldout import load_task_samples
+
+    try:
+        samples, _ = load_task_samples(d.data, d.task, hint=f"[{_section(d)}.{d.name}] takes a {d.task} set")
+    except (OSError, ValueError) as e:
+        raise r.fail((_section(d), d.name, "data"), f"{_section(d)}.{d.name}.data: {e}") from None
+    return len(samples)

@@ -111,7 +111,7 @@ def submit_study(study: Any, out: str | Path, *, cluster: str = "slurm", folder:
         if not todo:
             log("study: nothing to do, every cell is done")
         ex = submitit.AutoExecutor(folder=str(folder or out / STATE_DIR / "jobs" / "%j"), cluster=cluster)
-        ex.update_parameters(**{**DEFAULT_PARAMETERS, "name": f"vrh-study-{study.name}", **(parameters or {})})
+        ex.update_parameters(**{**DEFAULT_PARAMETERS, "name": job_name(study.name), **(parameters or {})})
         submitted: dict[str, Any] = {}  # cell id -> its job
         jobs = []
         for group in group_jobs(todo):
@@ -131,3 +131,15 @@ def submit_study(study: Any, out: str | Path, *, cluster: str = "slurm", folder:
             for name, n in part["model_loads"].items():
                 report.model_loads[name] = report.model_loads.get(name, 0) + n
     return report
+
+
+def job_name(study_name: str) -> str:
+    """The jobs' name: ``vrh-study-`` and the study's name in letters, digits, ``_.-`` only (it is written
+    into sbatch files, where a newline would start a directive of its own).
+
+    >>> job_name("organisms"), job_name("a b\\n#SBATCH --x\\x1b")
+    ('vrh-study-organisms', 'vrh-study-a_b_SBATCH_--x_')
+    """
+    import re
+
+    return "vrh-study-" + re.sub(r"[^A-Za-z0-9_.-]+", "_", study_name)[:64]

@@ -11,6 +11,8 @@ import io
 from pathlib import Path
 from typing import Any
 
+from vrh.runs import written
+
 SNAPSHOT = "snapshot"  # the world-as-RefCOCO parquet folder, inside the dataset's folder
 REFCOCO_SPLIT = "val"
 
@@ -40,6 +42,8 @@ def prepare(spec: Any, out: Path) -> Path:
 
         return write_split(folder, spec.n, spec.seed, spec.task)
     if spec.kind == "world":
+        snapshot = folder / SNAPSHOT / "data" / f"{REFCOCO_SPLIT}-00000-of-00001.parquet"
+        written.record(folder, [snapshot])  # vrh's, as everything the study writes in the folder (--overwrite's list)
         src = write_world_refcoco(folder / SNAPSHOT, spec.n, spec.seed)
         convert("refcoco", src, folder, split=REFCOCO_SPLIT, overwrite=True, progress=False)
         return path

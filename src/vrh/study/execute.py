@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import shutil
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
@@ -24,12 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vrh.study.cells import STATE_DIR, Cell, cell_state, resolve, write_record
-from vrh.study.kinds import build_cells
+from vrh.runs import written
+from vrh.study.cells import COMMANDS, STATE_DIR, Cell, cell_state, command_config, resolve, write_record
+from vrh.study.kinds import build_cells, transfer_source
 
-# cell kind -> the command module that runs it (an added kind adds its command here)
-COMMANDS = {"detect": "detect", "sweep": "sweep", "crosstask": "sweep", "compare": "compare",
-            "stability": "stability", "transfer": "transfer", "dpo_pairs": "dpo_pairs"}
 STUDY_COMMAND = "study"
 
 
@@ -47,15 +44,6 @@ class StudyRun:
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
-
-
-def command_config(cell: Cell, out: Path):
-    """The command ``Config`` of ``cell`` (its folder as ``out``, ``resume`` on: an empty folder starts
-    fresh, an interrupted one continues)."""
-    import importlib
-
-    mod = importlib.import_module(f"vrh.commands.{COMMANDS[cell.kind]}")
-    return mod, mod.Config(**resolve(cell.settings, out), out=str(out / cell.folder), resume=True)
 
 
 def command_line(cell: Cell, out: Path) -> list[str] | None:
@@ -135,6 +123,7 @@ def run_cell(cell: Cell, out: Path, models: ModelCache) -> None:
 
         spec = DatasetSpec(**cell.settings["dataset"])
         path = prepare(spec, out)
+        written.record(out / cell.folder, [DATA_MARK])  # the study's, as everything prepare wrote there
         write_json(out / cell.folder / DATA_MARK, {"dataset": cell.settings["dataset"], "path": path.name})
         return
     mod, cfg = command_config(cell, out)
@@ -143,14 +132,15 @@ def run_cell(cell: Cell, out: Path, models: ModelCache) -> None:
 
 
 def clear_cell(cell: Cell, out: Path) -> None:
-    """Remove what a cell's earlier run left (a dataset folder the study wrote; else only a vrh run's files)."""
+    """Remove what a cell's earlier run left: the files the study recorded writing in a dataset folder
+    (:mod:`vrh.runs.written`), else only a vrh run's files; anything else there is refused by name."""
     from vrh.runs import clear_run_folder
 
     folder = out / cell.folder
-    if not folder.exists():
+    if not folder.exists() and not folder.is_symlink():
         return
     if cell.kind == "data":
-        shutil.rmtree(folder)
+        written.remove_written(folder, f"redoing cell {cell.id}")
     else:
         clear_run_folder(folder)
 
@@ -228,7 +218,7 @@ def write_study_config(study: Any, out: Path, cells: Sequence[Cell]) -> None:
         "benchmarks": [b.name for b in study.benchmarks], "vqa": [v.name for v in study.vqa],
         "pairs": [list(p) for p in study.pairs], "protocol": study.protocol,
         "cells": [{"id": c.id, "kind": c.kind, "model": c.model, "benchmark": c.id.split("/")[-1],
-                   "folder": c.folder, "source": c.id.split("/")[1].split("_to_")[0] if c.kind == "transfer" else None}
+                   "folder": c.folder, "source": transfer_source(c) if c.kind == "transfer" else None}
                   for c in cells],
         "datasets": {d.name: d.settings() for d in (*study.benchmarks, *study.vqa)},
         "subruns": [c.folder for c in cells if c.kind != "data"], "environment": environment()})

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from vrh.study.cells import OUT, Cell, cell_kinds, fingerprint, register_cell_kind
+from vrh.study.cells import OUT, Cell, cell_kinds, check_unique, fingerprint, register_cell_kind
+
+TRANSFER_SEPARATOR = "_to_"  # transfer/A_to_B_BENCH (vrh.study.checks refuses pair names it would confuse)
 
 
 def _model_opts(study: Any, name: str) -> dict[str, Any]:
@@ -130,7 +132,7 @@ def transfer_cells(study: Any) -> list[Cell]:
     if "transfer" not in study.protocol:
         return []
     tr, b = study.protocol["transfer"], _benchmark(study, "transfer")
-    return [Cell(f"transfer/{a}_to_{t}/{b}", "transfer", t, f"transfer/{a}_to_{t}_{b}",
+    return [Cell(f"transfer/{a}{TRANSFER_SEPARATOR}{t}/{b}", "transfer", t, f"transfer/{a}{TRANSFER_SEPARATOR}{t}_{b}",
                  {**_model_opts(study, t), "data": data_ref(study, b), "heads": OUT + detect_folder(a, b),
                   "heads_b": OUT + detect_folder(t, b), "k": tr["k"], "seeds": list(tr["seeds"])},
                  (*data_deps(study, b), f"detect/{a}/{b}", f"detect/{t}/{b}"))
@@ -148,8 +150,18 @@ def dpo_pairs_cells(study: Any) -> list[Cell]:
             for m in _models(study, "dpo_pairs")]
 
 
+def transfer_source(cell: Cell) -> str:
+    """The model whose heads a transfer cell masks (its id is ``transfer/A_to_B/BENCH``, B its model).
+
+    >>> transfer_source(Cell("transfer/x_to_y_to_z/w", "transfer", "z", "transfer/x_to_y_to_z_w", {}))
+    'x_to_y'
+    """
+    return cell.id.split("/")[1][:-len(TRANSFER_SEPARATOR + cell.model)]
+
+
 def build_cells(study: Any) -> list[Cell]:
-    """Every cell of ``study`` in dependency order (each kind's builder in turn), fingerprints filled."""
+    """Every cell of ``study`` in dependency order (each kind's builder in turn), fingerprints filled; a
+    ValueError when two would share a folder (:func:`vrh.study.cells.check_unique`)."""
     cells: list[Cell] = []
     prints: dict[str, str] = {}
     for builder in cell_kinds().values():
@@ -161,4 +173,5 @@ def build_cells(study: Any) -> list[Cell]:
             c = Cell(c.id, c.kind, c.model, c.folder, c.settings, c.deps, fp)
             prints[c.id] = fp
             cells.append(c)
+    check_unique(cells)
     return cells

@@ -22,7 +22,10 @@ those models (default: all). Relative paths are relative to the study file's fol
 
 Why the checks run here: a study is hours of GPU time, so a typo, a missing file or a k that leaves no room
 for k random heads (:func:`vrh.experiments.conditions.check_room`, on each model's grid read from its
-``config.json``, not from its weights) must fail in a second, naming the line of the study file.
+``config.json``, not from its weights) must fail in a second, naming the line of the study file. So must
+every value a command would refuse at run time (:mod:`vrh.study.values`), a name that would give two cells
+one folder (the rules at :data:`RESERVED_MODEL_NAMES`), and each cell's command ``Config``
+(:func:`vrh.study.checks.check_cells`): ``vrh study plan`` refuses what ``vrh study run`` would.
 
 Transfer pairs ``"auto"``: two models share a language-model backbone when their LM configs agree on the
 architecture (model type, layers, heads, KV heads, hidden and intermediate sizes, vocabulary size) and their
@@ -39,6 +42,10 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from vrh.infra.console import printable
+from vrh.study.cells import STUDY_ENTRIES
+from vrh.study.values import RULES
 
 SECTIONS = ("study", "models", "benchmarks", "vqa", "detection", "sweep", "crosstask", "compare", "transfer",
             "stability", "dpo_pairs")
@@ -57,6 +64,13 @@ PROTOCOL_KEYS: dict[str, dict[str, Any]] = {
 }
 WORLD_LAYOUTS = ("refcoco",)  # published layouts the synthetic world can be written in (vrh.study.datasets)
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # a short name becomes a folder name
+# Why these name rules: every cell's folder and record file must be its own (vrh.study.cells.check_unique).
+# A model's folder sits beside the study folder's own entries, so it may not take their names;
+# record files are KIND__MODEL__NAME.json, so a name holds no "__"; and names that differ only in case
+# would share a folder on a case-insensitive filesystem (macOS, Windows).
+RESERVED_MODEL_NAMES = ("data", "transfer", *STUDY_ENTRIES)
+RECORD_SEPARATOR = "__"
+MAX_NESTING = 64  # brackets deeper than this in a study file are a broken or hostile file, not a study
 
 
 class StudyError(ValueError):
@@ -164,12 +178,30 @@ def _unquote(dotted: str) -> str:
 
 
 # --- reading ------------------------------------------------------------------------------------------
+def refuse(study: Study, keys: tuple[str, ...], message: str) -> StudyError:
+    """A :class:`StudyError` at the line of ``keys`` in ``study``'s file, for a check made after reading."""
+    return _Reader(study.path, study.path.read_text()).fail(keys, message)
+
+
+def check_device_here(study: Study) -> None:
+    """``[study].device`` is usable on this machine (a CUDA device on a CPU-only torch, an index beyond the
+    GPUs present are refused): for ``vrh study run`` when the cells run here, before anything is written.
+    Not part of :func:`load_study`: a study may be planned, or its jobs submitted, where it does not run."""
+    from vrh.models.loading import check_device
+
+    try:
+        check_device(study.run["device"])
+    except ValueError as e:
+        raise refuse(study, ("study", "device"), str(e).replace("--device", "study.device", 1)) from None
+
+
 class _Reader:
     def __init__(self, path: Path, text: str):
         self.path, self.text = path, text
 
     def fail(self, keys: tuple[str, ...], message: str) -> StudyError:
-        return StudyError(f"{self.path}:{line_of(self.text, keys)}: {message}")
+        # printable: a value quoted from the file must not steer the terminal
+        return StudyError(printable(f"{self.path}:{line_of(self.text, keys)}: {message}"))
 
     def table(self, value: Any, keys: tuple[str, ...]) -> dict[str, Any]:
         if not isinstance(value, dict):
@@ -197,6 +229,14 @@ class _Reader:
             raise self.fail(keys, f"{'.'.join(keys)}: {p} does not {must}")
         return str(p.resolve())
 
+    def check_values(self, table: dict[str, Any], rules: dict[str, Any], keys: tuple[str, ...]) -> None:
+        """Each written value against its rule (:data:`vrh.study.values.RULES`)."""
+        for key, value in table.items():
+            rule = rules.get(key)
+            problem = rule(value) if rule is not None else None
+            if problem:
+                raise self.fail((*keys, key), f"{'.'.join((*keys, key))}: {problem}")
+
 
 def load_study(path: str | Path) -> Study:
     """Read and check the study file ``path`` (TOML); raises :class:`StudyError` naming the line."""
@@ -208,37 +248,88 @@ def load_study(path: str | Path) -> Study:
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
-        raise StudyError(f"{path}: not valid TOML: {e}") from None
+        raise StudyError(printable(f"{path}: not valid TOML: {e}")) from None
+    except RecursionError:  # tomllib recurses once per nested array or inline table
+        where = deep_line(text)
+        raise StudyError(printable(f"{path}:{'' if where is None else f'{where}:'} values nested too deeply to "
+                                   f"read (more than {MAX_NESTING} levels of [ ] or {{ }}; a study needs 2)")) from None
     for key in raw:
         if key not in SECTIONS:
             raise r.fail((key,), f"unknown table [{key}]; a study has " + ", ".join(f"[{s}]" for s in SECTIONS))
     st = r.table(raw.get("study", {}), ("study",))
     r.check_keys(st, STUDY_KEYS, ("study",))
+    r.check_values(st, RULES["study"], ("study",))
     run = {**RUN_DEFAULTS, **{k: v for k, v in st.items() if k != "name"}}
     models = _models(r, raw)
     benchmarks = _datasets(r, raw, "benchmarks", "grounding")
     vqa = _datasets(r, raw, "vqa", "vqa")
     if not benchmarks:
         raise r.fail(("benchmarks",), "a study needs at least one grounding benchmark ([benchmarks.NAME])")
-    taken = {}
+    taken: dict[str, DatasetSpec] = {}
     for d in (*benchmarks, *vqa):
-        if d.name in taken:
+        other = taken.get(d.name.casefold())
+        if other is not None and other.name == d.name:
             raise r.fail((("vqa" if d.task == "vqa" else "benchmarks"), d.name),
                          f"{d.name!r} names both a benchmark and a VQA set; names must differ")
-        taken[d.name] = d
+        if other is not None:
+            raise r.fail((("vqa" if d.task == "vqa" else "benchmarks"), d.name),
+                         f"{other.name!r} and {d.name!r} differ only in case: their folders would be one on a "
+                         "case-insensitive filesystem (macOS, Windows); rename one")
+        taken[d.name.casefold()] = d
     protocol = {}
     for name, allowed in PROTOCOL_KEYS.items():
         if name not in raw and name != "detection":
             continue
         table = r.table(raw.get(name, {}), (name,))
         r.check_keys(table, allowed, (name,))
+        r.check_values(table, RULES.get(name, {}), (name,))
         protocol[name] = {**DEFAULTS[name], **table}
     study = Study(path=path.resolve(), name=st.get("name", path.stem), models=models, benchmarks=benchmarks,
                   vqa=vqa, protocol=protocol, run=run)
-    from vrh.study.checks import check_study  # the checks that need vrh's registries and model configs
+    from vrh.study.checks import check_cells, check_study  # the checks that need vrh's registries and configs
 
     grids, pairs = check_study(study, r)
-    return dataclasses.replace(study, grids=grids, pairs=pairs)
+    study = dataclasses.replace(study, grids=grids, pairs=pairs)
+    check_cells(study, r)
+    return study
+
+
+def deep_line(text: str, limit: int = MAX_NESTING) -> int | None:
+    """The 1-based line where brackets (``[``, ``{``; outside strings and comments) first nest deeper than
+    ``limit`` in the TOML ``text``; None when they never do.
+
+    >>> deep_line("a = 1\\nb = [[[\\n'[[[['\\n]]]", limit=2), deep_line("[t]\\nx = [[1]] # [[[", limit=2)
+    (2, None)
+    """
+    depth, line, i, n = 0, 1, 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == "\n":
+            line += 1
+        elif c == "#":
+            i = text.find("\n", i)
+            i = n if i < 0 else i
+            continue
+        elif text.startswith(('"""', "'''"), i):
+            end = text.find(text[i:i + 3], i + 3)
+            end = n if end < 0 else end + 3
+            line += text.count("\n", i, end)
+            i = end
+            continue
+        elif c in "\"'":
+            j = i + 1
+            while j < n and text[j] not in (c, "\n"):
+                j += 2 if c == '"' and text[j] == "\\" else 1
+            i = j + 1 if j < n and text[j] == c else j
+            continue
+        elif c in "[{":
+            depth += 1
+            if depth > limit:
+                return line
+        elif c in "]}":
+            depth = max(0, depth - 1)
+        i += 1
+    return None
 
 
 def _models(r: _Reader, raw: dict[str, Any]) -> tuple[ModelSpec, ...]:
@@ -250,6 +341,15 @@ def _models(r: _Reader, raw: dict[str, Any]) -> tuple[ModelSpec, ...]:
         keys = ("models", name)
         if not NAME_RE.match(name):
             raise r.fail(keys, f"model name {name!r}: letters, digits, '_', '.', '-' only (it names folders)")
+        if name.casefold() in RESERVED_MODEL_NAMES:
+            raise r.fail(keys, f"model name {name!r} is taken by the study folder's own "
+                               + ", ".join(RESERVED_MODEL_NAMES) + " (a model's cells go in a folder of its name); "
+                               "rename the model")
+        _check_separator(r, name, keys)
+        twin = next((m.name for m in out if m.name.casefold() == name.casefold()), None)
+        if twin is not None:
+            raise r.fail(keys, f"model names {twin!r} and {name!r} differ only in case: their folders would be one "
+                               "on a case-insensitive filesystem (macOS, Windows); rename one")
         value = {"model": value} if isinstance(value, str) else r.table(value, keys)
         r.check_keys(value, MODEL_KEYS, keys)
         if "model" not in value:
@@ -286,6 +386,7 @@ def _datasets(r: _Reader, raw: dict[str, Any], section: str, task: str) -> tuple
         keys = (section, name)
         if not NAME_RE.match(name):
             raise r.fail(keys, f"name {name!r}: letters, digits, '_', '.', '-' only (it names folders)")
+        _check_separator(r, name, keys)
         value = r.table(value, keys)
         r.check_keys(value, DATASET_KEYS, keys)
         kinds = [k for k in ("data", "source", "world") if k in value]
@@ -299,6 +400,7 @@ def _datasets(r: _Reader, raw: dict[str, Any], section: str, task: str) -> tuple
             if key not in allowed:
                 raise r.fail((*keys, key), f"{key!r} does not apply to a {kind} entry; it takes "
                                            + ", ".join(sorted(allowed)))
+        r.check_values(value, RULES["dataset"], keys)
         spec = dict(value)
         if kind == "data":
             spec["data"] = r.path_value(value["data"], (*keys, "data"))
@@ -306,17 +408,37 @@ def _datasets(r: _Reader, raw: dict[str, Any], section: str, task: str) -> tuple
             if "snapshot" not in value:
                 raise r.fail(keys, f"[{section}.{name}] source = {value['source']!r} needs snapshot = \"folder\"")
             spec["snapshot"] = r.path_value(value["snapshot"], (*keys, "snapshot"))
+            if _too_wide(Path(spec["snapshot"])):
+                raise r.fail((*keys, "snapshot"), f"{section}.{name}.snapshot {spec['snapshot']} is a filesystem root "
+                                                  "or holds your home folder: converting reads every file under "
+                                                  "it; give the dataset's own folder")
         else:
             if value["world"] != task:
                 raise r.fail((*keys, "world"), f"world = {value['world']!r} in [{section}]: must be {task!r}")
             for key in ("n", "seed"):
                 if key not in value:
                     raise r.fail(keys, f"[{section}.{name}] world needs {key} = ...")
-            if value["n"] < 1:
-                raise r.fail((*keys, "n"), f"n must be >= 1, got {value['n']}")
             if value.get("layout") is not None and (task != "grounding" or value["layout"] not in WORLD_LAYOUTS):
                 raise r.fail((*keys, "layout"), f"layout {value['layout']!r}: the world is written in a "
                                                 f"grounding layout, one of {list(WORLD_LAYOUTS)}")
             spec.pop("world")
         out.append(DatasetSpec(name=name, task=task, kind=kind, **spec))
     return tuple(out)
+
+
+def _check_separator(r: _Reader, name: str, keys: tuple[str, ...]) -> None:
+    if RECORD_SEPARATOR in name:
+        raise r.fail(keys, f"name {name!r}: {RECORD_SEPARATOR!r} separates the names in the study's record files "
+                           "(.study/cells/KIND__MODEL__NAME.json), so a name may not hold it")
+
+
+def _too_wide(folder: Path) -> bool:
+    """Whether ``folder`` is a filesystem root, or the home folder or one above it (a snapshot there would
+    be a walk of the whole disk or of everything the user has)."""
+    if folder.parent == folder:
+        return True
+    try:
+        home = Path.home().resolve()
+    except (RuntimeError, OSError):  # no home folder known
+        return False
+    return folder == home or folder in home.parents

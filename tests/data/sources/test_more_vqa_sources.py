@@ -338,3 +338,30 @@ def test_vaw_distractors_never_include_another_true_attribute(tmp_path):
                "negative_attributes": ["small", "tiny", "huge", "large", "little"], "_types": types}
         _, options, gold, _ = make_question(row, seed)
         assert set(options) - {options[gold]} <= {"tiny", "huge", "large", "little"}
+
+
+# --- hostile annotation files: one line naming the file, never a traceback (issue 33 item 8) -------------
+
+def test_a_deeply_nested_annotation_file_is_one_error_naming_it(rgpt, vaw, tmp_path):
+    """A JSON file of 100,000 ``[`` crashed ``vrh data convert`` with a RecursionError traceback."""
+    deep = tmp_path / "deep"
+    deep.mkdir()
+    (deep / "SpatialRGPT-Bench_v1.json").write_text("\n[" + "[" * 100_000)
+    with pytest.raises(ValueError, match=r"SpatialRGPT-Bench_v1.json is not valid JSON \(nested too deeply to read, "
+                                         r"past 100 levels at line 2, column 101\)"):
+        convert("spatialrgpt", deep, tmp_path / "out1")
+    entries = (vaw / "val.json").read_text()
+    (vaw / "val.json").write_text("[" * 100_000)
+    with pytest.raises(ValueError, match=r"val.json is not valid JSON \(nested too deeply to read"):
+        convert("vaw", vaw, tmp_path / "out2")
+    (vaw / "val.json").write_text(entries)
+    (vaw / "attribute_types.json").write_text('["color"]')
+    with pytest.raises(ValueError, match=r"attribute_types.json is not VAW's attribute_types.json"):
+        convert("vaw", vaw, tmp_path / "out3")
+    # a JSONL copy: the deep line is one counted skip, with its reason
+    lines = (rgpt / "val_SpatialRGPT-Bench.jsonl").read_text()
+    (rgpt / "val_SpatialRGPT-Bench.jsonl").write_text(lines + "[" * 100_000 + "\n")
+    with pytest.raises(ValueError, match="rows skipped"):  # this fixture's bad rows are over half of it
+        convert("spatialrgpt", rgpt, tmp_path / "out4", progress=False, subset="qualitative")
+    reason = skipped(tmp_path / "out4")["spatialrgpt-val-9"]
+    assert reason == "invalid JSON (nested more than 100 levels deep at column 101)"

@@ -116,6 +116,29 @@ def test_a_previous_conversion_is_kept_unless_overwrite(snapshot, tmp_path):
     assert (tmp_path / "out" / "notes.txt").read_text() == "mine"
 
 
+def test_overwrite_removes_only_the_images_vrh_wrote(snapshot, tmp_path):
+    """Issue 33 item 3: ``images/`` was removed whole, the user's files in it with it."""
+    out = tmp_path / "out"
+    convert("refcoco", snapshot, out, progress=False)
+    mine = out / "images" / "my_photo.jpg"
+    mine.write_bytes(b"mine")
+    with pytest.raises(FileExistsError, match="images/my_photo.jpg"):
+        convert("refcoco", snapshot, out, limit=1, progress=False, overwrite=True)
+    assert mine.read_bytes() == b"mine" and len(load_dataset(out / "data.jsonl")) == 6  # nothing was removed
+    mine.unlink()
+    convert("refcoco", snapshot, out, limit=1, progress=False, overwrite=True)
+    assert len(load_dataset(out / "data.jsonl")) == 1 and len(list((out / "images").iterdir())) == 1
+
+
+def test_overwrite_refuses_artefact_names_vrh_has_no_record_of(tmp_path, snapshot):
+    out = tmp_path / "out"
+    (out / "images").mkdir(parents=True)
+    (out / "images" / "a.png").write_bytes(b"mine")
+    with pytest.raises(FileExistsError, match="no record of writing \\(images\\)"):
+        convert("refcoco", snapshot, out, progress=False, overwrite=True)
+    assert (out / "images" / "a.png").read_bytes() == b"mine"
+
+
 def test_refcoco_sources_declare_their_published_splits():
     assert get_source("refcoco").splits == ("val", "test", "testA", "testB")
     assert get_source("refcoco+").expected_rows == {"val": 3805}

@@ -23,7 +23,6 @@ fails the conversion rather than a later GPU run.
 from __future__ import annotations
 
 import json
-import shutil
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -33,6 +32,7 @@ from vrh.data.jsonl import load_dataset, write_dataset
 from vrh.data.sources.images import ImageStore
 from vrh.data.sources.paper_counts import ConversionFacts, CountCheck, check_count
 from vrh.data.sources.registry import NotInSubset, RowContext, Skip, SkipRow, get_source
+from vrh.runs import written
 
 DATA, SKIPPED, SUMMARY, IMAGES = "data.jsonl", "skipped.jsonl", "convert.json", "images"
 ARTEFACTS = (DATA, SKIPPED, SUMMARY, IMAGES)  # what --overwrite deletes; nothing else in DIR is touched
@@ -175,18 +175,15 @@ def _reason_kind(reason: str) -> str:
 
 
 def _prepare_out(out: Path, overwrite: bool) -> None:
+    """Refuse a non-empty ``out`` without ``overwrite``; with it, remove what a previous conversion recorded
+    writing there (:mod:`vrh.runs.written`), refusing if anything of the user's is among :data:`ARTEFACTS`."""
     if out.exists() and not out.is_dir():
         raise FileExistsError(f"--out {out} is a file, not a folder")
     if out.is_dir() and any(out.iterdir()):
         if not overwrite:
             raise FileExistsError(f"--out {out} is not empty; pass --overwrite to replace a previous conversion "
-                                  f"(it deletes only {', '.join(ARTEFACTS)})")
-        for name in ARTEFACTS:
-            p = out / name
-            if p.is_dir():
-                shutil.rmtree(p)
-            elif p.exists():
-                p.unlink()
+                                  f"(it deletes only the {', '.join(ARTEFACTS)} vrh wrote)")
+        written.remove_written(out, "--overwrite", only=ARTEFACTS)
     out.mkdir(parents=True, exist_ok=True)
 
 
@@ -210,7 +207,9 @@ def convert(name: str, src: str | Path, out: str | Path, *, split: str | None = 
     _prepare_out(out, overwrite)
     report = ConvertReport(source=name, split=split, src=str(src.resolve()), out=str(out), options=options,
                            limit=limit, expected_rows=source.expected_rows.get(split))
-    ctx = RowContext(source=name, split=split, images=ImageStore(out / IMAGES), options=options)
+    recorder = written.Recorder(out, shared=True)  # every file recorded before it is written: --overwrite's list
+    recorder.add(DATA, SKIPPED, SUMMARY)
+    ctx = RowContext(source=name, split=split, images=ImageStore(out / IMAGES, recorder), options=options)
     samples: list = []
     seen: set[str] = set()
     total = getattr(rows, "total", None)
@@ -245,8 +244,10 @@ def convert(name: str, src: str | Path, out: str | Path, *, split: str | None = 
     summary = report.to_json() | ({"error": failure} if failure else {})
     (out / SUMMARY).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     if failure:
-        shutil.rmtree(out / IMAGES, ignore_errors=True)  # what the kept rows wrote: not a dataset either
+        recorder.close()
+        written.remove_written(out, "a failed conversion", only=(IMAGES,))  # what the kept rows wrote: no dataset
         raise ConversionFailed(failure, report)
+    recorder.close()
     write_dataset(samples, out / DATA)
     load_dataset(out / DATA)  # the written file must load: a failure here is a converter bug, not a bad row
     return report

@@ -57,8 +57,9 @@ class ImageStore:
     two different images never share a file.
     """
 
-    def __init__(self, folder: Path):
+    def __init__(self, folder: Path, recorder: Any = None):
         self.folder = Path(folder)
+        self.recorder = recorder  # a vrh.runs.written.Recorder: each image recorded as vrh's before it is written
         self._names: dict[str, str] = {}  # file name -> sha1 of its bytes
         self._seen: dict[tuple[str | None, str], tuple[Path, tuple[int, int]]] = {}  # (hint, sha1) -> result
 
@@ -77,6 +78,8 @@ class ImageStore:
         if self._names.get(name, digest) != digest:
             name = f"{stem}-{digest[:12]}{ext}"
         if name not in self._names:
+            if self.recorder is not None:
+                self.recorder.add(self.folder / name)
             self.folder.mkdir(parents=True, exist_ok=True)
             (self.folder / name).write_bytes(data)
             self._names[name] = digest

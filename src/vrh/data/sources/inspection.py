@@ -17,6 +17,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from vrh.data import json_text
 from vrh.data.jsonl import Sample, load_dataset
 from vrh.data.sources.paper_counts import ConversionFacts, check_count
 
@@ -73,7 +74,7 @@ def _conversion(path: Path) -> tuple[dict[str, Any] | None, str | None]:
     if not summary.is_file():
         return None, None
     try:
-        d = json.loads(summary.read_text(encoding="utf-8"))
+        d = json_text.loads(summary.read_text(encoding="utf-8"), max_depth=None)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         return None, f"{summary} could not be read ({type(e).__name__}: {e}); counts compared without it"
     if not isinstance(d, dict):

@@ -20,11 +20,11 @@ gives one sample per sentence (ids get ``:<index>``). Ids: ``<source>-<split>-<r
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
+from vrh.data.json_text import read_json
 from vrh.data.jsonl import Sample
 from vrh.data.sources.images import check_box, xywh_box
 from vrh.data.sources.registry import RowContext, SkipRow, Source, register_source
@@ -57,7 +57,7 @@ def refs_file(folder: Path, name: str | None) -> Path:
 def load_refs(path: Path, allow_pickle: bool) -> list[dict[str, Any]]:
     """The refs list of a ``.json`` file, or of a ``.p`` pickle only when ``allow_pickle``."""
     if path.suffix == ".json":
-        refs = json.loads(path.read_text(encoding="utf-8"))
+        refs = read_json(path)
     elif not allow_pickle:
         raise ValueError(f"refusing to unpickle {path}: loading a pickle runs code chosen by whoever wrote the "
                          "file, so an untrusted copy could execute commands on this machine. Pass --allow-pickle "
@@ -85,7 +85,7 @@ def read_rows(src: Path, split: str, options: dict[str, Any]):
             if isinstance(r, dict) and r.get("split") == split]
     if not refs:
         raise ValueError(f"no refs of split {split!r} in {folder} (choose one with --split)")
-    coco = json.loads(instances.read_text(encoding="utf-8"))
+    coco = read_json(instances)
     images = {im["id"]: im for im in coco.get("images", [])}
     anns = {a["id"]: a for a in coco.get("annotations", [])}
     image_dir = Path(options.get("images") or folder / "images").expanduser()

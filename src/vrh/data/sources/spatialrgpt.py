@@ -54,6 +54,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from vrh.data import json_text
 from vrh.data.jsonl import Sample
 from vrh.data.sources.choices import letters_for, options_block, with_suffix
 from vrh.data.sources.images import REGION_COLOURS, check_box, decode, draw_regions
@@ -100,7 +101,7 @@ def _records(path: Path) -> list[Any]:
     text = path.read_text(encoding="utf-8")
     if text.lstrip().startswith("["):
         try:
-            records = json.loads(text)
+            records = json_text.loads(text, max_depth=None)  # too deep for the parser: JSONDecodeError too
         except json.JSONDecodeError as e:  # a list that does not parse is a broken file, not bad rows
             raise ValueError(f"{path} is not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
         if not isinstance(records, list):
@@ -111,7 +112,7 @@ def _records(path: Path) -> list[Any]:
         if not line.strip():
             continue
         try:
-            out.append(json.loads(line))
+            out.append(json_text.loads(line))
         except json.JSONDecodeError as e:
             out.append({"_malformed": f"invalid JSON ({e.msg} at column {e.colno})"})
     return out

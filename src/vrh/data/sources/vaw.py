@@ -34,11 +34,11 @@ instance). ``convert`` reports the skip rate and these reasons.
 
 from __future__ import annotations
 
-import json
 import random
 from pathlib import Path
 from typing import Any
 
+from vrh.data.json_text import read_json
 from vrh.data.jsonl import Sample
 from vrh.data.sources.choices import letters_for, options_block, with_suffix
 from vrh.data.sources.images import check_box, decode, draw_regions, xywh_box
@@ -68,7 +68,9 @@ def attribute_types(folder: Path) -> dict[str, tuple[str, ...]]:
     path = folder / "attribute_types.json"
     if not path.is_file():
         return {}
-    by_type = json.loads(path.read_text(encoding="utf-8"))
+    by_type = read_json(path)
+    if not isinstance(by_type, dict) or not all(isinstance(v, list) for v in by_type.values()):
+        raise ValueError(f"{path} is not VAW's attribute_types.json (an object: type -> list of attributes)")
     types: dict[str, tuple[str, ...]] = {}
     for t, attrs in by_type.items():
         for a in attrs:
@@ -87,7 +89,7 @@ def _image_file(folder: Path, image_id: Any) -> Path | None:
 
 def read_rows(src: Path, split: str, options: dict[str, Any]):
     path = _json_file(Path(src), split)
-    entries = json.loads(path.read_text(encoding="utf-8"))
+    entries = read_json(path)
     if not isinstance(entries, list):
         raise ValueError(f"{path} holds a {type(entries).__name__}, not VAW's list of instances")
     folder = Path(options.get("images") or path.parent / "images").expanduser()

@@ -1,0 +1,81 @@
+"""JSON a user wrote (a dataset line, a benchmark's annotation file), read so that every way it can be bad is
+an error naming where, never a traceback.
+
+Python's JSON parser recurses once per nesting level and gives up near ``sys.getrecursionlimit()`` levels
+with a ``RecursionError``, which is not a ``ValueError``: a JSONL line of 100,000 ``[`` escaped every
+``except ValueError`` (and a ``load_dataset(..., on_error="skip")``) as a traceback. Here too deep is a
+:class:`json.JSONDecodeError` like any other malformed JSON, at the bracket that goes too deep, so each
+caller's handling of bad JSON (file and line in the message, a counted skip) applies unchanged.
+
+A dataset line (:func:`loads`) may nest at most :data:`MAX_DEPTH` levels: a value the parser can only just
+read (990 levels on CPython 3.11) would be kept in ``Sample.meta`` and fail again wherever it is written back,
+deeper in the stack. A whole file (:func:`read_json`) is refused only when the parser runs out of stack:
+counting the levels of a 50 MB annotation file would cost over half as much as parsing it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+MAX_DEPTH = 100  # levels of [ / { a dataset line may nest; real lines nest 2-4 (a box list in an object)
+
+_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')  # a string (skipped whole: a bracket in it is text) or a bracket
+
+
+def _past(text: str, depth: int) -> int | None:
+    """The offset of the first bracket that opens level ``depth + 1``; None when ``text`` never nests deeper."""
+    level = 0
+    for m in _TOKEN.finditer(text):
+        c = m.group()
+        if c == "[" or c == "{":
+            level += 1
+            if level > depth:
+                return m.start()
+        elif c == "]" or c == "}":
+            level -= 1
+    return None
+
+
+def loads(text: str, max_depth: int | None = MAX_DEPTH) -> Any:
+    """``json.loads(text)``; nesting deeper than ``max_depth`` levels (None: deeper than the parser can read)
+    is a :class:`json.JSONDecodeError` at the bracket that goes past the limit.
+
+    >>> loads('{"box": [1, 2, 3, 4]}')
+    {'box': [1, 2, 3, 4]}
+    >>> loads('"[[["'), loads("[" * 100 + "]" * 100) is not None
+    ('[[[', True)
+    >>> loads("[" * 101 + "]" * 101)
+    Traceback (most recent call last):
+    ...
+    json.decoder.JSONDecodeError: nested more than 100 levels deep: line 1 column 101 (char 100)
+    """
+    if max_depth is not None and text.count("[") + text.count("{") > max_depth:  # else it cannot be that deep
+        at = _past(text, max_depth)
+        if at is not None:
+            raise json.JSONDecodeError(f"nested more than {max_depth} levels deep", text, at)
+    try:
+        return json.loads(text)
+    except RecursionError:
+        at = _past(text, MAX_DEPTH)
+        raise json.JSONDecodeError(f"nested too deeply to read, past {MAX_DEPTH} levels", text, at or 0) from None
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    """A whole JSON file (UTF-8). Not UTF-8, not JSON, or nested deeper than the parser can read: a ValueError
+    naming the file and the line (``x.json is not valid JSON (Expecting value at line 3, column 9)``)."""
+    path = Path(path)
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        raise ValueError(f"{path} is not UTF-8 (byte 0x{raw[e.start]:02x} on line {line}); JSON files must be "
+                         "UTF-8") from None
+    try:
+        return loads(text, max_depth=None)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path} is not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
