@@ -1,9 +1,11 @@
+import json
 import os
 import random
 
 import numpy as np
 import pytest
 import torch
+from PIL import Image, ImageDraw
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -20,13 +22,6 @@ def seed():
 
 
 # --- a tiny saved checkpoint and a small grounding + VQA dataset in the vrh JSONL format --------------
-import json  # noqa: E402
-
-from PIL import Image, ImageDraw  # noqa: E402
-import pytest
-from PIL import Image, ImageDraw
-
-
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory):
     from vrh.testing.tiny_models import save_tiny, tiny_qwen2_5_vl

@@ -43,8 +43,8 @@ def test_every_path_it_names_exists():
 
 
 def test_it_says_where_each_kind_of_addition_goes():
-    for what in ("a model family", "a benchmark source", "a task", "a scorer", "a masking mode",
-                 "an analysis command with its report section"):
+    for what in ("a model family", "a benchmark source", "a task", "a scorer", "an answer rule", "a masking mode",
+                 "an analysis command with its report section", "a study cell kind"):
         assert f"**Add {what}**" in DOC, what
 
 
@@ -54,5 +54,22 @@ def test_the_layers_are_the_import_tests_layers():
     sys.path.insert(0, str(ROOT / "tests"))
     from test_imports import LAYERS
 
-    listed = re.findall(r"^\d\. \*\*(\w+)\*\*", DOC, flags=re.M)
+    listed = re.findall(r"^\d+\. \*\*(\w+)\*\*", DOC, flags=re.M)
     assert listed == [name for name, _ in LAYERS]
+
+
+ONE_FILE_KINDS = {  # the kinds the page promises in one file, and the test that adds one touching nothing else
+    "a benchmark source": ("tests/test_extensions.py", "register_source("),
+    "a scorer": ("tests/test_extensions.py", "@register_scorer("),
+    "an answer rule": ("tests/test_extensions.py", "@register_answer_rule("),
+    "a masking mode": ("tests/test_extensions.py", "@register_mask_mode("),
+    "a study cell kind": ("tests/study/test_kinds.py", "register_cell_kind("),
+}
+
+
+def test_the_one_file_promises_are_kept_by_a_test_that_adds_one():
+    """Each kind the page says is one file is added by a test from a temporary module, with no other file of vrh
+    edited (tests/test_extensions.py, tests/study/test_kinds.py): the count cannot silently grow."""
+    for what, (test, registration) in ONE_FILE_KINDS.items():
+        assert re.search(rf"\*\*Add {what}\*\* \(1 file\)", DOC), what
+        assert registration in (ROOT / test).read_text(), (what, test)

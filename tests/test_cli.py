@@ -399,7 +399,7 @@ def test_results_go_to_stdout_and_the_default_k_scales(tmp_path, tiny_checkpoint
     """detect prints its top heads (LAYER:HEAD, with scores), sweep its accuracy per k (VRH vs random) on
     stdout; progress and notes stay on stderr (issue 26 item 13). Without --k, evaluate masks 10% of the
     heads and says so (issue 26 item 8)."""
-    from vrh.infra.options import default_k
+    from vrh.options import default_k
 
     det, sw, ev = tmp_path / "det", tmp_path / "sw", tmp_path / "ev"
     base = ["--model", tiny_checkpoint, "--data", tiny_dataset, "--max-new-tokens", "4", "--batch-size", "4"]

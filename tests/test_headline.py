@@ -6,10 +6,10 @@ change that silently breaks capture, scoring, masking or the judge fails here.
 """
 
 from vrh.experiments import conditions as cond
-from vrh.commands.demo import DEMO_WORLD_SEED
+from vrh.experiments.settings import DEMO_WORLD_SEED
 from vrh.experiments.detection import detect_heads, detection_split
 from vrh.models.loading import load_model
-from vrh.infra.options import DetectOptions
+from vrh.options import DetectOptions
 from vrh.organism.world import write_split
 from vrh.experiments.runner import run_conditions
 from vrh.tasks import get_task

@@ -89,14 +89,16 @@ def test_commands_do_not_import_each_other():
     assert not bad, f"command modules import other commands: {bad}"
 
 
-def test_command_modules_import_only_options_at_module_level():
-    """So that ``vrh --help`` does not import torch: library imports live inside ``run``."""
+def test_command_modules_import_only_options_and_settings_at_module_level():
+    """So that ``vrh --help`` does not import torch: library imports live inside ``run``; the settings types
+    (the commands' ``Config``) import only the options."""
     for path in (SRC / "commands").glob("*.py"):
         if path.name.startswith("_"):
             continue
         for node in ast.parse(path.read_text()).body:
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("vrh"):
-                assert node.module == "vrh.infra.options", f"{path.name} imports {node.module} at module level"
+                assert node.module in ("vrh.options", "vrh.experiments.settings"), \
+                    f"{path.name} imports {node.module} at module level"
             if isinstance(node, ast.Import):
                 assert not any(a.name.startswith(("vrh", "torch")) for a in node.names), path.name
 
@@ -111,17 +113,32 @@ def test_the_cli_imports_without_torch():
     assert out.strip() == "False"
 
 
+def test_the_report_imports_without_torch_or_transformers():
+    """``vrh report`` reads run folders: building one never loads torch or transformers (seconds, and a GPU
+    library on a machine that only reads results)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, vrh.report.build, vrh.report.study; "
+            "print('torch' in sys.modules or 'transformers' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
+
+
 # The layers, lowest first: a module may import modules of its own layer and of the layers below, never above.
 # (docs/architecture.md draws them; a name is a module or a package prefix.)
 LAYERS = (
-    ("foundation", ("vrh.infra", "vrh.data", "vrh.tasks", "vrh.runs")),  # infra: console, distributed, oom
+    ("infra", ("vrh.infra",)),  # the foundation: console, distributed, oom
+    ("runs", ("vrh.runs",)),  # the run-folder contract and the record of what vrh wrote
+    ("data", ("vrh.data",)),  # the dataset format, boxes, benchmark sources: never a task
+    ("tasks", ("vrh.tasks",)),  # judging answers against the data
     ("models", ("vrh.models",)),
     ("core", ("vrh.core",)),
     ("scoring", ("vrh.scoring",)),
-    ("options", ("vrh.infra.options",)),  # the option groups: they read the masking registry (core)
+    ("options", ("vrh.options",)),  # the option groups: they read the masking registry (core)
+    ("report", ("vrh.report",)),  # reads run folders only; the demo builds its report, compare draws its figure
     ("experiments", ("vrh.experiments", "vrh.organism", "vrh.testing")),
-    ("report", ("vrh.report",)),
-    ("interface", ("vrh.commands", "vrh.cli", "vrh.__main__", "vrh.study")),  # study runs the commands
+    ("interface", ("vrh.commands", "vrh.cli", "vrh.__main__", "vrh.study")),  # study runs the library calls
 )
 
 
@@ -158,7 +175,8 @@ def test_the_report_never_runs_a_model():
 
 
 def test_layer_finder_on_examples():
-    assert LAYERS[layer_of("vrh.infra.options")][0] == "options"
-    assert LAYERS[layer_of("vrh.infra.console")][0] == "foundation"
+    assert LAYERS[layer_of("vrh.options")][0] == "options"
+    assert LAYERS[layer_of("vrh.infra.console")][0] == "infra"
+    assert layer_of("vrh.data.lengths") < layer_of("vrh.tasks.answer_rules")
     assert LAYERS[layer_of("vrh.models.adapters.qwen_vl")][0] == "models"
     assert layer_of("vrh") is None

@@ -48,3 +48,12 @@ def test_the_wheel_ships_only_the_organism_commands_load_by_default():
     setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     assert setuptools["include-package-data"] is False  # package-data is the whole list
     assert setuptools["package-data"]["vrh"] == [f"organism/checkpoints/{organism_path().name}/*"]
+
+
+def test_ci_runs_the_readmes_test_command():
+    """.ci/run installs, then runs exactly what the README's second set-up command runs after its install."""
+    readme = (ROOT / "README.md").read_text().splitlines()
+    line = next(l for l in readme if l.startswith("pip install torch==2.13.0 -e '.[test]'"))
+    ci = [l for l in (ROOT / ".ci" / "run").read_text().splitlines() if l.strip() and not l.startswith("#")]
+    assert line.split(" && ", 1)[1] == ci[-1]
+    assert "ruff check" in ci[-1] and ci[-1].endswith("python -m pytest")

@@ -1,10 +1,12 @@
 """results.json as typed values (vrh.runs.results): one kind per command that writes results, keys in the
-order written, unknown keys kept, optional keys left out, and a reader that never raises on content."""
+order written, unknown keys kept, optional keys left out, a reader that never raises on content, and every
+field annotated with the type vrh writes there (real files are checked in tests/report/test_report_demo.py)."""
 
 import json
 
 import pytest
 
+from tests.support.results_types import mismatches, untyped_fields
 from vrh import runs
 from vrh.runs.results import Block
 
@@ -150,3 +152,44 @@ def test_a_written_value_reads_back_equal(tmp_path):
     raw = runs.read_results(tmp_path / "sw")
     assert list(raw)[0] == "schema_version" and runs.results_from_json("sweep", raw) == \
         runs.SweepResults.from_json({"schema_version": runs.SCHEMA_VERSION, **FILES["sweep"]})
+
+
+# --- every field has the type vrh writes (tests/support/results_types.py checks a value against it) -------------
+def _blocks(cls=Block):
+    for sub in cls.__subclasses__():
+        if sub.__module__.startswith("vrh.runs."):
+            yield sub
+        yield from _blocks(sub)
+
+
+def test_every_field_of_every_kind_and_block_has_a_type():
+    blocks = set(_blocks())
+    assert {runs.results_type(c) for c in (*FILES, "stability")} | {runs.TaskSummary, runs.TokenChoice} <= blocks
+    assert {b.__name__: untyped_fields(b) for b in blocks if untyped_fields(b)} == {}
+
+
+@pytest.mark.parametrize("command,obj", list(_cases()), ids=[*FILES, *STABILITY])
+def test_every_example_holds_the_annotated_types(command, obj):
+    assert mismatches(runs.results_from_json(command, {"schema_version": 2, **obj})) == []
+
+
+def test_the_type_check_names_each_value_that_does_not_match():
+    odd = runs.results_from_json("demo", {"k": "three", "top_k_heads": [[1, 2.0]], "vqa": {"baseline_accuracy": True},
+                                          "random_control": {"grounding": {"per_k": [{"warnings": [3]}, None]}}})
+    assert mismatches(odd) == ["k: 'three' is not int", "top_k_heads[0][1]: 2.0 is not int",
+                               "vqa.baseline_accuracy: True is not float",
+                               "random_control['grounding'].per_k[0].warnings[0]: 3 is not str"]
+    assert odd.k == "three" and odd.to_json()["k"] == "three"  # the reader keeps it as written all the same
+    assert mismatches(runs.results_from_json("sweep", {})) == []  # absent keys read as None: always allowed
+
+
+def test_emergence_results_of_a_real_training_log_hold_the_annotated_types():
+    from pathlib import Path
+
+    emergence = pytest.importorskip("vrh_lab.organism.emergence")
+    logs = sorted(Path(__file__).resolve().parents[1].glob("lab/organism_runs/*/*/" + runs.EMERGENCE))
+    if not logs:
+        pytest.skip("no organism training log in lab/organism_runs")
+    written = json.loads(json.dumps(emergence.summarize(emergence.read(logs[0]))))  # as results.json holds it
+    value = runs.results_from_json("emergence", written)
+    assert not value.extra and value.final is not None and mismatches(value) == []

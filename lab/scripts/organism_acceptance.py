@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from vrh import runs
-from vrh.experiments.sparsity import fraction_above
+from vrh.scoring.sparsity import fraction_above
 from vrh.models.loading import resolve_model_path
 
 SPARSITY_THRESHOLD = 0.1  # the acceptance threshold of the sparsity figure (docs/organism.md); the demo records

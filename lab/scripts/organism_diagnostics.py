@@ -1,8 +1,9 @@
 """Diagnostics behind docs/organism.md (v2/v3 log) for a training run folder (its ckpt.pt + config.json).
 
-    python lab/scripts/organism_diagnostics.py RUN_DIR [--vision-ckpt organism_runs/v2/vision_a/heads.pt]
+    python lab/scripts/organism_diagnostics.py RUN_DIR [--vision-ckpt lab/organism_runs/v2/vision_a/heads.pt]
 
-Run from the folder the run's config paths are relative to (the repository root for organism_runs/v3).
+Run from the folder the run's config paths are relative to (lab/ for lab/organism_runs/v3: its config names
+organism_runs/..., as the folder was called at the repository root when it ran).
 Prints: held-out grounding failures by expression kind (correct / the exact box of another object /
 partial / nowhere), VQA accuracy by question type, region-caption accuracy per word (size, colour,
 shape), and - given the stage-1 checkpoint with its linear heads - the weight norms of the colour and

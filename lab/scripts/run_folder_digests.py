@@ -6,7 +6,9 @@ What is left out, and why: in JSON and JSONL files the keys that hold a clock re
 ``train_runtime``, ``*_per_second``); in a report's HTML and Markdown the lines that print such a time;
 the lock and temporary files. Everything else (every npz, png, safetensors, the datasets, the record of what
 vrh wrote) is digested byte for byte.
-Usage: python lab/scripts/run_folder_digests.py FOLDER > digests.txt
+Usage: python lab/scripts/run_folder_digests.py FOLDER [SOURCE_ROOT] > digests.txt
+SOURCE_ROOT: the folder of the vrh source tree that ran (the organism's checkpoint path is recorded under it, and
+two trees compared side by side sit in two folders): written as ``<src>`` before digesting.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pathlib import Path
 
 CLOCK_KEYS = re.compile(r"^(environment|elapsed_seconds|seconds|.*_seconds|peak_memory_bytes|time|runtime|"
                         r"train_runtime|.*_per_second|wall_s|started|finished|git_hash)$")
-CLOCK_TEXT = re.compile(r"\b\d+(\.\d+)? ?(s|seconds|min)\b|elapsed|\d{4}-\d\d-\d\dT\d\d:\d\d")
+CLOCK_TEXT = re.compile(r"\b\d+(\.\d+)? ?(s|seconds|min)\b|elapsed|peak memory|\d{4}-\d\d-\d\dT\d\d:\d\d")
 SKIP = re.compile(r"(\.vrh-lock|\.tmp|times\.txt|\.log)$")
 
 
@@ -31,8 +33,10 @@ def _clean(obj):
     return obj
 
 
-def digest(path: Path) -> str:
+def digest(path: Path, source_root: str | None = None) -> str:
     data = path.read_bytes()
+    if source_root and path.suffix in (".json", ".jsonl", ".html", ".md"):
+        data = data.replace(source_root.encode(), b"<src>")
     if path.suffix == ".json":
         try:
             data = json.dumps(_clean(json.loads(data)), sort_keys=True).encode()
@@ -52,12 +56,12 @@ def digest(path: Path) -> str:
     return hashlib.sha256(data).hexdigest()[:16]
 
 
-def main(folder: str) -> None:
+def main(folder: str, source_root: str | None = None) -> None:
     root = Path(folder)
     for path in sorted(root.rglob("*")):
         if path.is_file() and not SKIP.search(path.name):
-            print(f"{digest(path)}  {path.relative_to(root)}")
+            print(f"{digest(path, source_root)}  {path.relative_to(root)}")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else None)

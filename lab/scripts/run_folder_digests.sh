@@ -29,5 +29,5 @@ python -c "from pathlib import Path; from vrh.study.datasets import write_world_
 write_world_refcoco(Path('$OUT/snapshot'), 12, 7)"
 vrh data convert refcoco "$OUT/snapshot" --split val --out "$OUT/converted"
 vrh study run "$STUDY" --out "$OUT/study"
-python "$(dirname "$0")/run_folder_digests.py" "$OUT" > "$DIGESTS"
+python "$(dirname "$0")/run_folder_digests.py" "$OUT" "$(cd "$(dirname "$0")/../.." && pwd)" > "$DIGESTS"
 echo "$(wc -l < "$DIGESTS") files digested into $DIGESTS"

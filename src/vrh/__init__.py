@@ -25,16 +25,11 @@ The layout (``docs/architecture.md``): ``core/`` the mechanisms on a model's att
 heads), ``models/`` adapters, loading and generation, ``data/`` datasets and boxes, ``tasks/``, ``scoring/``
 Eq. 1 and the prior methods, ``experiments/`` what runs models to measure something, ``runs/`` the
 run-folder contract, ``report/``, ``commands/`` (thin CLI wiring), ``infra/`` options, console, processes.
-Import paths from before this layout (``vrh.inference``, ``vrh.masking``, ``vrh.scorers``, ...) keep
-working: :data:`MOVED` maps each to where it lives now, and importing the old path gives the same module.
 """
 
 from __future__ import annotations
 
 import importlib
-import importlib.abc
-import importlib.util
-import sys
 from typing import Any
 
 __version__ = "0.1.0"
@@ -67,51 +62,7 @@ _API = {
 }
 # modules offered as vrh.<name> -> the module
 _MODULES = {"conditions": "vrh.experiments.conditions", "runs": "vrh.runs", "kcurves": "vrh.experiments.kcurves",
-            "scoring": "vrh.scoring", "tasks": "vrh.tasks", "scorers": "vrh.scoring"}
-
-# import paths before the core/models/experiments/infra layout -> where each module lives now (a prefix
-# covers its submodules: vrh.adapters.qwen_vl -> vrh.models.adapters.qwen_vl)
-MOVED = {
-    "vrh.attention": "vrh.core.attention", "vrh.capture": "vrh.core.capture",
-    "vrh.generation_capture": "vrh.core.generation_capture", "vrh.masking": "vrh.core.masking",
-    "vrh.heads": "vrh.core.heads", "vrh.regions": "vrh.core.regions",
-    "vrh.adapters": "vrh.models.adapters", "vrh.inference": "vrh.models",
-    "vrh.grounding": "vrh.data.boxes", "vrh.scorers": "vrh.scoring",
-    "vrh.detection": "vrh.experiments.detection", "vrh.evaluation": "vrh.experiments.evaluation",
-    "vrh.runner": "vrh.experiments.runner", "vrh.conditions": "vrh.experiments.conditions",
-    "vrh.kcurves": "vrh.experiments.kcurves", "vrh.compare": "vrh.experiments.method_comparison",
-    "vrh.stability": "vrh.experiments.stability", "vrh.sparsity": "vrh.experiments.sparsity",
-    "vrh.dpo": "vrh.experiments.preference_pairs", "vrh.options": "vrh.infra.options",
-    "vrh.console": "vrh.infra.console", "vrh.distributed": "vrh.infra.distributed",
-}
-
-
-def moved_to(name: str) -> str | None:
-    """Where the module once imported as ``name`` lives now, or None when it did not move.
-
-    >>> moved_to("vrh.adapters.qwen_vl"), moved_to("vrh.runs")
-    ('vrh.models.adapters.qwen_vl', None)
-    """
-    old = max((o for o in MOVED if name == o or name.startswith(o + ".")), key=len, default=None)
-    return None if old is None else MOVED[old] + name[len(old):]
-
-
-class _MovedFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Imports an old path as the module that lives at the new one (the same object, so a patch through
-    either name is seen by both)."""
-
-    def find_spec(self, fullname, path=None, target=None):
-        return importlib.util.spec_from_loader(fullname, self) if moved_to(fullname) else None
-
-    def create_module(self, spec):
-        return importlib.import_module(moved_to(spec.name))
-
-    def exec_module(self, module) -> None:  # the module at the new path is already executed
-        pass
-
-
-if not any(isinstance(f, _MovedFinder) for f in sys.meta_path):
-    sys.meta_path.insert(0, _MovedFinder())
+            "scoring": "vrh.scoring", "tasks": "vrh.tasks"}
 
 __all__ = ["__version__", *_API, *_MODULES]
 

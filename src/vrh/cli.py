@@ -1,6 +1,6 @@
 """The ``vrh`` command line: ``main(argv)`` with one subcommand per module of :mod:`vrh.commands`.
 
-Each command's options are the fields of its ``Config`` dataclass (declared once, in :mod:`vrh.infra.options`
+Each command's options are the fields of its ``Config`` dataclass (declared once, in :mod:`vrh.options`
 groups plus the command's own fields); the parser is generated from them. Heads are written
 ``LAYER:HEAD`` (0-based), e.g. ``--mask-heads 3:1,10:4``. ``--model`` takes a local checkpoint folder, a
 hub id, or ``organism`` (the shipped model organism).
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from vrh.commands import (compare, data, demo, detect, dpo, dpo_pairs, dpo_train, evaluate, models, organism, report,
                           stability, study, sweep, transfer)
-from vrh.infra.options import add_options, parse_config
+from vrh.options import add_options, parse_config
 
 # the order is the order of --help
 COMMANDS = (demo, detect, evaluate, sweep, compare, transfer, stability, dpo_pairs, dpo_train, dpo, study, report,

@@ -11,7 +11,10 @@ import torch
 from vrh import runs
 from vrh.commands import compare
 from vrh.core.heads import top_k
-from vrh.infra.options import add_options, parse_config
+from vrh.experiments import compare as comparison
+from vrh.experiments import settings
+from vrh.options import add_options, parse_config
+from vrh.scoring import compare_baselines
 
 FAST = dict(max_new_tokens=8, batch_size=2)
 METHODS = ("out/sum/mean", "in/sum/mean", "qrhead")  # 2 design-space variants + 1 baseline
@@ -34,7 +37,7 @@ def cmp_run(tmp_path_factory, tiny_checkpoint, tiny_dataset, tiny_lm):
 def test_the_methods_table_goes_to_stdout(cmp_run, capsys):
     """compare printed no numbers and wrote only to stderr (issue 26 item 13): its table is on stdout."""
     result = runs.CompareResults.from_json(runs.read_results(cmp_run))
-    compare.print_methods(result)
+    comparison.print_methods(result)
     out = capsys.readouterr().out
     first = next(iter(result.methods))
     assert "k=1" in out and "k=2" in out and f"{first} (default)" in out and "random" in out
@@ -43,9 +46,9 @@ def test_the_methods_table_goes_to_stdout(cmp_run, capsys):
 
 def test_compare_writes_a_complete_run(cmp_run):
     out = cmp_run
-    for name in (runs.CONFIG, runs.SAMPLES, runs.RESULTS, compare.TABLE_NAME, compare.PLOT_NAME):
+    for name in (runs.CONFIG, runs.SAMPLES, runs.RESULTS, comparison.TABLE_NAME, comparison.PLOT_NAME):
         assert (out / name).stat().st_size > 0, name
-    assert (out / compare.PLOT_NAME).read_bytes()[:4] == b"\x89PNG"
+    assert (out / comparison.PLOT_NAME).read_bytes()[:4] == b"\x89PNG"
     cfg = runs.read_config(out)
     assert cfg["command"] == "compare" and cfg["config"]["mask_mode"] == "uniform" and cfg["detect_run"] == "detect"
     assert cfg["config"]["ks"] == [1, 2] and cfg["config"]["methods"] == list(METHODS)
@@ -98,7 +101,7 @@ def test_compare_writes_a_complete_run(cmp_run):
     distinct = {(frozenset(map(tuple, c["heads"]))) for c in res["conditions"]}
     assert res["n_evaluations"] == len(distinct) <= len(labels)
 
-    table = (out / compare.TABLE_NAME).read_text()
+    table = (out / comparison.TABLE_NAME).read_text()
     assert "| k=1 | k=2 |" in table and "out/sum/mean (default)" in table and "| random |" in table
     assert "qrhead" in table and "**" in table
 
@@ -144,7 +147,8 @@ def test_options_ks_methods_default_and_seed_checks(tiny_dataset):
     assert parse_config(compare.Config, parser.parse_args(["--model", "m", "--data", "d", "--out", "x", "--k", "5,10"])).ks == (5, 10)
     default = parse_config(compare.Config, parser.parse_args(["--model", "m", "--data", "d", "--out", "x"]))
     # --ks default: 1, k/2, k, 2k of the model's default k (10% of its heads), resolved once the model loaded
-    assert default.methods == compare.DEFAULT_METHODS and len(default.methods) == 15 and default.ks is None
+    assert default.methods == settings.default_methods() and default.ks is None
+    assert default.methods == settings.DESIGN_SPACE + settings.TOKEN_CHOICE + compare_baselines()  # from the registry
     help_text = parser.format_help()
     assert "--methods" in help_text and "--scorers" not in help_text and "--scorer " not in help_text
 

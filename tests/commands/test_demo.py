@@ -8,7 +8,7 @@ import pytest
 
 from vrh import runs
 from vrh.commands import demo
-from vrh.infra.options import add_options, default_ks, parse_config
+from vrh.options import add_options, default_ks, parse_config
 
 SMALL = dict(n_detect=8, n_eval=8, n_vqa=4, batch_size=4)
 HEADLINE_KEYS = ("baseline_accuracy", "k", "num_heads_total", "vrh_masked_accuracy", "random_masked_accuracy_mean",
@@ -56,7 +56,7 @@ def test_cli_defaults_are_todays():
     assert (cfg.batch_size, cfg.max_new_tokens, cfg.mask_mode) == (64, 24, "zero")
     assert parse_config(demo.Config, p.parse_args(["--k", "2", "--mask-mode", "uniform"])).k == 2
     assert default_ks(3, 4, 8) == (0, 1, 3, 6) and default_ks(3, 2, 4) == (0, 1, 3)
-    from vrh.experiments.sparsity import DEFAULT_THRESHOLDS
+    from vrh.scoring.sparsity import DEFAULT_THRESHOLDS
 
     assert cfg.sparsity_thresholds == DEFAULT_THRESHOLDS  # the paper's, the one definition (issue 26 item 7)
 

@@ -14,7 +14,7 @@ from vrh.data import boxes as grounding
 from vrh.experiments import runner
 from vrh.commands import dpo_pairs
 from vrh.data import load_dataset
-from vrh.infra.options import add_options, parse_config
+from vrh.options import add_options, parse_config
 
 FAST = dict(max_new_tokens=8, batch_size=4)
 

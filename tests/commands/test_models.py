@@ -119,7 +119,7 @@ def test_command_module_imports_only_stdlib_and_options_at_module_level():
     names += [n.module for n in top if isinstance(n, ast.ImportFrom)]
     for name in names:
         root = name.split(".")[0]
-        assert name in ("__future__", "vrh.infra.options") or root in sys.stdlib_module_names, name
+        assert name in ("__future__", "vrh.options") or root in sys.stdlib_module_names, name
 
 
 def test_inspect_prints_the_structure_and_the_visual_tokens(capsys):

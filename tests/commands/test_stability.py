@@ -11,7 +11,7 @@ import torch
 from vrh import runs
 from vrh.experiments import evaluation
 from vrh.commands import stability
-from vrh.infra.options import add_options, parse_config
+from vrh.options import add_options, parse_config
 from vrh.experiments.stability import draw, draw_conditions, overlap_curve
 
 FAST = dict(max_new_tokens=8, batch_size=4)

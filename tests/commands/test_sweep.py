@@ -8,7 +8,7 @@ import pytest
 
 from vrh import runs
 from vrh.commands import sweep
-from vrh.infra.options import add_options, parse_config
+from vrh.options import add_options, parse_config
 
 from .conftest import FAST
 

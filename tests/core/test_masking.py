@@ -1,5 +1,6 @@
 import copy
 import dataclasses
+import re
 
 import pytest
 import torch
@@ -437,16 +438,19 @@ def test_per_row_nests_with_mask_heads(model):
 def test_every_mode_is_declared_once_and_everything_asks_the_registry():
     from vrh.experiments import conditions
     from vrh.core import masking
-    from vrh.infra.options import MaskOptions
+    from vrh.options import MaskOptions, option_choices, option_help
 
     names = masking.mask_mode_names()
-    assert names == ("zero", "uniform") and names[0] == MaskOptions.mask_mode  # the default first
-    assert [m.name for m in masking.mask_modes() if m.batchable] == ["zero"]  # what mask_heads_per_row does
+    assert names and len(set(names)) == len(names) and names[0] == MaskOptions.mask_mode  # the default first
+    # mask_heads_per_row zeroes heads per row: only the default, zero, may say its conditions share batches
+    assert [m.name for m in masking.mask_modes() if m.batchable] == [MaskOptions.mask_mode]
     for name in names:
         assert conditions.explicit([(0, 0)], mask_mode=name).mask_mode == name
+        assert masking.get_mask_mode(name).help.strip()
     field = next(f for f in dataclasses.fields(MaskOptions) if f.name == "mask_mode")
-    assert field.metadata["vrh_option"]["choices"] == names  # --mask-mode's choices
-    with pytest.raises(ValueError, match=r"unknown mask mode 'mean'; choose from \('zero', 'uniform'\)"):
+    assert option_choices(field) == names  # --mask-mode's choices, read from the registry
+    assert all(f"'{m.name}' {m.help}" in option_help(field) for m in masking.mask_modes())
+    with pytest.raises(ValueError, match=r"unknown mask mode 'mean'; choose from " + re.escape(str(names))):
         masking.get_mask_mode("mean")
     with pytest.raises(ValueError, match="already registered"):
         masking.register_mask_mode("zero", batchable=True, help="again")(lambda model, adapter, heads: None)

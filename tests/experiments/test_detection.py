@@ -126,7 +126,7 @@ def test_head_scores_record_the_variant_that_ran(tiny_checkpoint, tiny_dataset):
 
 def test_detect_ids_file_overrides_the_seeded_draw(tmp_path, tiny_dataset):
     from vrh.experiments.detection import detection_split
-    from vrh.infra.options import DetectOptions
+    from vrh.options import DetectOptions
 
     ids = tmp_path / "ids.txt"
     ids.write_text("# chosen by hand\ng3\n\ng7  # trailing comment\n")
@@ -266,3 +266,29 @@ def test_detect_killed_with_sigkill_resumes_to_the_uninterrupted_result(tmp_path
             assert x.files == y.files and all(np.array_equal(x[k], y[k]) for k in x.files)
     assert runs.read_samples(out) == runs.read_samples(whole)
     assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in whole.iterdir())
+
+
+def test_the_detection_settings_are_one_value_from_the_options_to_every_batch(tiny_checkpoint, tiny_dataset,
+                                                                             monkeypatch):
+    """detect_heads hands every batch the one DetectSettings value it was given (the same value the commands
+    build from their options); its keywords are a convenience that builds the same value."""
+    import vrh.experiments.detection as detection
+    from vrh.experiments.settings import DetectSettings
+
+    lm = load_model(tiny_checkpoint)
+    samples = [s for s in load_dataset(tiny_dataset) if s.task == "grounding"][:3]
+    seen = []
+    real = detection.detect_batch
+    monkeypatch.setattr(detection, "detect_batch", lambda lm, task, part, settings: seen.append(settings)
+                        or real(lm, task, part, settings))
+    settings = DetectSettings(scorers=("out/sum/mean", "rand1/sum/mean"), batch_size=2, max_new_tokens=6, seed=3)
+    given = detect_heads(lm, samples, settings, progress=False)
+    assert seen == [settings, settings]  # two batches of two and one sample, each with the very value
+    seen.clear()
+    keywords = detect_heads(lm, samples, scorers=["out/sum/mean", "rand1/sum/mean"], batch_size=2, max_new_tokens=6,
+                            seed=3, progress=False)
+    assert seen == [settings, settings]  # the list a notebook passes is the same value
+    for name in settings.scorers:
+        assert torch.equal(given.head_scores.scores(name), keywords.head_scores.scores(name))
+    with pytest.raises(TypeError, match=r"unexpected keyword argument\(s\) \['scorer'\]"):
+        detect_heads(lm, samples, scorer="out/sum/mean")

@@ -8,7 +8,7 @@ import torch
 
 from vrh import runs
 from vrh.experiments.detection_batch import EXTRA_PASSES, BatchState
-from vrh.models.generation import QuerySets
+from vrh.models.queries import QuerySets
 from vrh.scoring.functions import QUERY_KINDS
 
 

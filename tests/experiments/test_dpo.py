@@ -12,7 +12,7 @@ from vrh import runs  # noqa: E402
 from vrh.experiments import dpo  # noqa: E402
 from vrh.experiments import preference_pairs as pp  # noqa: E402
 from vrh.data import load_dataset  # noqa: E402
-from vrh.infra.options import DpoTrainOptions  # noqa: E402
+from vrh.options import DpoTrainOptions  # noqa: E402
 from vrh.models.loading import load_model  # noqa: E402
 from vrh.runs import written  # noqa: E402
 

@@ -17,7 +17,7 @@ pytest.importorskip("trl")
 from vrh import runs  # noqa: E402
 from vrh.experiments import dpo  # noqa: E402
 from vrh.experiments.dpo_comparison import train_run  # noqa: E402
-from vrh.infra.options import DpoTrainOptions  # noqa: E402
+from vrh.options import DpoTrainOptions  # noqa: E402
 from tests.experiments.test_dpo import write_pairs  # noqa: E402
 
 # 4 pairs in batches of 2: 2 steps an epoch, so max_steps 3 ends mid-epoch (where TRL's resume of a finished

@@ -153,3 +153,37 @@ def test_batched_rows_are_sample_major_uniform_sets_run_alone_and_progress_count
     assert f.calls[-1] == (((1, 1),), "uniform")  # the uniform head set went through the one-set-at-a-time path
     assert ticks[0] == 6 and sum(ticks[1:]) == 6  # total and advances: 3 head sets x 2 samples, in rows
     assert [r["id"] for r in res.records["u"]] == ["s0", "s1"] and res.n_generated == 6
+
+
+def test_the_generation_settings_are_one_value_or_the_same_keywords(monkeypatch):
+    """run_conditions takes how it generates as one value (a command passes its own settings, which carry the
+    generation options) or as the same keywords; every model call gets them, and a keyword that names no
+    option is a TypeError naming the ones it takes."""
+    from vrh.experiments.settings import SweepSettings
+    from vrh.options import GenerationOptions
+
+    f, seen = _Fake(), []
+
+    def samples_call(*args, batch_size, max_new_tokens, **kw):
+        seen.append((batch_size, max_new_tokens))
+        return f(*args, batch_size=batch_size, max_new_tokens=max_new_tokens, **kw)
+
+    def rows_call(*args, batch_size, max_new_tokens, **kw):
+        seen.append((batch_size, max_new_tokens))
+        return f.rows_call(*args, batch_size=batch_size, max_new_tokens=max_new_tokens, **kw)
+
+    monkeypatch.setattr(runner, "evaluate_samples", samples_call)
+    monkeypatch.setattr(runner, "evaluate_rows", rows_call)
+    conds = [cond.none(), cond.explicit([(0, 0)], label="a"), cond.explicit([(1, 1)], mask_mode="uniform", label="u")]
+    task = get_task("vqa")
+    command = SweepSettings(model="m", data="d", heads="h", out="o", batch_size=3, max_new_tokens=7)
+    results = [runner.run_conditions(None, task, SAMPLES, conds, None, GenerationOptions(batch_size=3, max_new_tokens=7)),
+               runner.run_conditions(None, task, SAMPLES, conds, batch_size=3, max_new_tokens=7),
+               runner.run_conditions(None, task, SAMPLES, conds, None, command),
+               runner.run_conditions(None, task, SAMPLES, conds, None, GenerationOptions(batch_size=2), batch_size=3,
+                                     max_new_tokens=7)]
+    assert set(seen) == {(3, 7)} and len(seen) == 2 * len(results)  # the batched rows and the uniform set, each run
+    assert all(r.summaries == results[0].summaries for r in results)
+    with pytest.raises(TypeError, match=r"unexpected keyword argument\(s\) \['batch'\]; it takes "
+                                        "GenerationOptions's fields: batch_size, max_new_tokens"):
+        runner.run_conditions(None, task, SAMPLES, conds, batch=3)

@@ -166,8 +166,8 @@ def test_a_model_loaded_tensor_parallel_is_refused(tiny_checkpoint, monkeypatch)
 def test_the_command_option_reaches_load_model(tiny_checkpoint):
     import argparse
 
-    from vrh.commands._common import load
-    from vrh.infra.options import ModelOptions, add_options, parse_config
+    from vrh.experiments.setup import load
+    from vrh.options import ModelOptions, add_options, parse_config
 
     parser = argparse.ArgumentParser()
     add_options(parser, ModelOptions)

@@ -1,5 +1,5 @@
 """``vrh models --inspect`` (``inspect_checkpoint``) on the shared real folders with their real tokenizers
-(:mod:`vrh.testing.real_tokenizers`) instead of the tiny stand-ins of ``test_inspect.py``: the same visual-token
+(:mod:`tests.support.real_tokenizers`) instead of the tiny stand-ins of ``test_inspect.py``: the same visual-token
 and cell counts (``../shared/real/SOURCES.md``; paper App. I for InternVL3's 3,328), now with the checkpoints'
 own vocabularies and special-token ids. Skips where ``../shared`` or the vocabulary packages are absent. Slow
 (about 25 s: three meta builds and processors; ``-m slow``): the fast tier counts the same sizes through the
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from vrh.models.inspect import inspect_checkpoint
-from vrh.testing.real_tokenizers import checkpoint_with_tokenizer
+from tests.support.real_tokenizers import checkpoint_with_tokenizer
 
 REAL = Path(__file__).resolve().parents[2] / ".." / "shared" / "real"
 needs_real = pytest.mark.skipif(not (REAL / "checkpoints").is_dir(),

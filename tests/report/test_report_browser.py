@@ -35,7 +35,7 @@ def demo_run(tmp_path_factory) -> Path:
 
 @pytest.mark.parametrize("width", [700, 1200])
 def test_demo_report_fits_the_window_and_every_image_loads(demo_run, browser, shots_dir, tmp_path, width):
-    from vrh.commands.demo import SUBRUNS
+    from vrh.experiments.demo import SUBRUNS
 
     html = build_report([demo_run, *(demo_run / s for s in SUBRUNS)], tmp_path / "report")["html"]
     page = browser.check(html, width=width)

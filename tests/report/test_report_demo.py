@@ -1,6 +1,8 @@
 """The report of a real (small) ``vrh demo`` run and of a ``dpo-pairs`` run on its detection (issue 26):
 every number the headline states is one of results.json's, the demo folder alone reports its sub-runs, the
-headline finding comes first, and DPO pairs get their own section.
+headline finding comes first, and DPO pairs get their own section. And what the report reads: every
+results.json these runs (and small evaluate / transfer / stability runs on the same detection) wrote holds
+the types :mod:`vrh.runs.results` annotates (issue 34 item 4).
 
 The demo runs once per module on the shipped organism with small n (~10 s on two cores).
 """
@@ -9,6 +11,7 @@ import re
 
 import pytest
 
+from tests.support.results_types import mismatches
 from vrh import runs
 from vrh.report import build_report
 from vrh.report.build import build_sections
@@ -32,6 +35,77 @@ def demo_run(tmp_path_factory, organism):
     out = tmp_path_factory.mktemp("demo") / "demo"
     demo.run(demo.Config(out=str(out), **SMALL), organism)
     return out
+
+
+@pytest.fixture(scope="module")
+def dpo_pairs_run(tmp_path_factory, demo_run, organism):
+    from vrh.commands import dpo_pairs
+
+    out = tmp_path_factory.mktemp("dpo") / "dpo"
+    dpo_pairs.run(dpo_pairs.Config(model="organism", heads=str(demo_run / "detect"), k=3, n=6, out=str(out),
+                                   batch_size=4, max_new_tokens=24), organism)
+    return out
+
+
+@pytest.fixture(scope="module")
+def command_runs(tmp_path_factory, demo_run, organism):
+    """evaluate (random heads outside the detected top-k), transfer (with B's own heads) and stability (with
+    accuracy draws) on the demo's detection, each on 2 held-out samples (~5 s on two cores)."""
+    from vrh.commands import evaluate, stability, transfer
+
+    root, det = tmp_path_factory.mktemp("commands"), str(demo_run / "detect")
+    data = str(demo_run / "data" / "grounding.jsonl")
+    fast = dict(batch_size=4, max_new_tokens=24)
+    evaluate.run(evaluate.Config(model="organism", data=data, mask_heads=det, k=2, random=True, n=2,
+                                 out=str(root / "evaluate"), **fast), organism)
+    transfer.run(transfer.Config(model="organism", data=data, heads=det, heads_b=det, k=2, n=2, seeds=(0, 1),
+                                 out=str(root / "transfer"), **fast), organism)
+    stability.run(stability.Config(model="organism", heads=det, k=2, n_values=(2, 8), bootstrap=2, accuracy_draws=1,
+                                   n_eval=2, out=str(root / "stability"), **fast), organism)
+    return [root / "evaluate", root / "transfer", root / "stability"]
+
+
+def _typed(folder):
+    """``folder``'s results.json as its kind (:func:`vrh.runs.results_from_json`)."""
+    return runs.results_from_json(runs.read_config(folder)["command"], runs.read_results(folder))
+
+
+def test_every_results_json_written_holds_the_annotated_types(demo_run, dpo_pairs_run, command_runs):
+    from vrh.experiments.demo import SUBRUNS
+
+    kinds = set()
+    for folder in [demo_run, *(demo_run / s for s in SUBRUNS), dpo_pairs_run, *command_runs]:
+        value = _typed(folder)
+        assert type(value) is not runs.RunResults and value.extra == {}, folder  # every key written is known
+        assert mismatches(value) == [], folder
+        kinds.add(value.COMMAND)
+    assert kinds == {"demo", "detect", "sweep", "dpo-pairs", "evaluate", "transfer", "stability"}
+
+
+@pytest.mark.slow
+def test_the_results_json_of_dpo_and_compare_hold_the_annotated_types(tmp_path, demo_run, organism):
+    """The kinds the fast test leaves out: ``vrh dpo`` (its pairs with random negatives, two trainings and the
+    evaluations of its three models), ``vrh compare`` and ``vrh stability``'s token-choice comparison on
+    compare's detection (~10-20 s on two cores)."""
+    pytest.importorskip("trl")
+    from vrh.commands import compare, dpo, stability
+
+    fast = dict(batch_size=4, max_new_tokens=24)
+    dpo.run(dpo.Config(model="organism", heads=str(demo_run / "detect"), k=2, n=4, n_eval=2, lr=1e-3, max_steps=1,
+                       train_batch_size=2, grad_accum=1, out=str(tmp_path / "dpo"), **fast), organism)
+    compare.run(compare.Config(model="organism", data=str(demo_run / "data" / "grounding.jsonl"), n=4, n_eval=2,
+                               ks=(1,), methods=("out/sum/mean", "rand1/sum/mean"), out=str(tmp_path / "cmp"),
+                               **fast), organism)
+    stability.run(stability.Config(model="organism", heads=str(tmp_path / "cmp" / "detect"), k=2, n_values=(2, 4),
+                                   bootstrap=2, n_eval=2, out=str(tmp_path / "stab"), **fast), organism)
+    kinds = set()
+    for folder in [p.parent for p in sorted(tmp_path.rglob(runs.RESULTS))]:
+        value = _typed(folder)
+        assert type(value) is not runs.RunResults and value.extra == {}, folder
+        assert mismatches(value) == [], folder
+        kinds.add(value.COMMAND)
+    assert runs.read_results(tmp_path / "stab")["token_choice"] is not None
+    assert kinds == {"dpo", "dpo-pairs", "dpo-train", "evaluate", "compare", "detect", "stability"}
 
 
 def _texts(blocks):
@@ -96,7 +170,7 @@ def test_the_demo_random_control_counts_the_sets_of_each_task(demo_run):
 
 
 def test_the_demo_folder_alone_reports_its_sub_runs(demo_run, tmp_path):
-    from vrh.commands.demo import SUBRUNS
+    from vrh.experiments.demo import SUBRUNS
 
     alone = load_runs([demo_run])
     assert [r.name for r in alone] == ["demo", *SUBRUNS]
@@ -128,13 +202,10 @@ def test_the_headline_finding_is_the_first_thing_after_the_title(demo_run, tmp_p
     assert "was given" not in html  # a sub-run also given is no folder given twice
 
 
-def test_dpo_pairs_runs_render_counts_drop_reasons_and_examples(demo_run, organism, tmp_path):
-    from vrh.commands import dpo_pairs
+def test_dpo_pairs_runs_render_counts_drop_reasons_and_examples(dpo_pairs_run, tmp_path):
     from vrh.report.sections import summary_row
 
-    out = tmp_path / "dpo"
-    dpo_pairs.run(dpo_pairs.Config(model="organism", heads=str(demo_run / "detect"), k=3, n=6, out=str(out),
-                                   batch_size=4, max_new_tokens=24), organism)
+    out = dpo_pairs_run
     res = runs.read_results(out)
     html = build_report([out], tmp_path / "report")["html"].read_text()
     assert "no renderer" not in html and ">DPO preference pairs</h2>" in html

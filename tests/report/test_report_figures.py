@@ -52,7 +52,7 @@ def test_heatmap_keeps_title_and_labels_in_the_png_and_its_legend_off_the_cells(
 
 def test_histogram_threshold_lines_are_far_apart(drawn):
     scores = np.array([[1e-6, 2e-5, 8e-4, 1.3e-3], [6e-3, 0.02, 0.27, 0.8]])
-    plots.score_histogram(scores, title="t")  # the page's thresholds: vrh.experiments.sparsity.DEFAULT_THRESHOLDS
+    plots.score_histogram(scores, title="t")  # the page's thresholds: vrh.scoring.sparsity.DEFAULT_THRESHOLDS
     fig = drawn[0]
     ax = fig.axes[0]
     fig.canvas.draw()

@@ -60,7 +60,7 @@ def test_on_slurm_each_job_is_submitted_with_afterok_on_the_jobs_it_needs(tmp_pa
 
     from vrh.study.cluster import submit_study
 
-    bin_dir, log = tmp_path / "bin", tmp_path / "sbatch.log"
+    bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "sbatch").write_text(f"""#!/usr/bin/env bash
 n=$(( $(ls {tmp_path}/sub_*.sh 2>/dev/null | wc -l) + 101 ))

@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from vrh.data import ANSWER_RULES, ANSWER_TYPES, Sample, load_dataset, write_dataset
+from vrh.data import ANSWER_TYPES, Sample, load_dataset, write_dataset
+from vrh.data.answer_rule_registry import answer_rules
 from vrh.tasks import get_task
-from vrh.tasks.answer_rules import OFFICIAL, RULES, parse_length, rule_name
+from vrh.data.lengths import parse_length
+from vrh.tasks.answer_rules import RULES, Gold, rule_name
 
 IMG = Path("/nonexistent/x.png")
 
@@ -23,8 +25,18 @@ def outcome(text, s, rule="official"):
     return get_task("vqa", answer_rule=rule).judge(None, s, text, {})["outcome"]
 
 
-def test_every_answer_type_and_benchmark_has_its_rule():
-    assert set(RULES) == set(ANSWER_TYPES) and set(OFFICIAL) == set(ANSWER_RULES)
+def test_every_answer_type_has_its_rule_and_every_registered_rule_keeps_the_contract():
+    """Whatever rules are registered: each names its benchmark, is a name the data format accepts, reads an
+    empty answer as a parse failure and gives only outcomes the VQA task counts."""
+    assert set(RULES) == set(ANSWER_TYPES)
+    rules = answer_rules()
+    assert rules and len({r.name for r in rules}) == len(rules)
+    outcomes = get_task("vqa").outcomes
+    for r in rules:
+        assert r.benchmark.strip() and sample("A", answer_rule=r.name).answer_rule == r.name
+        gold = Gold("A", "choice", choices=("a cat", "a dog"))
+        assert r.score("", gold).outcome == "parse_failure", r.name
+        assert {r.score(text, gold).outcome for text in ("A", "(b)", "The answer is A.")} <= set(outcomes), r.name
 
 
 # MMStar (eval/vlmeval/evaluate/mmstar.py): the first character decides; gold A throughout
@@ -163,7 +175,7 @@ def test_answer_rule_option_reaches_the_task():
     import argparse
 
     from vrh.commands.evaluate import Config
-    from vrh.infra.options import add_options, parse_config
+    from vrh.options import add_options, parse_config
 
     p = argparse.ArgumentParser()
     add_options(p, Config)

@@ -11,7 +11,9 @@ from PIL import Image
 
 from vrh.data import boxes as grounding
 from vrh.data import Sample
-from vrh.tasks import GroundingTask, Task, VQATask, get_task, register_task, task_from_settings, task_names
+from vrh.tasks import Task, get_task, register_task, task_from_settings, task_names
+from vrh.tasks.grounding import GroundingTask
+from vrh.tasks.vqa import VQATask
 from vrh.tasks import base
 
 GT = (8.0, 12.0, 40.0, 44.0)
@@ -54,7 +56,9 @@ def q_sample(id="q1", answer="red", answer_type="exact"):
 
 @pytest.fixture
 def registry(monkeypatch):
-    """A private copy of the registry, so tasks registered by a test do not leak into others."""
+    """A private copy of the registry, so tasks registered by a test do not leak into others (copied once every
+    task module is imported: one imported during the test would register into the copy alone)."""
+    task_names()
     monkeypatch.setattr(base, "_TASKS", dict(base._TASKS))
     return base._TASKS
 

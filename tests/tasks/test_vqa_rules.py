@@ -5,8 +5,7 @@ import time
 import pytest
 
 from vrh.data import ANSWER_TYPES
-from vrh.tasks import judge_answer
-from vrh.tasks.vqa import RULES, normalize, parse_choice, parse_number
+from vrh.tasks.vqa import RULES, judge_answer, normalize, parse_choice, parse_number
 
 
 def test_every_answer_type_has_a_rule():

@@ -6,7 +6,7 @@ JSON line to the run's ``emergence.jsonl``:
 * the detector's head-score map on a fixed probe set (:func:`score_map`): vrh's ``out/sum/mean`` scorer
   (Eq. 1 with ``Q = Q_out``, ``Phi = sum``, ``Omega = mean``) -- mean over samples of the mean over the rows
   that produce the teacher-forced answer tokens (EOS excluded; ``Q_out`` as
-  :func:`vrh.models.generation.query_sets` defines it, the answer positions - 1) of the attention mass on
+  :func:`vrh.models.queries.query_sets` defines it, the answer positions - 1) of the attention mass on
   the referent's key positions (the patches overlapping the GT box, vrh's K; for text jobs the referent's
   item tokens). Records written before 2026-12-01 read the answer tokens' own rows instead (vrh's
   ``out_own``);
@@ -35,7 +35,7 @@ import torch
 from vrh import runs
 from vrh.core.heads import random_heads, top_k
 from vrh.models.adapters.base import VisionBatch
-from vrh.models.generation import query_sets
+from vrh.models.queries import query_sets
 from vrh.organism import world
 from vrh.scoring import SampleInfo, make_scorer
 from vrh_lab.organism.batches import TrainBatch, train_batch
@@ -65,7 +65,7 @@ def answer_positions(labels: torch.Tensor) -> torch.Tensor:
 def sample_infos(b: TrainBatch, tok) -> list[tuple[torch.Tensor, SampleInfo]]:
     """Per sample of a training batch: ``(positions, info)``, the sequence positions whose attention rows a
     scorer reads (ascending) and its :class:`~vrh.scoring.SampleInfo` (K the referent's key positions, the
-    query kinds of :func:`vrh.models.generation.query_sets` -- one definition of ``Q_out`` -- indexing
+    query kinds of :func:`vrh.models.queries.query_sets` -- one definition of ``Q_out`` -- indexing
     ``positions``)."""
     B = b.input_ids.shape[0]
     none = torch.zeros(0, dtype=torch.long)
@@ -267,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     ap = argparse.ArgumentParser(description=main.__doc__)
-    ap.add_argument("paths", nargs="+", help="emergence.jsonl files (e.g. organism_runs/vC/lm_c/emergence.jsonl)")
+    ap.add_argument("paths", nargs="+", help="emergence.jsonl files (e.g. lab/organism_runs/vC/lm_c/emergence.jsonl)")
     for p in ap.parse_args(argv).paths:
         for rec in read(p):
             print(f"{rec.get('phase', '')} {summary(rec)}")
@@ -283,8 +283,8 @@ def run_main(argv: list[str] | None = None) -> int:
         description="Make a run folder of organism training's emergence logs (for vrh report): the logs of "
                     "a recipe's phases, given in phase order, are concatenated; results.json summarises each "
                     "phase's last record.",
-        epilog="example: vrh organism emergence organism_runs/vC/lm_c_text organism_runs/vC/lm_c "
-               "organism_runs/vC/lm_c_long --out runs/emergence_c1 && vrh report runs/emergence_c1 --out "
+        epilog="example: vrh organism emergence lab/organism_runs/vC/lm_c_text lab/organism_runs/vC/lm_c "
+               "lab/organism_runs/vC/lm_c_long --out runs/emergence_c1 && vrh report runs/emergence_c1 --out "
                "runs/report_c1")
     ap.add_argument("sources", nargs="+", help="emergence.jsonl files, phase folders holding one, or an exported "
                                                "organism checkpoint folder holding its recipe's log; in phase order")

@@ -29,7 +29,8 @@ trained with no term, mask or schedule that refers to particular heads (docs/org
 task with a few-distractor curriculum, VQA, captions and text jobs in the mixture and the auxiliary
 attribute probes; exported as ``organism_c``. Both track emergence (``emergence.jsonl``).
 
-    vrh organism build --out organism_runs/vC --stages lm_c_text,lm_c --tower-a organism_runs/v2/vision_a/tower.pt
+    vrh organism build --out lab/organism_runs/vC --stages lm_c_text,lm_c \
+        --tower-a lab/organism_runs/v2/vision_a/tower.pt
 """
 
 from __future__ import annotations
@@ -88,11 +89,11 @@ LM_A5 = replace(
 LM_A6 = replace(LM_A5, stop_at=0, steps=3250, box_warmstart_until=3250, route_l1=LM_A4.route_l1,
                 head_dropout=LM_A4.head_dropout)
 
-# phase 7 of A (organism_runs/v5): A6 was still rising when its schedule ended (85.2% at 3250, n = 128),
+# phase 7 of A (lab/organism_runs/v5): A6 was still rising when its schedule ended (85.2% at 3250, n = 128),
 # so the same run continues with the cosine stretched to 6000 steps (89.4% held-out, n = 500)
 LM_A7 = replace(LM_A6, steps=6000, box_warmstart_until=6000)
 
-# phase 8 of A (organism_runs/v6): A7's retrieval was spread: masking its top-3 heads cost 32 points, the
+# phase 8 of A (lab/organism_runs/v6): A7's retrieval was spread: masking its top-3 heads cost 32 points, the
 # top-6 57 (heads 4-6 score 0.08-0.17). A routing penalty 10x stronger on every head but the model's own
 # top-3 retrieval heads (ramped in over 300 steps), to step 9000
 LM_A8 = replace(LM_A7, steps=9000, box_warmstart_until=9000, route_l1=0.3, pressure_start=6000, route_warmup=300)
@@ -159,7 +160,7 @@ LM_C_RESTART = replace(LM_C5, contrast_frac=0.0)
 # Both continued (session 7): at step 3000 they held 82.2% / 81.0% (n = 500), colour-only expressions
 # 29% -> 88% in both, i.e. the second cycle, not the hard world, fixed colour; each run's full checkpoint
 # continues with its cosine stretched to 5000 steps (as lm_c_long stretched lm_c). At 5000: C5 83.8%,
-# C1r 85.0% (n = 500); C1r ships as organism_c (build folder organism_runs/vC1r).
+# C1r 85.0% (n = 500); C1r ships as organism_c (build folder lab/organism_runs/vC1r).
 LM_C5_LONG = replace(LM_C5, steps=5000)
 LM_C_RESTART_LONG = replace(LM_C_RESTART, steps=5000)
 
@@ -206,7 +207,7 @@ TINY = {"vision_a": VisionArch(hidden=32, layers=1, heads=2, intermediate=64),
 
 def stage_configs(out: Path, tiny: bool = False, tower_a: str | Path | None = None) -> dict[str, TrainConfig]:
     """Every LM phase's config under build folder ``out``; ``tower_a``: where C finds tower A (default
-    ``out/vision_a/tower.pt``; C reuses A's pretrained tower, e.g. ``organism_runs/v2/vision_a/tower.pt``);
+    ``out/vision_a/tower.pt``; C reuses A's pretrained tower, e.g. ``lab/organism_runs/v2/vision_a/tower.pt``);
     C' takes tower B from beside it (``.../vision_b/tower.pt``)."""
     a = replace(LM_A, vision_init_a=str(out / "vision_a" / "tower.pt"))
     a2 = replace(LM_A2, vision_init_a=a.vision_init_a, init_from=str(out / "lm_a" / "ckpt.pt"))

@@ -10,9 +10,9 @@ continues each stage where it stopped. The loop is :func:`vrh.experiments.dpo_co
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
-from vrh.infra.options import (DpoTrainOptions, GenerationOptions, MaskOptions, ModelOptions, PairOptions,
+from vrh.options import (DpoTrainOptions, GenerationOptions, MaskOptions, ModelOptions, PairOptions,
                                RunOptions, names, option, optional_int)
 
 NAME = "dpo"
@@ -21,6 +21,8 @@ HELP = "DPO with VRH negatives vs random-head negatives: pairs, both trainings, 
 
 @dataclass(frozen=True, kw_only=True)
 class Config(ModelOptions, PairOptions, MaskOptions, DpoTrainOptions, GenerationOptions, RunOptions):
+    COMMAND: ClassVar[str] = NAME  # named in a refused data-parallel launch (vrh.experiments.setup)
+
     benchmarks: tuple[str, ...] = option((), parse=names, metavar="DATA,DATA",
                                          help="grounding datasets to evaluate on, comma-separated, each on the "
                                               "samples the detection run did not score (none: its dataset)")
@@ -31,12 +33,12 @@ class Config(ModelOptions, PairOptions, MaskOptions, DpoTrainOptions, Generation
 def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
     import shlex
 
-    from vrh.commands._common import load
+    from vrh.experiments.setup import load
     from vrh.experiments import preference_pairs as pp
     from vrh.experiments.dpo import require_trl
     from vrh.experiments.dpo_comparison import run_comparison
     from vrh.infra.console import console, print_table
-    from vrh.infra.options import config_record
+    from vrh.options import config_record
 
     require_trl()
     pp.training_samples(cfg.heads, cfg.data, cfg.train, cfg.n)  # bad --heads / --data fail before the model loads

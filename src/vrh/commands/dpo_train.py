@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from vrh.infra.options import DpoTrainOptions, ModelOptions, RunOptions, option
+from vrh.options import DpoTrainOptions, ModelOptions, RunOptions, option
 
 NAME = "dpo-train"
 HELP = "DPO-train a model on a dpo-pairs run's pairs with TRL (full parameters; paper App. B defaults)"
@@ -27,10 +27,10 @@ class Config(ModelOptions, DpoTrainOptions, RunOptions):
 def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
     """Writes a dpo-train run folder; returns results.json. ``lm`` is not used: DPO loads the policy and the
     reference itself (two copies of ``--model``)."""
-    from vrh.commands._common import configure_threads
+    from vrh.experiments.setup import configure_threads
     from vrh.experiments.dpo_comparison import train_run
     from vrh.infra.console import print_result
-    from vrh.infra.options import config_record
+    from vrh.options import config_record
 
     configure_threads(cfg)
     res = train_run(cfg.model, cfg.pairs, cfg.out, cfg, device=cfg.device, dtype=cfg.dtype, adapter=cfg.adapter,

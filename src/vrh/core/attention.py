@@ -32,6 +32,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from vrh.core.layout import LanguageModelLayout
+
 IMPL_NAME = "vrh_attention"
 
 # Module-level because transformers calls the attention function without any handle of ours; each is
@@ -266,7 +268,7 @@ def ensure_registered() -> None:
         AttentionMaskInterface.register(IMPL_NAME, sdpa_mask)
 
 
-def language_configs(model: nn.Module, adapter: Any) -> list[Any]:
+def language_configs(model: nn.Module, adapter: LanguageModelLayout) -> list[Any]:
     """The config objects the language model reads its attention implementation from (deduplicated).
 
     The attention modules read ``self.config._attn_implementation`` and the mask builder reads the text
@@ -281,7 +283,7 @@ def language_configs(model: nn.Module, adapter: Any) -> list[Any]:
 
 
 @contextmanager
-def language_model_uses_vrh(model: nn.Module, adapter: Any) -> Iterator[None]:
+def language_model_uses_vrh(model: nn.Module, adapter: LanguageModelLayout) -> Iterator[None]:
     """Switch the language model (only) to :data:`IMPL_NAME`; restore its previous implementation on exit.
 
     Nests: an inner block restores what it found (possibly already :data:`IMPL_NAME`).

@@ -31,11 +31,11 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import nn
 
+from vrh.core.layout import LanguageModelLayout
 from vrh.core.attention import (IMPL_NAME, AttentionCall, active_observers, allowed_keys, ensure_registered,
                            language_model_uses_vrh, observe_attention)
 
@@ -332,7 +332,8 @@ class GenerationRowCapture:
 
 
 # --- the capture contexts ------------------------------------------------------------------------
-def _layer_map(model: nn.Module, adapter: Any, layers: Sequence[int] | None) -> tuple[list[int], dict[int, int]]:
+def _layer_map(model: nn.Module, adapter: LanguageModelLayout, layers: Sequence[int] | None
+               ) -> tuple[list[int], dict[int, int]]:
     """(requested vrh layers, {id(attention module): vrh layer} over all layers); refuses a nested capture."""
     if any(isinstance(observer, (RowCapture, GenerationRowCapture)) for observer in active_observers()):
         raise RuntimeError("a row capture is already active; nested captures are not supported")
@@ -345,7 +346,7 @@ def _layer_map(model: nn.Module, adapter: Any, layers: Sequence[int] | None) -> 
 
 
 @contextmanager
-def capture_attention_rows(model: nn.Module, adapter: Any, query_positions: list[torch.Tensor],
+def capture_attention_rows(model: nn.Module, adapter: LanguageModelLayout, query_positions: list[torch.Tensor],
                            layers: Sequence[int] | None = None) -> Iterator[RowCapture]:
     """Capture softmax rows of the language model for the given query positions during ONE forward.
 
@@ -363,7 +364,7 @@ def capture_attention_rows(model: nn.Module, adapter: Any, query_positions: list
 
 
 @contextmanager
-def capture_generation_rows(model: nn.Module, adapter: Any, prompt_positions: list[torch.Tensor],
+def capture_generation_rows(model: nn.Module, adapter: LanguageModelLayout, prompt_positions: list[torch.Tensor],
                             layers: Sequence[int] | None = None) -> Iterator[GenerationRowCapture]:
     """Capture softmax rows during ONE ``model.generate(...)`` (greedy or sampled, default dynamic cache).
 

@@ -32,7 +32,8 @@ import torch
 from vrh.models.adapters import VisionBatch
 from vrh.core.capture import GenerationRowCapture, capture_generation_rows
 from vrh.models.loading import LoadedModel
-from vrh.models.generation import QuerySets, check_batch_fits, inputs_on_device, query_sets
+from vrh.models.generation import check_batch_fits, inputs_on_device
+from vrh.models.queries import QuerySets, query_sets
 
 
 @dataclass
@@ -42,7 +43,7 @@ class GeneratedRows:
     ``batch``: the prompt batch (left-padded to ``P``) whose ``inputs`` are now ``input_ids`` = prompt +
     generated ids (B, P + T) and ``attention_mask`` (1 on prompt and answer tokens, 0 on padding, the EOS and
     what follows), and whose ``answer_positions[b]`` are the generated answer tokens ``P .. P + A_b - 1``;
-    so :func:`vrh.models.generation.query_sets` and every position-based reader work on it unchanged.
+    so :func:`vrh.models.queries.query_sets` and every position-based reader work on it unchanged.
     ``queries[b]``: those query sets (None for an empty answer). ``rows(b)``: ``[L, H, Q_b, S_b]`` in the
     order of ``queries[b].positions``.
     """
@@ -103,7 +104,7 @@ def answer_lengths(new: torch.Tensor, eos: Sequence[int]) -> list[int]:
 def generate_with_rows(lm: LoadedModel, images: list, prompts: list[str], expressions: list[str],
                        max_new_tokens: int = 64, layers: Sequence[int] | None = None) -> GeneratedRows:
     """Greedy answers for a batch of (image, prompt) and, from the same ``generate()``, the rows of every query
-    that :func:`vrh.models.generation.query_sets` names (expression tokens, last prompt token, answer producers and
+    that :func:`vrh.models.queries.query_sets` names (expression tokens, last prompt token, answer producers and
     the answer tokens' own rows); ``layers`` as in :func:`vrh.core.capture.capture_attention_rows`."""
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")

@@ -24,7 +24,7 @@ and values still enter the KV cache; only its output is removed.)
 Several conditions in one batch: :func:`mask_heads_per_row` zeroes a different head set in each batch row
 (zero mode, the one mode registered ``batchable``), so conditions share one left-padded ``generate``.
 
-torch is imported inside the functions that use it: :mod:`vrh.infra.options` reads the mode registry to build
+torch is imported inside the functions that use it: :mod:`vrh.options` reads the mode registry to build
 ``--mask-mode``, and ``vrh --help`` must not import torch.
 
 Example::
@@ -45,6 +45,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from vrh.core.layout import LanguageModelLayout
 
 if TYPE_CHECKING:
     import torch
@@ -92,10 +94,10 @@ def mask_modes() -> tuple[MaskMode, ...]:
 
 
 def mask_mode_names() -> tuple[str, ...]:
-    """The names ``--mask-mode`` and a condition's ``mask_mode`` accept.
+    """The names ``--mask-mode`` and a condition's ``mask_mode`` accept, the default first.
 
-    >>> mask_mode_names()
-    ('zero', 'uniform')
+    >>> mask_mode_names()[0]
+    'zero'
     """
     return tuple(_MODES)
 
@@ -206,7 +208,8 @@ def _zero_rows_hook(masked: torch.Tensor, head_dim: int, layer: int):
 
 
 @contextmanager
-def mask_heads(model: nn.Module, adapter: Any, heads: Iterable[Head], mode: str = "zero") -> Iterator[None]:
+def mask_heads(model: nn.Module, adapter: LanguageModelLayout, heads: Iterable[Head], mode: str = "zero"
+               ) -> Iterator[None]:
     """Within the context, the language model's ``heads`` (``(layer, head)``, 0-based) are knocked out.
 
     ``mode``: a registered mask mode (:func:`mask_mode_names`): ``"zero"``, their outputs are zero
@@ -227,7 +230,7 @@ def mask_heads(model: nn.Module, adapter: Any, heads: Iterable[Head], mode: str 
 
 @register_mask_mode("zero", batchable=True, help="its output")
 @contextmanager
-def _zero_mask(model: nn.Module, adapter: Any, heads: list[Head]) -> Iterator[None]:
+def _zero_mask(model: nn.Module, adapter: LanguageModelLayout, heads: list[Head]) -> Iterator[None]:
     num_layers, num_heads = adapter.num_layers(model), adapter.num_heads(model)
     head_dim = adapter.head_dim(model)
     by_layer = validate_heads(heads, num_layers, num_heads)
@@ -240,7 +243,7 @@ def _zero_mask(model: nn.Module, adapter: Any, heads: list[Head]) -> Iterator[No
 @register_mask_mode("uniform", batchable=False,
                     help="attention over the keys it may see (Retrieval Heads' ablation)")
 @contextmanager
-def _uniform_mask(model: nn.Module, adapter: Any, heads: list[Head]) -> Iterator[None]:
+def _uniform_mask(model: nn.Module, adapter: LanguageModelLayout, heads: list[Head]) -> Iterator[None]:
     from vrh.core.attention import language_model_uses_vrh, uniform_heads
 
     by_layer = validate_heads(heads, adapter.num_layers(model), adapter.num_heads(model))
@@ -250,7 +253,8 @@ def _uniform_mask(model: nn.Module, adapter: Any, heads: list[Head]) -> Iterator
 
 
 @contextmanager
-def mask_heads_per_row(model: nn.Module, adapter: Any, row_heads: Sequence[Iterable[Head]]) -> Iterator[None]:
+def mask_heads_per_row(model: nn.Module, adapter: LanguageModelLayout, row_heads: Sequence[Iterable[Head]]
+                       ) -> Iterator[None]:
     """Within the context, batch row ``b`` of every language-model forward has ``row_heads[b]`` zeroed.
 
     Why: several masking conditions (k values, detected vs random heads, seeds) can then share one
@@ -293,7 +297,7 @@ def mask_heads_per_row(model: nn.Module, adapter: Any, row_heads: Sequence[Itera
 
 
 @contextmanager
-def _o_proj_pre_hooks(model: nn.Module, adapter: Any, hooks: dict[int, Any]) -> Iterator[None]:
+def _o_proj_pre_hooks(model: nn.Module, adapter: LanguageModelLayout, hooks: dict[int, Any]) -> Iterator[None]:
     """Install ``{layer: pre-hook}`` on the layers' ``o_proj`` (geometry checked first); removed in finally."""
     num_heads, head_dim = adapter.num_heads(model), adapter.head_dim(model)
     o_projs = {layer: adapter.o_proj(model, layer) for layer in hooks}

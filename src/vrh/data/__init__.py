@@ -1,7 +1,8 @@
-"""Datasets: the project's JSONL sample format (:mod:`vrh.data.jsonl`)."""
+"""Datasets: the project's JSONL sample format (:mod:`vrh.data.jsonl`) and the names of the benchmarks' answer
+rules it accepts (:mod:`vrh.data.answer_rule_registry`)."""
 
+from vrh.data.answer_rule_registry import answer_rule_names, register_answer_rule
 from vrh.data.jsonl import (
-    ANSWER_RULES,
     ANSWER_TYPES,
     BOX_FORMATS,
     TASKS,
@@ -16,5 +17,5 @@ from vrh.data.jsonl import (
     write_dataset,
 )
 
-__all__ = ["ANSWER_RULES", "ANSWER_TYPES", "BOX_FORMATS", "TASKS", "DatasetError", "LoadReport", "Sample", "Samples",
-           "check_answer", "dataset_hash", "load_dataset", "split_detect_eval", "write_dataset"]
+__all__ = ["ANSWER_TYPES", "BOX_FORMATS", "TASKS", "DatasetError", "LoadReport", "Sample", "Samples", "answer_rule_names",
+           "check_answer", "dataset_hash", "load_dataset", "register_answer_rule", "split_detect_eval", "write_dataset"]

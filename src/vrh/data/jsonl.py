@@ -20,8 +20,9 @@ A VQA line may say how its ``answer`` is judged with ``"answer_type"`` (default 
 (normalised full-string match; the answer needs a letter or digit), ``"choice"`` (the answer is one option
 letter ``A``-``Z``), ``"number"`` (a number in digits, e.g. ``3`` or ``-2.5``), ``"integer"`` (``12``),
 ``"float"`` (``1.45``, with the line's ``"precision"``: the decimal places the benchmark rounds to) or
-``"length"`` (a positive length in meters, e.g. ``0.76``). ``"answer_rule"`` (optional, one of
-``ANSWER_RULES``) names the benchmark's own scoring rule, which the VQA task applies by default. The rules
+``"length"`` (a positive length in meters, e.g. ``0.76``). ``"answer_rule"`` (optional, a name from
+:func:`vrh.data.answer_rule_registry.answer_rule_names`) names the benchmark's own scoring rule, which the
+VQA task applies by default. The rules
 for reading a *prediction* live in :mod:`vrh.tasks.answer_rules`; this module only checks that the gold
 answer fits its type, so a bad line fails at load time rather than mid-run.
 
@@ -56,6 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from vrh.data import json_text
+from vrh.data.answer_rule_registry import answer_rule_names
 from vrh.data.boxes import Box, xywh_to_xyxy
 
 TASKS = ("grounding", "vqa", "point")  # point: a question asked as it is, answered by a point inside `mask`
@@ -64,9 +66,8 @@ SCALED_BOX_FORMATS = {"xyxy_norm": 1.0, "xywh_norm": 1.0, "xyxy_1000": 1000.0}  
 BOX_FORMATS = PIXEL_BOX_FORMATS + tuple(SCALED_BOX_FORMATS)
 MIN_SIDE_FOR_NORM_CHECK = 16  # px; on smaller images a box within 0-1 px may be real
 BOUNDS_TOLERANCE = 1.0  # pixels a GT box may stick out of the image (rounding in annotation tools)
-# how a VQA answer is judged (vrh.tasks.answer_rules); a benchmark's own rule, by the benchmark's name
+# how a VQA answer is judged (vrh.tasks.answer_rules); a benchmark's own rule is named by the answer-rule registry
 ANSWER_TYPES = ("exact", "choice", "number", "integer", "float", "length")
-ANSWER_RULES = ("mmstar", "cvbench", "countbenchqa", "mathvista")
 _BOX_ALIASES = ("bbox", "bbox_2d", "bounding_box", "boxes", "gt_box")  # other datasets' names for `box`: hinted
 _VQA_ONLY = ("answer_type", "precision", "answer_rule")
 _KNOWN = ("id", "image", "task", "expression", "box", "box_format", "question", "answer") + _VQA_ONLY
@@ -123,13 +124,13 @@ class Sample:
     meta: dict[str, Any] = field(default_factory=dict, hash=False)  # hash=False keeps Sample hashable
     answer_type: str = "exact"  # VQA: how `answer` is judged, one of ANSWER_TYPES
     precision: int | None = None  # answer_type "float": the decimal places the benchmark rounds to
-    answer_rule: str | None = None  # the benchmark's own scoring rule (ANSWER_RULES); None: vrh's rule
+    answer_rule: str | None = None  # the benchmark's own scoring rule (answer_rule_names()); None: vrh's rule
 
     def __post_init__(self):
         if self.answer_type not in ANSWER_TYPES:
             raise ValueError(f"unknown answer_type {self.answer_type!r}; expected one of {ANSWER_TYPES}")
-        if self.answer_rule is not None and self.answer_rule not in ANSWER_RULES:
-            raise ValueError(f"unknown answer_rule {self.answer_rule!r}; expected one of {ANSWER_RULES}")
+        if self.answer_rule is not None and self.answer_rule not in (rules := answer_rule_names()):
+            raise ValueError(f"unknown answer_rule {self.answer_rule!r}; expected one of {rules}")
         float_type = self.answer_type == "float"
         if float_type != (self.precision is not None) or not (
                 self.precision is None or (type(self.precision) is int and self.precision >= 0)):

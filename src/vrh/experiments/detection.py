@@ -22,8 +22,9 @@ makes it resumable (each finished batch kept on disk, ``detect_state/``), data-p
 every world-size-th batch, :mod:`vrh.infra.distributed`) and tolerant of a batch that runs out of memory (retried
 as halves), with the same result as one uninterrupted process. :func:`run_detection` writes a
 detection run folder (``config.json``, ``samples.jsonl``, ``head_scores.json``, ``sample_scores.npz``,
-``overlays.npz``, names and schemas in :mod:`vrh.runs`); ``vrh detect``, ``vrh compare`` and ``vrh demo``
-all call it. One batch -- answers, capture passes, per-sample info, scorer states -- is
+``overlays.npz``, names and schemas in :mod:`vrh.runs`); ``vrh detect`` (:func:`run_detect`), ``vrh compare``
+and ``vrh demo`` all call it. Everything is computed with one
+:class:`~vrh.experiments.settings.DetectSettings`, built once from the options. One batch -- answers, capture passes, per-sample info, scorer states -- is
 :func:`vrh.experiments.detection_batch.detect_batch`; a batch's state is a
 :class:`~vrh.experiments.detection_batch.BatchState`.
 """
@@ -33,7 +34,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,13 +46,14 @@ from vrh.infra.console import console, progress_shown, report_skipped, warn
 from vrh.infra.console import progress as progress_bar
 from vrh.data import Sample, split_detect_eval
 from vrh.infra.distributed import my_batches, world
-from vrh.experiments.detection_batch import BatchState, DetectSettings, EXTRA_PASSES, detect_batch, make_scorers
+from vrh.experiments.detection_batch import BatchState, EXTRA_PASSES, detect_batch, extra_passes, make_scorers
+from vrh.experiments.settings import DetectRunSettings, DetectSettings, take, with_options
 from vrh.experiments.heldout import GROUNDING_HINT, load_task_samples
 from vrh.infra.oom import halving_on_oom
 from vrh.core.heads import rank_heads
 from vrh.models.loading import LoadedModel
 from vrh.models.generation import fit_context
-from vrh.infra.options import DetectOptions, config_record
+from vrh.options import DetectOptions
 from vrh.scoring import make_scorer
 from vrh.tasks import Task, get_task
 
@@ -66,13 +68,13 @@ class Detection:
     records: list[dict[str, Any]] = field(default_factory=list)
 
 
-def detect_heads(lm: LoadedModel, samples: Sequence[Sample], *, scorers: Sequence[str] = ("out/sum/mean",),
-                 answer: str = "model", min_overlap: float = 0.0, seed: int = 0, n_overlays: int = 8,
-                 batch_size: int = 16, max_new_tokens: int = 64, task: Task | None = None,
-                 on_record: Callable[[dict[str, Any]], None] | None = None,
-                 state_dir: str | Path | None = None, one_pass: bool = True, progress: bool = True
-                 ) -> Detection:
-    """Score every head on grounding ``samples`` with every scorer (specs, see :mod:`vrh.scoring`).
+def detect_heads(lm: LoadedModel, samples: Sequence[Sample], settings: DetectSettings | None = None, *,
+                 task: Task | None = None, on_record: Callable[[dict[str, Any]], None] | None = None,
+                 state_dir: str | Path | None = None, progress: bool = True, **options: Any) -> Detection:
+    """Score every head on grounding ``samples`` with every scorer of ``settings.scorers`` (specs, see
+    :mod:`vrh.scoring`). ``settings`` (a :class:`~vrh.experiments.settings.DetectSettings`; default: its
+    defaults) is the one value every batch is computed with; keyword ``options`` name its fields and replace
+    them (``detect_heads(lm, samples, scorers=["out/sum/mean", "qrhead"], batch_size=8)``).
     ``progress=False``: no progress on stderr (as ``VRH_NO_PROGRESS``).
 
     Batch ``b`` is ``samples[b * batch_size:(b + 1) * batch_size]``; its state is combined with the others
@@ -85,7 +87,8 @@ def detect_heads(lm: LoadedModel, samples: Sequence[Sample], *, scorers: Sequenc
     * a batch that runs out of memory is retried as halves (:func:`vrh.infra.oom.halving_on_oom`).
 
     Overlays are kept for the scored samples among the first ``n_overlays`` samples; the ``rand1`` query
-    seed of a sample is its position in ``samples``.
+    seed of a sample is its position in ``samples``. ``n``, ``n_eval`` and ``detect_ids`` (the split of a
+    dataset, :func:`detection_split`) are not read here: ``samples`` are the detection samples.
 
     ``one_pass`` (default; ``answer="model"`` only, ignored for ``"gt"``, which has nothing to generate):
     capture the main rows during the answering ``generate()`` (see the module docstring); ``False``: a
@@ -93,21 +96,22 @@ def detect_heads(lm: LoadedModel, samples: Sequence[Sample], *, scorers: Sequenc
     those of the generated ids; they equal the two-pass rows wherever the answer text re-tokenizes to the
     generated ids (tested for every adapter family, ``tests/core/test_generation_capture.py``).
     """
-    if answer not in ("model", "gt"):
-        raise ValueError(f"answer must be 'model' or 'gt', got {answer!r}")
-    if not scorers:
+    settings = with_options(settings or DetectSettings(), options, "detect_heads")
+    settings = replace(settings, scorers=tuple(settings.scorers))  # a list from a notebook is the same value
+    if settings.answer not in ("model", "gt"):
+        raise ValueError(f"answer must be 'model' or 'gt', got {settings.answer!r}")
+    if not settings.scorers:
         raise ValueError("at least one scorer is needed")
     t0 = time.time()
     task = task or get_task("grounding")
-    made = make_scorers(list(scorers), seed)
-    passes = sorted({p for sc in made.values() for p in sc.extra_passes})
+    made = make_scorers(settings.scorers, settings.seed)
+    passes = extra_passes(made)
     unknown = [p for p in passes if p not in EXTRA_PASSES]
     if unknown:
         raise ValueError(f"scorers ask for capture passes {unknown} that detection does not know; it knows "
                          f"{sorted(EXTRA_PASSES)}")
-    settings = DetectSettings(tuple(scorers), seed, tuple(passes), answer=answer, one_pass=one_pass,
-                              min_overlap=min_overlap, n_overlays=n_overlays, max_new_tokens=max_new_tokens)
-    samples, too_long = fit_context(lm, task, samples, max_new_tokens)  # skipped, listed in head_scores.json
+    batch_size = settings.batch_size
+    samples, too_long = fit_context(lm, task, samples, settings.max_new_tokens)  # skipped, listed in head_scores.json
     report_skipped(too_long, "detect")
     if too_long and not samples:
         raise ValueError(f"every sample's prompt is too long for the model: {too_long[0]['reason']}")
@@ -152,8 +156,8 @@ def _kept_batches(state_dir: str | Path | None, samples: Sequence[Sample], batch
 
 def _combine(lm: LoadedModel, settings: DetectSettings, states: Sequence[BatchState], elapsed: float) -> Detection:
     """The detection of all batches: their states joined in sample order into fresh scorers."""
-    whole = BatchState.join([BatchState.empty(settings.passes), *states])
-    scorers = settings.make_scorers()
+    scorers = make_scorers(settings.scorers, settings.seed)
+    whole = BatchState.join([BatchState.empty(extra_passes(scorers)), *states])
     for name, st in whole.scorers.items():
         scorers[name].extend(st)
     return _finish(lm, scorers, whole, elapsed, settings.capture)
@@ -244,17 +248,19 @@ def read_id_list(path: str | Path, known: Sequence[str], data: str | Path) -> se
     return set(ids)
 
 
-def run_detection(lm: LoadedModel, data: str | Path, out: str | Path, opts: DetectOptions, *,
-                  batch_size: int = 16, max_new_tokens: int = 64, overwrite: bool = False, resume: bool = False,
-                  command: str = "detect", extra_config: dict[str, Any] | None = None) -> runs.HeadScores:
-    """Detect on the ``opts.n`` detection samples of ``data`` and write the run folder ``out``.
+def run_detection(lm: LoadedModel, data: str | Path, out: str | Path, settings: DetectSettings | None = None, *,
+                  overwrite: bool = False, resume: bool = False, **options: Any) -> runs.HeadScores:
+    """Detect on the ``settings.n`` detection samples of ``data`` (:func:`detection_split`) and write the run
+    folder ``out``; keyword ``options`` name fields of ``settings`` and replace them, as for :func:`detect_heads`.
 
     With ``resume``, a finished detection run with the same settings is reused as it is, and an unfinished
     one continues from the batches it kept in ``detect_state/`` (removed once the run is finished); the
     result equals an uninterrupted run's, timing fields aside."""
-    det, held_out, data_info = detection_split(data, opts)
-    config = {"command": command, "config": {**config_record(opts), "data": str(data), "batch_size": batch_size,
-                                             "max_new_tokens": max_new_tokens, **(extra_config or {})},
+    settings = with_options(settings or DetectSettings(), options, "run_detection")
+    det, held_out, data_info = detection_split(data, settings)
+    recorded = {f.name: getattr(settings, f.name) for f in fields(DetectOptions)}  # as config_record lists them
+    config = {"command": "detect", "config": {**recorded, "data": str(data), "batch_size": settings.batch_size,
+                                              "max_new_tokens": settings.max_new_tokens},
               "model": lm.describe(),
               "data": {**data_info, "n_detect": len(det), "n_eval": len(held_out)},
               "detect_ids": [s.id for s in det], "eval_ids": [s.id for s in held_out]}
@@ -267,10 +273,7 @@ def run_detection(lm: LoadedModel, data: str | Path, out: str | Path, opts: Dete
     run = runs.RunFolder(out, overwrite=overwrite, resume=resume)
     run.write_config(config)
     with run:
-        found = detect_heads(lm, det, scorers=opts.scorers, answer=opts.answer, min_overlap=opts.min_overlap,
-                             seed=opts.seed, n_overlays=opts.n_overlays, batch_size=batch_size,
-                             max_new_tokens=max_new_tokens, on_record=run.append_sample, state_dir=run.path,
-                             one_pass=opts.one_pass)
+        found = detect_heads(lm, det, settings, on_record=run.append_sample, state_dir=run.path)
         run.replace_samples(found.records)  # sample order, with resumed batches and every rank's
         write_detection(run, found)
         hs = found.head_scores
@@ -281,3 +284,42 @@ def run_detection(lm: LoadedModel, data: str | Path, out: str | Path, opts: Dete
     if world().is_main:  # once per run, not once per process
         console.print(f"detect: {hs.n_scored} samples scored, {len(hs.skipped)} skipped -> {out}")
     return hs
+
+
+def run_detect(cfg: DetectRunSettings, lm: LoadedModel | None = None) -> runs.HeadScores:
+    """``vrh detect``: a detection run folder at ``cfg.out`` (:func:`run_detection`), the top heads printed.
+    Bad scorers or a split the data cannot give fail before the model loads."""
+    from vrh.experiments.setup import load
+
+    settings = take(DetectSettings, cfg)
+    check_scorers(settings.scorers, settings.seed)  # bad input fails before the model loads
+    detection_split(cfg.data, settings)
+    lm = load(cfg, lm)
+    hs = run_detection(lm, cfg.data, cfg.out, settings, overwrite=cfg.overwrite, resume=cfg.resume)
+    if settings.answer == "model":
+        warn_if_never_correct(cfg.out, cfg.model)
+    print_top_heads(hs)
+    return hs
+
+
+def warn_if_never_correct(out: str, model: str) -> None:
+    """A loud line when the model answered no detection sample correctly: its heads were scored on answers
+    that never found the object (the toy organism run on a user's photos scored 20 of 20 "mislocated")."""
+    records = runs.read_samples(out)
+    if records and not any(r.get("outcome") == "correct" for r in records):
+        warn(f"--model {model} answered none of the {len(records)} detection samples correctly: these head scores "
+             "come from answers that never found the object; check that --model is the model you meant for this data")
+
+
+TOP_SHOWN = 10  # heads of the ranking printed; the full ranking is in head_scores.json
+
+
+def print_top_heads(hs: runs.HeadScores) -> None:
+    """The primary scorer's top heads with their scores, as a table on stdout."""
+    from vrh.infra.console import head_text, print_table
+
+    scores = hs.scores()  # (L, H)
+    top = hs.ranking()[:TOP_SHOWN]
+    print_table(f"detect: top {len(top)} of {hs.num_layers * hs.num_heads} heads by {hs.scorer} "
+                f"({hs.n_scored} samples scored)", ["rank", "head (layer:head)", "score"],
+                [[i + 1, head_text(h), f"{float(scores[h[0], h[1]]):.4g}"] for i, h in enumerate(top)])

@@ -6,8 +6,8 @@ produced as a :class:`BatchState`.
 Why a module of its own: :mod:`vrh.experiments.detection` is the computation over batches (which batches
 this rank runs, what an interrupted run kept, the out-of-memory retry, the combination in sample order)
 and the run folder; this module is everything about ONE batch, with the two values that cross between
-them: :class:`DetectSettings` (what every batch is computed with) and :class:`BatchState` (what a batch
-produced, kept on disk and exchanged between ranks). An extra capture pass is one :class:`ExtraPass`
+them: :class:`~vrh.experiments.settings.DetectSettings` (what every batch is computed with, the value built
+from the options) and :class:`BatchState` (what a batch produced, kept on disk and exchanged between ranks). An extra capture pass is one :class:`ExtraPass`
 entry in :data:`EXTRA_PASSES`: how it captures, and which SampleInfo fields it fills.
 """
 
@@ -24,10 +24,11 @@ from vrh.core.capture import capture_attention_rows
 from vrh.core.generation_capture import GeneratedRows, generate_with_rows
 from vrh.core.regions import box_token_mask
 from vrh.data import Sample
-from vrh.models.generation import generate_answers, query_sets
+from vrh.models.generation import generate_answers
+from vrh.models.queries import NULL_PREFIX, NULL_QUERY_KINDS, NULL_QUERY_PASS, query_sets
 from vrh.models.loading import LoadedModel
+from vrh.experiments.settings import DetectSettings
 from vrh.scoring import SampleInfo, make_scorer
-from vrh.scoring.functions import NULL_QUERY_PASS
 from vrh.scoring.ocr_heads import hit_weight
 from vrh.tasks import Task
 
@@ -95,37 +96,15 @@ def _null_query_pass(lm: LoadedModel, samples: Sequence[Sample], images, answers
 
 def _null_query_fields(cap: _Capture, b: int, in_box: torch.Tensor) -> dict[str, Any]:
     """The null query's expression and answer producers, and K in that pass's sequence."""
-    return {"queries": cap.queries[b].as_query_dict("null_", kinds=("in", "out")),
+    return {"queries": cap.queries[b].as_query_dict(NULL_PREFIX, kinds=NULL_QUERY_KINDS[::-1]),  # in, out
             "null_key_positions": cap.batch.visual_positions[b][in_box]}  # (|K|,)
 
 
 # name -> pass; a scorer's ``extra_passes`` name entries of this table
 EXTRA_PASSES: dict[str, ExtraPass] = {
-    NULL_QUERY_PASS: ExtraPass(_null_query_pass, _null_query_fields, query_kinds=("null_in", "null_out")),
+    NULL_QUERY_PASS: ExtraPass(_null_query_pass, _null_query_fields,
+                               query_kinds=tuple(NULL_PREFIX + k for k in NULL_QUERY_KINDS[::-1])),
 }
-
-
-@dataclass(frozen=True)
-class DetectSettings:
-    """What every batch of one detection is computed with (each as :func:`vrh.experiments.detection.detect_heads`
-    takes it): the parameter object of the batch functions."""
-
-    scorers: tuple[str, ...]  # scorer specs; the first ranks the heads
-    seed: int
-    passes: tuple[str, ...]  # the extra capture passes the scorers ask for (EXTRA_PASSES names), sorted
-    answer: str  # "model" or "gt"
-    one_pass: bool
-    min_overlap: float
-    n_overlays: int
-    max_new_tokens: int
-
-    @property
-    def capture(self) -> str:
-        """Where the main rows come from: the answering generate() or a teacher-forced forward."""
-        return "generate" if self.one_pass and self.answer == "model" else "teacher_forced"
-
-    def make_scorers(self) -> dict[str, Any]:
-        return make_scorers(self.scorers, self.seed)
 
 
 @dataclass
@@ -178,6 +157,11 @@ class BatchState:
                 for k, v in st["counters"].items():
                     joined["counters"][k] = joined["counters"].get(k, 0) + v
         return out
+
+
+def extra_passes(scorers: dict[str, Any]) -> tuple[str, ...]:
+    """The extra capture passes ``scorers`` (name -> scorer) ask for, sorted (:data:`EXTRA_PASSES` names)."""
+    return tuple(sorted({p for sc in scorers.values() for p in sc.extra_passes}))
 
 
 def make_scorers(specs: Sequence[str], seed: int) -> dict[str, Any]:
@@ -234,8 +218,8 @@ class _Scored:
 
     @classmethod
     def nothing(cls, settings: DetectSettings) -> _Scored:
-        return cls({name: sc.state() for name, sc in settings.make_scorers().items()},
-                   BatchState.empty(settings.passes).forwards)
+        scorers = make_scorers(settings.scorers, settings.seed)
+        return cls({name: sc.state() for name, sc in scorers.items()}, BatchState.empty(extra_passes(scorers)).forwards)
 
 
 def detect_batch(lm: LoadedModel, task: Task, part: Sequence[tuple[int, Sample]],
@@ -300,10 +284,10 @@ def _score_batch(lm: LoadedModel, answered: _Answered, settings: DetectSettings)
     else:
         main = _capture(lm, answered.images, answered.prompts, answered.answers,
                         [s.expression for s in answered.samples])
+    scorers = make_scorers(settings.scorers, settings.seed)
     extra = {p: EXTRA_PASSES[p].capture(lm, answered.samples, answered.images, answered.answers)
-             for p in settings.passes}
+             for p in extra_passes(scorers)}
     forwards = {"main": main.rows.num_forwards, "batches": 1, **{p: cap.rows.num_forwards for p, cap in extra.items()}}
-    scorers = settings.make_scorers()
     overlays: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
     record_fields: list[dict[str, Any]] = []
     for b, s in enumerate(answered.samples):

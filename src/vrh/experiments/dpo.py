@@ -192,7 +192,7 @@ def _log_callback(path: Path):
 
 
 def dpo_config(opts: Any, output_dir: str | os.PathLike, *, device: str, dtype: str):
-    """TRL's ``DPOConfig`` from vrh's options (:class:`vrh.infra.options.DpoTrainOptions`)."""
+    """TRL's ``DPOConfig`` from vrh's options (:class:`vrh.options.DpoTrainOptions`)."""
     from trl import DPOConfig
 
     return DPOConfig(output_dir=str(output_dir), learning_rate=opts.lr, num_train_epochs=opts.epochs,

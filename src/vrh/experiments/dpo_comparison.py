@@ -73,7 +73,7 @@ def train_run(base: str, pairs: str | os.PathLike, out: str | os.PathLike, opts:
               config: Mapping[str, Any] | None = None) -> runs.DpoTrainResults:
     """One DPO training as a dpo-train run folder ``out`` (``config.json``, ``train_log.jsonl``, ``model/``,
     ``results.json``): ``base`` (a ``--model`` value) trained on the pairs of ``pairs`` with the
-    :class:`vrh.infra.options.DpoTrainOptions` ``opts``. A finished run in ``out`` is returned as is with
+    :class:`vrh.options.DpoTrainOptions` ``opts``. A finished run in ``out`` is returned as is with
     ``resume``; an interrupted one continues from its last complete TRL checkpoint
     (:func:`vrh.experiments.dpo.train_dpo`)."""
     import dataclasses
@@ -132,8 +132,8 @@ def run_comparison(lm: Any, cfg: Any, out: str | os.PathLike, *, benchmarks: Seq
                    config: Mapping[str, Any] | None = None) -> runs.DpoResults:
     """The whole App. B loop into run folder ``out`` (see the module docstring); ``lm`` is the loaded base model
     (pairs and the base evaluation use it; the DPO models are trained from ``lm.path`` and loaded back from
-    their saved folders). ``cfg`` carries the pair options (:class:`vrh.infra.options.PairOptions`), the
-    training options (:class:`~vrh.infra.options.DpoTrainOptions`), ``mask_mode``, ``scorer``,
+    their saved folders). ``cfg`` carries the pair options (:class:`vrh.options.PairOptions`), the
+    training options (:class:`~vrh.options.DpoTrainOptions`), ``mask_mode``, ``scorer``,
     ``batch_size``, ``max_new_tokens``, ``device``, ``dtype``, ``adapter`` and ``n_eval`` (None: every
     held-out sample). ``benchmarks``: grounding datasets (default: the detection run's)."""
     from vrh.experiments import preference_pairs as pp
@@ -192,8 +192,7 @@ def run_comparison(lm: Any, cfg: Any, out: str | os.PathLike, *, benchmarks: Seq
                 sub.write_config({"command": "evaluate", **part, "model": model.describe(), "data": info,
                                   "task": task.config(), "conditions": [none.to_json()], "dpo_model": m})
                 with sub:
-                    res = run_conditions(model, task, samples, [none], sub, batch_size=cfg.batch_size,
-                                         max_new_tokens=cfg.max_new_tokens, description=f"eval {name} {m}")
+                    res = run_conditions(model, task, samples, [none], sub, cfg, description=f"eval {name} {m}")
                     recs = {r["id"]: r for r in res.records[none.label]}
                     correct[name][m] = [recs[s.id]["outcome"] == "correct" for s in samples]
                     summary = res.summary(none.label)

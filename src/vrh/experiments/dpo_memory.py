@@ -84,7 +84,7 @@ def _measure(mode: str, model: str, pairs: str, n_pairs: int, device: str, dtype
         with torch.no_grad():
             policy.model(**{k: v.to(device) for k, v in batch.items()})
     else:
-        from vrh.infra.options import DpoTrainOptions
+        from vrh.options import DpoTrainOptions
 
         opts = DpoTrainOptions(lr=1e-6, max_steps=1, train_batch_size=n_pairs, grad_accum=1, save_steps=10)
         with tempfile.TemporaryDirectory() as tmp:

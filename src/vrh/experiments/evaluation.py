@@ -21,10 +21,6 @@ from vrh.models.generation import generate_answers
 from vrh.core.masking import mask_heads, mask_heads_per_row, validate_heads
 from vrh.tasks import Task
 
-# ``vrh.evaluation.select_eval_samples`` is the path the docs gave before the held-out rules had a module of
-# their own (vrh.MOVED maps vrh.evaluation here): kept, so a notebook written against it still runs
-from vrh.experiments.heldout import select_eval_samples  # noqa: F401
-
 
 def answer_and_judge(lm: LoadedModel, task: Task, samples: Sequence[Sample], max_new_tokens: int
                      ) -> list[dict[str, Any]]:

@@ -19,7 +19,7 @@ from vrh.runs import DemoKCurve, DemoResults, DemoVqa, SweepResults
 def headline(g: SweepResults, v: SweepResults, k: int, seeds: Sequence[int], top_heads: Sequence[Head],
              sparsity: Mapping[str, Any], *, n_detect: int, subruns: Sequence[str], mask_mode: str) -> DemoResults:
     """The demo's results from its grounding sweep ``g`` and VQA sweep ``v`` (both swept ``k``): ``top_heads``
-    are the top-k heads masked, ``sparsity`` their score map's :func:`vrh.experiments.sparsity.sparsity_summary`,
+    are the top-k heads masked, ``sparsity`` their score map's :func:`vrh.scoring.sparsity.sparsity_summary`,
     ``subruns`` the sub-run folders. ``elapsed_seconds`` is left to the caller (None here)."""
     i, vi = g.k.index(k), v.k.index(k)
     return DemoResults(

@@ -1,6 +1,8 @@
 """k-sweeps (paper Fig. 4, Tab. A1): accuracy after masking the top-k detected heads vs k random heads drawn
 outside them, for several k and seeds, folded into k-curves with the failure decomposition (Fig. 8a).
 
+``vrh sweep`` is :func:`run_sweep`; one sweep run folder is :func:`sweep_folder`.
+
 Labels: ``none`` (k = 0), ``top{k}`` and ``random{k}:s{seed}``. Every k must lie in [0, L * H] and leave
 at least k heads outside the top-k for the random control (:func:`vrh.experiments.conditions.check_room`); otherwise
 the sweep is refused up front (a silently shorter curve reads like a measured one).
@@ -9,15 +11,15 @@ the sweep is refused up front (a silently shorter curve reads like a measured on
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
 from vrh.experiments import conditions as cond
-from vrh.experiments.conditions import Condition, RandomControl
+from vrh.experiments.conditions import Condition, HeadSource, RandomControl
 from vrh.experiments.runner import ConditionResults
+from vrh.experiments.settings import SweepSettings
 from vrh.runs import ControlEntry, KCurves, RandomControlReport, RandomCurve, SweepResults, VrhCurve
 
 
@@ -91,20 +93,18 @@ def random_control_report(controls: Sequence[RandomControl]) -> RandomControlRep
 
 
 
-def run_sweep(lm: Any, task: Any, samples: Sequence[Any], scores: torch.Tensor, out: str | Path, *,
-              ks: Sequence[int], seeds: Sequence[int], method: str, config: dict[str, Any], source: str | None = None,
-              exclude_layers: Sequence[int] = (), mask_mode: str = "zero", batch_size: int = 16,
-              max_new_tokens: int = 64, overwrite: bool = False, resume: bool = False,
-              description: str = "sweep") -> SweepResults:
-    """Write one sweep run folder ``out``: conditions from ``scores`` (``[L, H]``, ranked by ``method``),
-    each evaluated on ``samples`` through the runner, then ``results.json``; returns the results.
+def sweep_folder(lm: Any, task: Any, samples: Sequence[Any], heads: HeadSource, settings: SweepSettings, *,
+                 config: dict[str, Any], description: str = "sweep") -> SweepResults:
+    """Write one sweep run folder ``settings.out``: conditions from ``heads`` (a detection run's ``[L, H]``
+    scores, ranked by its scorer) at ``settings.ks`` (resolved: not None) and ``settings.seeds``, each
+    evaluated on ``samples`` through the runner, then ``results.json``; returns the results.
 
-    The conditions are built (and a bad k refused) before ``out`` is touched, so a refused sweep never
+    The conditions are built (and a bad k refused) before the folder is touched, so a refused sweep never
     clears a previous run. ``config`` is what ``config.json`` records besides the conditions (``command``,
-    ``config``, ``model``, ``data``, ...); ``resume`` continues an interrupted run with the same config.
-    ``vrh sweep`` and ``vrh demo``'s sweep sub-runs both write through here, so their results carry the
-    same keys (:class:`vrh.runs.SweepResults`): ``task``, ``num_heads_total``, the k-curves of
-    :func:`fold_curves`, ``conditions``, ``random_control`` and ``elapsed_seconds``.
+    ``config``, ``model``, ``data``, ...); ``settings.resume`` continues an interrupted run with the same
+    config. ``vrh sweep`` (:func:`run_sweep`) and ``vrh demo``'s sweep sub-runs both write through here, so
+    their results carry the same keys (:class:`vrh.runs.SweepResults`): ``task``, ``num_heads_total``, the
+    k-curves of :func:`fold_curves`, ``conditions``, ``random_control`` and ``elapsed_seconds``.
     """
     import time
 
@@ -113,20 +113,69 @@ def run_sweep(lm: Any, task: Any, samples: Sequence[Any], scores: torch.Tensor, 
     from vrh.runs import RunFolder
 
     t0 = time.time()
-    L, H = scores.shape
-    conds, controls = sweep_conditions(scores, ks, seeds, method=method, exclude_layers=exclude_layers,
-                                       mask_mode=mask_mode, source=source)
+    L, H = heads.scores.shape
+    conds, controls = sweep_conditions(heads.scores, settings.ks, settings.seeds, method=heads.scorer,
+                                       exclude_layers=settings.exclude_layers, mask_mode=settings.mask_mode,
+                                       source=heads.path)
     control = random_control_report(controls)
     for w in control.warnings:
         warn(w)
-    with RunFolder(out, overwrite=overwrite, resume=resume) as run:
+    with RunFolder(settings.out, overwrite=settings.overwrite, resume=settings.resume) as run:
         run.write_config({**config, "conditions": [c.to_json() for c in conds]})
-        res = run_conditions(lm, task, samples, conds, run, batch_size=batch_size, max_new_tokens=max_new_tokens,
-                             description=description)
-        curves = fold_curves(res, seeds)
+        res = run_conditions(lm, task, samples, conds, run, settings, description=description)
+        curves = fold_curves(res, settings.seeds)
         result = SweepResults(task=task.name, num_heads_total=int(L * H), k=curves.k,
                               baseline_accuracy=curves.baseline_accuracy, vrh=curves.vrh, random=curves.random,
                               conditions=conditions_table(res), random_control=control,
                               elapsed_seconds=time.time() - t0)
         run.write_results(result.to_json())
     return result
+
+
+def run_sweep(cfg: SweepSettings, lm: Any = None) -> SweepResults:
+    """``vrh sweep``: the k-sweep of ``cfg.heads``' ranking on the held-out samples of ``cfg.data`` into
+    ``cfg.out`` (:func:`sweep_folder`), the curves printed. ``cfg.ks`` None: 0, 1, k/2, k, 2k
+    (:func:`vrh.options.default_ks`) for the model's grid. A bad ``--heads`` fails before the model loads."""
+    from dataclasses import replace
+
+    from vrh.core.heads import check_grid
+    from vrh.experiments.conditions import head_source
+    from vrh.experiments.heldout import select_eval_samples
+    from vrh.experiments.setup import load
+    from vrh.infra.console import console
+    from vrh.options import DEFAULT_K_RULE, config_record, default_k, default_ks
+    from vrh.tasks import task_from_settings
+
+    task = task_from_settings(cfg.task, cfg.task_settings())
+    src = head_source(cfg.heads, cfg.scorer, option="--heads")  # before loading the model: fail fast
+    if src.kind != "run":
+        raise FileNotFoundError(f"--heads {cfg.heads}: a detection run folder is expected (vrh detect --out), "
+                                "not a head list")
+    samples, data_info = select_eval_samples(cfg.data, cfg.task, cfg.n, [cfg.heads], cfg.disjoint)
+    lm = load(cfg, lm)
+    check_grid(src.scores.shape, lm.num_layers, lm.num_heads, f"--heads {cfg.heads}")
+    ks = cfg.ks if cfg.ks is not None else default_ks(default_k(lm.num_layers, lm.num_heads), lm.num_layers,
+                                                       lm.num_heads)
+    if cfg.ks is None:
+        console.print(f"sweep: --ks {','.join(map(str, ks))} (default: 0, 1, k/2, k, 2k; k = {DEFAULT_K_RULE})")
+    result = sweep_folder(lm, task, samples, src, replace(cfg, ks=ks), description=f"sweep {cfg.task}",
+                          config={"command": cfg.COMMAND, "config": config_record(cfg), "model": lm.describe(),
+                                  "data": data_info, "task": task.config(), "scorer": src.scorer})
+    console.print(f"sweep ({cfg.task}): {len(result.conditions)} conditions x {len(samples)} samples "
+                  f"-> {cfg.out}")
+    print_curves(result)
+    return result
+
+
+def print_curves(result: SweepResults) -> None:
+    """Accuracy per k, the top-k detected heads masked vs k random heads (mean +- std over seeds), as a
+    table on stdout."""
+    from vrh.infra.console import print_table
+
+    pct = lambda x: "-" if x is None else f"{100 * x:.1f}"  # noqa: E731
+    vrh, rnd = result.vrh, result.random
+    rows = [[k, pct(vrh.accuracy[i]) if vrh else "-",
+             "-" if k == 0 or rnd is None else f"{pct(rnd.mean[i])} ± {pct(rnd.std[i])}"] for i, k in enumerate(result.k)]
+    seeds = f" (seeds {','.join(map(str, rnd.seeds))})" if rnd is not None else ""
+    print_table(f"sweep ({result.task}): accuracy (%) after masking k heads of {result.num_heads_total}",
+                ["k", "top-k detected heads", f"k random heads{seeds}"], rows)

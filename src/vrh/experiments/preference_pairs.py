@@ -27,7 +27,7 @@ result with (lr / epochs from App. B are the defaults; :mod:`vrh.experiments.dpo
 comparison with its random-negative control, :mod:`vrh.experiments.dpo_comparison`).
 
 :func:`make_pairs` is the whole stage (answers through the runner, pairs, ``results.json``) for
-``vrh dpo-pairs`` and for ``vrh dpo``.
+``vrh dpo-pairs`` (:func:`run_pairs`) and for ``vrh dpo``.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ from typing import Any
 from vrh import runs
 from vrh.data import Sample
 from vrh.experiments.heldout import GROUNDING_HINT, load_task_samples
+from vrh.experiments.settings import PairsSettings
 from vrh.tasks.base import CORRECT
 
 PAIR_FORMAT = {
@@ -199,8 +200,8 @@ def training_command(out: str | os.PathLike, model: str, data: str | os.PathLike
 
 
 def resolve_k(k: int | None, num_layers: int, num_heads: int) -> int:
-    """``--k``, or the default that scales with the model (:func:`vrh.infra.options.default_k`)."""
-    from vrh.infra.options import default_k
+    """``--k``, or the default that scales with the model (:func:`vrh.options.default_k`)."""
+    from vrh.options import default_k
 
     return default_k(num_layers, num_heads) if k is None else k
 
@@ -213,8 +214,8 @@ def make_pairs(lm: Any, opts: Any, out: str | os.PathLike, *, random_negatives: 
     :func:`vrh.experiments.runner.run_conditions` (so ``resume`` redoes only what is missing), then
     ``pairs.jsonl`` and ``results.json``.
 
-    ``opts`` carries the pair options (:class:`vrh.infra.options.PairOptions`), ``mask_mode`` / ``scorer``
-    (:class:`~vrh.infra.options.MaskOptions`) and ``batch_size`` / ``max_new_tokens``; ``config`` is the
+    ``opts`` carries the pair options (:class:`vrh.options.PairOptions`), ``mask_mode`` / ``scorer``
+    (:class:`~vrh.options.MaskOptions`) and ``batch_size`` / ``max_new_tokens``; ``config`` is the
     caller's record for ``config.json`` (the command and its options), completed here with what was resolved.
     """
     import time
@@ -252,15 +253,14 @@ def make_pairs(lm: Any, opts: Any, out: str | os.PathLike, *, random_negatives: 
                       "vrh_heads": [list(h) for h in detected.heads], "negative_policy": policy,
                       "conditions": [c.to_json() for c in ([chosen] if random_negatives else [chosen, detected])],
                       "pair_format": PAIR_FORMAT})
-    kw = dict(batch_size=opts.batch_size, max_new_tokens=opts.max_new_tokens)
     with run:
         if control is None:
-            main = run_conditions(lm, task, samples, [chosen, detected], run, description=description, **kw)
+            main = run_conditions(lm, task, samples, [chosen, detected], run, opts, description=description)
             rejected_recs, negative_heads = main.records[detected.label], None
         else:  # a fresh head set per sample: each sample is its own condition, all in one runner call
             negs = control.conditions
-            main = run_conditions(lm, task, samples, [chosen, *negs], run, description=description,
-                                  subsets={c.label: [s.id] for s, c in zip(samples, negs)}, **kw)
+            main = run_conditions(lm, task, samples, [chosen, *negs], run, opts, description=description,
+                                  subsets={c.label: [s.id] for s, c in zip(samples, negs)})
             rejected_recs = [main.records[c.label][0] for c in negs]
             negative_heads = [c.heads for c in negs]
         chosen_recs = main.records[chosen.label]
@@ -282,4 +282,27 @@ def make_pairs(lm: Any, opts: Any, out: str | os.PathLike, *, random_negatives: 
             elapsed_seconds=time.time() - t0,
             random_control=random_control_report([control]) if control is not None else None)
         run.write_results(result.to_json())
+    return result
+
+
+def run_pairs(cfg: PairsSettings, lm: Any = None) -> runs.DpoPairsResults:
+    """``vrh dpo-pairs``: the pairs run folder at ``cfg.out`` (:func:`make_pairs`); the counts and the next
+    commands printed on stdout. A bad ``--heads`` / ``--data`` fails before the model loads."""
+    from vrh.experiments.setup import load
+    from vrh.infra.console import print_result
+    from vrh.options import config_record
+
+    training_samples(cfg.heads, cfg.data, cfg.train, cfg.n)  # bad --heads / --data fail before the model loads
+    lm = load(cfg, lm)
+    result = make_pairs(lm, cfg, cfg.out, random_negatives=cfg.random_negatives, resume=cfg.resume,
+                        overwrite=cfg.overwrite, config={"command": cfg.COMMAND, "config": config_record(cfg)},
+                        description=cfg.COMMAND)
+    drops = ", ".join(f"{v} {k}" for k, v in result.dropped.items()) or "none"
+    # stdout is the result and a script: the counts as shell comments, then the next commands (shell-quoted),
+    # unwrapped (no console), so ``vrh dpo-pairs ... > next.sh`` or ``| sh`` runs them as is; a newline in the
+    # path would end the comment and run the rest of it, so the comment shows it as \n
+    pairs = shlex.quote(f"{cfg.out}/{runs.PAIRS}").replace("\n", "\\n")
+    print_result(f"# dpo-pairs: {result.n_pairs} pairs from {result.n_samples} samples (dropped: {drops}) -> "
+                 f"{pairs}\n# train them and score the trained model (also in results.json):\n"
+                 f"{result.training_command}")
     return result

@@ -46,10 +46,12 @@ from vrh.infra.console import progress_shown, report_skipped
 from vrh.data import Sample
 from vrh.infra.distributed import my_batches, world
 from vrh.experiments.evaluation import evaluate_rows, evaluate_samples
+from vrh.experiments.settings import take, with_options
 from vrh.models.loading import LoadedModel
 from vrh.models.generation import fit_context
 from vrh.core.masking import get_mask_mode
-from vrh.runs import RunFolder
+from vrh.options import GenerationOptions
+from vrh.runs import RunFolder, SampleRecord
 from vrh.tasks import Task
 
 _TAG_KEYS = ("condition", "kind", "method", "k", "seed", "mask_mode")
@@ -60,7 +62,7 @@ class ConditionResults:
     """What :func:`run_conditions` measured: per condition label, its records and the task's summary."""
 
     conditions: list[Condition]
-    records: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # label -> records, samples order
+    records: dict[str, list[SampleRecord]] = field(default_factory=dict)  # label -> records, samples order
     summaries: dict[str, dict[str, Any]] = field(default_factory=dict)  # label -> task.summarize(records)
     n_evaluations: int = 0  # distinct (head set, mask mode) evaluated, generated or resumed
     n_generated: int = 0  # (head set, sample) rows answered in this call (resumed ones excluded)
@@ -81,7 +83,7 @@ class ConditionGroup:
     conditions: list[Condition]
     members: dict[str, set[str]]  # label -> ids of the samples that condition sees
     samples: list[Sample]  # the samples any of its conditions sees, in samples order
-    done: dict[str, dict[str, Any]]  # sample id -> untagged record finished under any of its labels
+    done: dict[str, SampleRecord]  # sample id -> untagged record finished under any of its labels
     resumed: dict[str, set[str]]  # label -> ids the run folder already holds under that very label
     batchable: bool  # its rows may share batches with other head sets' (its mask mode's registry entry)
 
@@ -93,7 +95,7 @@ class ConditionGroup:
     def todo(self) -> list[Sample]:
         return [s for s in self.samples if s.id not in self.done]
 
-    def tagged(self, rec: dict[str, Any]) -> list[dict[str, Any]]:
+    def tagged(self, rec: SampleRecord) -> list[SampleRecord]:
         """``rec`` as ``samples.jsonl`` keeps it: once per condition of the group that sees its sample."""
         return [{**c.tag(), **rec} for c in self.conditions if rec["id"] in self.members[c.label]]
 
@@ -116,11 +118,14 @@ class ConditionPlan:
 
 
 def run_conditions(lm: LoadedModel, task: Task, samples: Sequence[Sample], conditions: Sequence[Condition],
-                   run: RunFolder | None = None, *, batch_size: int = 16, max_new_tokens: int = 64,
-                   description: str = "evaluate", subsets: Mapping[str, Sequence[str]] | None = None,
-                   batch_conditions: bool = True, progress: bool = True) -> ConditionResults:
+                   run: RunFolder | None = None, settings: GenerationOptions | None = None, *,
+                   subsets: Mapping[str, Sequence[str]] | None = None, description: str = "evaluate",
+                   batch_conditions: bool = True, progress: bool = True, **options: Any) -> ConditionResults:
     """Evaluate every condition on ``samples``; records go to ``run``'s ``samples.jsonl`` as they finish.
-    ``progress=False``: no progress on stderr (as ``VRH_NO_PROGRESS``).
+    ``settings``: how answers are generated (:class:`vrh.options.GenerationOptions`: ``batch_size``,
+    ``max_new_tokens``; a command passes its own settings, which carry them); keyword ``options`` name its
+    fields and replace them (``run_conditions(lm, task, samples, conds, batch_size=48)``).
+    ``progress=False``: no progress on stderr (as ``VRH_NO_PROGRESS``); ``description`` labels the progress.
 
     ``subsets`` (label -> sample ids) restricts a condition to some of the samples (e.g. a fresh random head
     set per sample); by default every condition sees every sample.
@@ -134,22 +139,29 @@ def run_conditions(lm: LoadedModel, task: Task, samples: Sequence[Sample], condi
     ``batch_size`` samples per batch.
     The progress bar counts rows either way.
     """
-    plan = plan_conditions(lm, task, samples, conditions, run, batch_size=batch_size, max_new_tokens=max_new_tokens,
-                           description=description, subsets=subsets, batch_conditions=batch_conditions)
+    settings = with_options(generation(settings), options, "run_conditions")
+    plan = plan_conditions(lm, task, samples, conditions, run, settings, description=description, subsets=subsets,
+                           batch_conditions=batch_conditions)
     with progress_shown(progress):
-        return execute_plan(lm, task, plan, run, batch_size=batch_size, max_new_tokens=max_new_tokens,
-                            description=description)
+        return execute_plan(lm, task, plan, run, settings, description=description)
+
+
+def generation(settings: GenerationOptions | None) -> GenerationOptions:
+    """The generation options of ``settings`` (any value carrying them, e.g. a command's settings), or the
+    defaults."""
+    return GenerationOptions() if settings is None else take(GenerationOptions, settings)
 
 
 def plan_conditions(lm: LoadedModel, task: Task, samples: Sequence[Sample], conditions: Sequence[Condition],
-                    run: RunFolder | None = None, *, batch_size: int = 16, max_new_tokens: int = 64,
+                    run: RunFolder | None = None, settings: GenerationOptions | None = None, *,
                     description: str = "evaluate", subsets: Mapping[str, Sequence[str]] | None = None,
                     batch_conditions: bool = True) -> ConditionPlan:
     """The plan of :func:`run_conditions` (same arguments): conditions grouped by key, what each group still
     has to do after what ``run`` finished, and this rank's share. Samples whose prompt does not fit the
     context are reported, noted in ``run`` and left out."""
+    settings = generation(settings)
     members = _members(conditions, samples, subsets or {})
-    kept, too_long = fit_context(lm, task, samples, max_new_tokens)
+    kept, too_long = fit_context(lm, task, samples, settings.max_new_tokens)
     if too_long:  # counted, reported in results.json (RunFolder.note_skipped) and printed once
         report_skipped(too_long, description)
         if not kept:
@@ -158,7 +170,7 @@ def plan_conditions(lm: LoadedModel, task: Task, samples: Sequence[Sample], cond
             run.note_skipped(too_long)
         gone = {r["id"] for r in too_long}
         members = {label: m - gone for label, m in members.items()}
-    finished: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)  # label -> id -> record
+    finished: dict[str, dict[str, SampleRecord]] = defaultdict(dict)  # label -> id -> record
     if run is not None:
         wanted = {s.id for s in kept}
         for rec in run.finished_samples():
@@ -172,27 +184,28 @@ def plan_conditions(lm: LoadedModel, task: Task, samples: Sequence[Sample], cond
     groups = [_group(conds, kept, members, finished, batch_conditions) for conds in by_key.values()]
     todo = [{s.id for s in g.todo} for g in groups]
     rows = [(i, s) for s in kept for i, g in enumerate(groups) if g.batchable and s.id in todo[i]]  # sample-major
+    batch_size = settings.batch_size
     return ConditionPlan(list(conditions), groups, too_long, rows, rank_rows=_rank_share(rows, batch_size),
                          rank_samples={i: _rank_share(g.todo, batch_size) for i, g in enumerate(groups)
                                        if not g.batchable})
 
 
-def execute_plan(lm: LoadedModel, task: Task, plan: ConditionPlan, run: RunFolder | None = None, *,
-                 batch_size: int = 16, max_new_tokens: int = 64, description: str = "evaluate") -> ConditionResults:
+def execute_plan(lm: LoadedModel, task: Task, plan: ConditionPlan, run: RunFolder | None = None,
+                 settings: GenerationOptions | None = None, *, description: str = "evaluate") -> ConditionResults:
     """Generate this rank's share of ``plan`` (each record appended to ``run`` as it is judged), gather every
     rank's records, and return the results of every condition (on every rank alike)."""
+    settings = generation(settings)
+    gen = dict(batch_size=settings.batch_size, max_new_tokens=settings.max_new_tokens)
     dp = world()
     new = _NewRecords(plan.groups, run)
     with progress_bar(plan.n_rank_generations, description, unit="generations") as advance:
         if plan.rank_rows:
             evaluate_rows(lm, task, [(s, plan.groups[i].lead.heads) for i, s in plan.rank_rows],
-                          batch_size=batch_size, max_new_tokens=max_new_tokens,
-                          on_record=lambda j, rec: new.add(plan.rank_rows[j][0], rec), advance=advance)
+                          on_record=lambda j, rec: new.add(plan.rank_rows[j][0], rec), advance=advance, **gen)
         for i, part in plan.rank_samples.items():
             lead = plan.groups[i].lead
-            evaluate_samples(lm, task, part, lead.heads, mask_mode=lead.mask_mode, batch_size=batch_size,
-                             max_new_tokens=max_new_tokens, on_record=partial(new.add, i), advance=advance,
-                             finished={})
+            evaluate_samples(lm, task, part, lead.heads, mask_mode=lead.mask_mode, on_record=partial(new.add, i),
+                             advance=advance, finished={}, **gen)
     for theirs in dp.all_gather(new.by_group) if dp.active else ():  # every rank gets every rank's records
         for i, recs in theirs.items():
             new.by_group[i].update(recs)
@@ -208,12 +221,12 @@ class _NewRecords:
 
     groups: list[ConditionGroup]
     run: RunFolder | None
-    by_group: dict[int, dict[str, dict[str, Any]]] = field(init=False)  # group index -> id -> record
+    by_group: dict[int, dict[str, SampleRecord]] = field(init=False)  # group index -> id -> record
 
     def __post_init__(self):
         self.by_group = {i: {} for i in range(len(self.groups))}
 
-    def add(self, i: int, rec: dict[str, Any]) -> None:
+    def add(self, i: int, rec: SampleRecord) -> None:
         self.by_group[i][rec["id"]] = rec
         if self.run is not None:
             for line in self.groups[i].tagged(rec):
@@ -241,10 +254,10 @@ def _members(conditions: Sequence[Condition], samples: Sequence[Sample], subsets
 
 
 def _group(conds: list[Condition], samples: Sequence[Sample], members: Mapping[str, set[str]],
-           finished: Mapping[str, Mapping[str, dict[str, Any]]], batch_conditions: bool) -> ConditionGroup:
+           finished: Mapping[str, Mapping[str, SampleRecord]], batch_conditions: bool) -> ConditionGroup:
     """The group of the conditions ``conds`` (one key); what any of them finished counts as done for all."""
     wanted = set().union(*(members[c.label] for c in conds))
-    done: dict[str, dict[str, Any]] = {}
+    done: dict[str, SampleRecord] = {}
     for c in conds:
         for i, rec in finished[c.label].items():
             done.setdefault(i, _untagged(rec))
@@ -258,7 +271,7 @@ def _rank_share(items: Sequence[Any], batch_size: int) -> list[Any]:
     return [x for _, start, stop in my_batches(len(items), batch_size, world()) for x in items[start:stop]]
 
 
-def _add_group_results(out: ConditionResults, group: ConditionGroup, new: Mapping[str, dict[str, Any]], task: Task,
+def _add_group_results(out: ConditionResults, group: ConditionGroup, new: Mapping[str, SampleRecord], task: Task,
                        run: RunFolder | None) -> None:
     """The group's records in samples order, per label, into ``out``; a resumed record a label lacks in the
     run folder (finished under another label of the group) is appended to ``run`` (None: not this rank's)."""
@@ -275,5 +288,5 @@ def _add_group_results(out: ConditionResults, group: ConditionGroup, new: Mappin
         out.summaries[c.label] = task.summarize(seen)
 
 
-def _untagged(rec: dict[str, Any]) -> dict[str, Any]:
+def _untagged(rec: SampleRecord) -> SampleRecord:
     return {k: v for k, v in rec.items() if k not in _TAG_KEYS}

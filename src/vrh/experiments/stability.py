@@ -15,8 +15,9 @@ heads drawn outside out's top-k, and :func:`draw_conditions` the top-k of the fi
 :func:`vrh.experiments.runner.run_conditions`; :func:`fold_token_choice` and :func:`fold_draw_accuracy` read its
 summaries back into the keys of :class:`vrh.runs.StabilityResults`.
 
-``vrh stability`` is :func:`sample_size_study` (the curve, from the detection run alone), then, with a model,
-:func:`stability_conditions` masked by :func:`run_stability`, which writes the run folder.
+``vrh stability`` (:func:`run_stability`) is :func:`sample_size_study` (the curve, from the detection run
+alone), then, with a model, :func:`stability_conditions` masked by :func:`stability_folder`, which writes the
+run folder.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from vrh.experiments.conditions import Condition, RandomControl
 from vrh.core.heads import Head, top_k
 from vrh.experiments.kcurves import conditions_table, random_control_report
 from vrh.experiments.runner import ConditionResults
+from vrh.experiments.settings import StabilitySettings
 from vrh.infra.console import warn
 from vrh.scoring import make_scorer
 from vrh.scoring.functions import aggregate
@@ -199,22 +201,20 @@ def stability_conditions(study: StabilityStudy, seeds: Sequence[int], accuracy_d
     return conditions, control
 
 
-def run_stability(lm: Any, task: Task, samples: Sequence[Any], study: StabilityStudy, conditions: list[Condition],
-                  control: RandomControl | None, out: str | Path, *, config: dict[str, Any], accuracy_draws: int = 0,
-                  batch_size: int = 16, max_new_tokens: int = 64, overwrite: bool = False, resume: bool = False,
-                  description: str = "stability") -> runs.StabilityResults:
-    """Write the stability run folder ``out``: ``config`` plus the conditions in ``config.json``, every
+def stability_folder(lm: Any, task: Task, samples: Sequence[Any], study: StabilityStudy, conditions: list[Condition],
+                     control: RandomControl | None, settings: StabilitySettings, *, config: dict[str, Any]
+                     ) -> runs.StabilityResults:
+    """Write the stability run folder ``settings.out``: ``config`` plus the conditions in ``config.json``, every
     condition evaluated on ``samples`` through the runner (none: the curve only), ``results.json``."""
     from vrh.experiments.runner import run_conditions
 
     result = study.result
-    run = runs.RunFolder(out, resume=resume, overwrite=overwrite)
+    run = runs.RunFolder(settings.out, resume=settings.resume, overwrite=settings.overwrite)
     run.write_config({**config, "conditions": [c.to_json() for c in conditions],
                       "token_choice_skipped": study.token_choice_skipped})
     with run:
         if conditions:
-            res = run_conditions(lm, task, samples, conditions, run, batch_size=batch_size,
-                                 max_new_tokens=max_new_tokens, description=description)
+            res = run_conditions(lm, task, samples, conditions, run, settings, description=settings.COMMAND)
             result = replace(result, n_eval=len(samples), baseline_accuracy=res.summary("none")["accuracy"],
                              conditions=conditions_table(res))
             if study.token_choice_skipped is None and control is not None:
@@ -222,10 +222,60 @@ def run_stability(lm: Any, task: Task, samples: Sequence[Any], study: StabilityS
                                  random_control=random_control_report([control]))
                 for w in control.warnings:
                     warn(w)
-            if accuracy_draws:
-                result = replace(result, **fold_draw_accuracy(res, result.n_values, accuracy_draws),
-                                 accuracy_draws=accuracy_draws)
+            if settings.accuracy_draws:
+                result = replace(result, **fold_draw_accuracy(res, result.n_values, settings.accuracy_draws),
+                                 accuracy_draws=settings.accuracy_draws)
         result = replace(result, token_choice_skipped=study.token_choice_skipped,
                          elapsed_seconds=time.time() - study.started)
         run.write_results(result.to_json())
+    return result
+
+
+def run_stability(cfg: StabilitySettings, lm: Any = None) -> runs.StabilityResults:
+    """``vrh stability``: the sample-size curve of ``cfg.heads`` and, with ``cfg.model``, its conditions
+    masked on the run's held-out samples, into ``cfg.out`` (:func:`stability_folder`); the figures printed.
+    ``lm`` is used only when ``cfg.model`` is set."""
+    from vrh.core.heads import check_grid
+    from vrh.experiments.heldout import select_eval_samples
+    from vrh.experiments.setup import check_out, load
+    from vrh.infra.console import console, print_result
+    from vrh.options import DEFAULT_K_RULE, config_record, default_k
+    from vrh.tasks import get_task
+
+    check_out(cfg)  # here too: without --model nothing loads, and the study reads the whole detection run first
+    k = cfg.k
+    if k is None:
+        hs = runs.read_head_scores(cfg.heads)
+        k = default_k(hs.num_layers, hs.num_heads)
+        console.print(f"stability: k = {k} of {hs.num_layers * hs.num_heads} heads (--k default: {DEFAULT_K_RULE})")
+    study = sample_size_study(cfg.heads, cfg.scorer, k, cfg.n_values, cfg.bootstrap, cfg.seed,
+                              mask_mode=cfg.mask_mode, has_model=cfg.model is not None)
+    task = get_task("grounding")
+    samples, data_info, conditions, control = [], None, [], None
+    if cfg.model is not None and study.needs_model(cfg.accuracy_draws):
+        data = cfg.data or runs.read_detection_split(cfg.heads).data_path
+        samples, data_info = select_eval_samples(data, task.name, cfg.n_eval, [cfg.heads], disjoint=True)
+        lm = load(cfg, lm)
+        check_grid(study.per_sample.shape[1:], lm.num_layers, lm.num_heads, f"--heads {cfg.heads}",
+                   f"--model {cfg.model}")
+        conditions, control = stability_conditions(study, cfg.seeds, cfg.accuracy_draws,
+                                                   exclude_layers=cfg.exclude_layers, mask_mode=cfg.mask_mode)
+    else:
+        lm = None
+    config = {"command": cfg.COMMAND, "config": config_record(cfg), "scorer": study.scorer.name, "data": data_info,
+              "model": lm.describe() if lm is not None else None, "task": task.config()}
+    result = stability_folder(lm, task, samples, study, conditions, control, cfg, config=config)
+    skip = study.token_choice_skipped
+    means = ", ".join(f"n={n}: {m:.2f}" for n, m in zip(result.n_values, result.topk_overlap_mean))
+    print_result(f"stability: top-{k} overlap {means}"  # the results: stdout
+                 + (f"; token choice skipped ({skip})" if skip else "") + f" -> {cfg.out}")
+    tc = result.token_choice
+    if tc is not None:
+        rnd = "-" if tc.random_accuracy is None else f"{tc.random_accuracy:.3f}"
+        print_result(f"stability: accuracy with the top-{k} masked (Fig. 8b): rand1/sum/mean "
+                     f"{tc.rand1_accuracy:.3f}, out/sum/mean {tc.out_accuracy:.3f}, {k} random heads {rnd}, "
+                     f"unmasked {tc.baseline_accuracy:.3f}")
+    if result.accuracy_mean is not None:
+        acc = ", ".join(f"n={n}: {a:.3f}" for n, a in zip(result.n_values, result.accuracy_mean) if a is not None)
+        print_result(f"stability: accuracy with the top-{k} of each draw masked (mean over draws) {acc}")
     return result

@@ -19,7 +19,7 @@ from vrh.report.notes import random_control_blocks
 from vrh.report.sections import recorded_sparsity, sparsity_thresholds
 from vrh.report.style import RANDOM_COLOR, VRH_COLOR, VRH_LIGHT
 from vrh.runs import RESULTS, CompareRandom, DemoVqa, TransferResults
-from vrh.experiments.sparsity import sparsity_summary
+from vrh.scoring.sparsity import sparsity_summary
 
 ACCURACY_KEYS = ("baseline_accuracy", "random_accuracy_mean", "own_heads_accuracy", "transferred_heads_accuracy")
 

@@ -69,7 +69,7 @@ class Run:
         return str(self.config.get("command", "?"))
 
     @cached_property
-    def samples(self) -> list[dict[str, Any]]:
+    def samples(self) -> list[runs.SampleRecord]:
         try:
             return runs.read_samples(self.path)
         except (OSError, ValueError) as e:

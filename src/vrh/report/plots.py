@@ -22,7 +22,7 @@ from vrh.report.overlay import attention_overlay
 from vrh.report.style import (BASELINE_COLOR, OTHER_COLORS, OUTCOME_COLORS, OUTCOME_LABELS, RANDOM_COLOR,
                               TITLE_SIZE, VRH_COLOR, VRH_LIGHT, curve_style, new_figure, plain_log_ticks, to_png,
                               wrap_title)
-from vrh.experiments.sparsity import DEFAULT_THRESHOLDS
+from vrh.scoring.sparsity import DEFAULT_THRESHOLDS
 
 
 def _pct_axis(ax, label: str = "accuracy (%)") -> None:
@@ -73,7 +73,7 @@ def score_histogram(scores, *, title: str, thresholds: Sequence[float] = DEFAULT
     The score axis is logarithmic because the thresholds (1e-3, 5e-3) sit two decades below the largest
     scores: on a linear axis both lines fall on the first bar and cannot be told apart. Heads scoring 0 or
     less have no place on a log axis; the legend counts them."""
-    from vrh.experiments.sparsity import fraction_above
+    from vrh.scoring.sparsity import fraction_above
 
     arr = np.asarray(scores, dtype=float)
     finite = arr[np.isfinite(arr)]

@@ -13,7 +13,7 @@ named in one line under the section, never raised.
 Sparsity is stated at the thresholds a run recorded (:func:`sparsity_thresholds`): the demo records its own
 in ``results.json`` (its console prints the same), and a page that recomputed them at other thresholds
 would disagree with the run's other outputs. A detection made as part of such a run uses that run's
-thresholds; a run that recorded none gets the paper's (:data:`vrh.experiments.sparsity.DEFAULT_THRESHOLDS`), and the
+thresholds; a run that recorded none gets the paper's (:data:`vrh.scoring.sparsity.DEFAULT_THRESHOLDS`), and the
 page says so next to the numbers.
 """
 
@@ -31,22 +31,22 @@ from vrh.report.document import Fig, Section, Table, Text, slug
 from vrh.report.kchoice import KChoice
 from vrh.report.load import Run, at, is_num, model_pair, num, or_missing, pct, pm, sample_kind, short
 from vrh.report.notes import random_control_blocks
-from vrh.experiments.sparsity import DEFAULT_THRESHOLDS, sparsity_summary
-from vrh.runs import RandomCurve, VrhCurve
+from vrh.scoring.sparsity import DEFAULT_THRESHOLDS, sparsity_summary
+from vrh.runs import RandomCurve, SampleRecord, VrhCurve
 
 MAX_OVERLAYS = 4  # samples drawn per detection run; more adds bytes, not insight
 
 
 def thresholds_text(thresholds=DEFAULT_THRESHOLDS) -> str:
     """``0.001 (non-negligible) and 0.005 (high)`` for the paper's Fig. 5 thresholds
-    (:data:`vrh.experiments.sparsity.DEFAULT_THRESHOLDS`), which have those names; other thresholds by value only."""
+    (:data:`vrh.scoring.sparsity.DEFAULT_THRESHOLDS`), which have those names; other thresholds by value only."""
     names = ["non-negligible", "high"] if tuple(thresholds) == DEFAULT_THRESHOLDS else []
     return " and ".join(f"{t:g}" + (f" ({names[i]})" if i < len(names) else "") for i, t in enumerate(thresholds))
 
 
 def recorded_sparsity(run: Run, key: str = "fraction_above") -> dict[float, object]:
     """``threshold -> value`` of the sparsity ``run`` recorded in its results (``sparsity.<key>``, a
-    :func:`vrh.experiments.sparsity.sparsity_summary`), thresholds as numbers again (JSON keeps keys as strings)."""
+    :func:`vrh.scoring.sparsity.sparsity_summary`), thresholds as numbers again (JSON keeps keys as strings)."""
     sp = run.res.value("sparsity")  # the demo's (DemoResults.sparsity); any run may record one
     recorded = sp.get(key) if isinstance(sp, dict) else None
     out = {}
@@ -91,7 +91,7 @@ def sparsity_thresholds(run: Run, runs: list[Run]) -> Thresholds:
                                           "paper's Fig. 5", False)
 
 
-def _outcome_accuracy(records: list[dict]) -> float | None:
+def _outcome_accuracy(records: list[SampleRecord]) -> float | None:
     judged = [r for r in records if "outcome" in r]
     return sum(r["outcome"] == "correct" for r in judged) / len(judged) if judged else None
 

@@ -37,10 +37,11 @@ array names (:func:`_write_named_arrays`).
 Every removal in vrh follows :mod:`vrh.runs.written`: remove only what vrh recorded writing, or refuse and
 name what was found.
 
-The contract is split in six modules, all re-exported here (``from vrh import runs; runs.RunFolder``):
+The contract is split in seven modules, all re-exported here (``from vrh import runs; runs.RunFolder``):
 :mod:`vrh.runs.folder` (names, the folder being written, its lock and clean-up), :mod:`vrh.runs.written` (the
 record of what vrh wrote in a folder, the one removal rule), :mod:`vrh.runs.artefacts`
-(typed readers and writers), and :mod:`vrh.runs.results` with :mod:`vrh.runs.results_characterize` and
+(typed readers and writers), :mod:`vrh.runs.records` (:class:`SampleRecord`, the type of a ``samples.jsonl``
+line), and :mod:`vrh.runs.results` with :mod:`vrh.runs.results_characterize` and
 :mod:`vrh.runs.results_dpo` (the ``results.json`` of every kind of run: one typed value each, its keys and
 their order, ``to_json`` for the command writing it and ``from_json`` for the report reading it).
 """
@@ -54,6 +55,7 @@ from vrh.runs.folder import (CONFIG, SAMPLES, RESULTS, HEAD_SCORES, SAMPLE_SCORE
     DETECT_STATE, SHARD_GLOB, ARTEFACTS, LOCK, RUN_MARK, RUN_FORMAT, COMMAND_FILES, SCHEMA_VERSION, git_hash,
     environment, write_json, read_json, read_jsonl, shard_name, write_jsonl, RunFolder, RunFolderInUse,
     is_run_folder, run_folder_contents, clear_run_folder, config_differences)
+from vrh.runs.records import SampleRecord
 from vrh.runs.results import (ENVELOPE, RunResults, TaskSummary, ControlEntry, RandomControlReport, DetectResults,
     EvaluateResults, DpoPairsResults, EmergenceResults, VrhCurve, RandomCurve, KCurves, SweepResults, DemoVqa,
     DemoKCurve, DemoResults, results_type, results_from_json)
@@ -67,8 +69,9 @@ __all__ = ["ARTEFACTS", "COMMAND_FILES", "CONFIG", "CompareRandom", "CompareResu
            "EMERGENCE_TASKS", "ENVELOPE", "EmergenceResults", "EvaluateResults", "HEAD_SCORES", "HeadScores",
            "KCurves", "LOCK", "MethodCurve", "NPZ_FORMAT", "OVERLAYS", "PAIRS", "RESULTS", "RUN_FORMAT", "RUN_MARK",
            "RandomControlReport", "RandomCurve", "RunFolder", "RunFolderInUse", "RunResults", "SAMPLES",
-           "SAMPLE_SCORES", "SCHEMA_VERSION", "SHARD_GLOB", "StabilityResults", "SweepResults", "TaskSummary",
-           "TokenChoice", "TransferResults", "VrhCurve", "clear_batch_states", "clear_run_folder", "config_differences",
+           "SAMPLE_SCORES", "SCHEMA_VERSION", "SHARD_GLOB", "SampleRecord", "StabilityResults", "SweepResults",
+           "TaskSummary", "TokenChoice", "TransferResults", "VrhCurve", "clear_batch_states", "clear_run_folder",
+           "config_differences",
            "emergence_causal_task", "environment", "git_hash", "is_finished", "is_run_folder", "iter_runs",
            "load_torch_file", "read_batch_states", "read_config", "read_detection_split", "read_emergence",
            "read_head_scores", "read_json", "read_jsonl", "read_overlays", "read_results",

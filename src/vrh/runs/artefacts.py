@@ -11,6 +11,7 @@ from typing import Any
 
 from vrh.runs.folder import (CONFIG, DETECT_STATE, EMERGENCE, HEAD_SCORES, OVERLAYS, RESULTS, RunFolder, SAMPLES,
                              SAMPLE_SCORES, SCHEMA_VERSION, is_batch_state_file, read_json, read_jsonl, write_jsonl)
+from vrh.runs.records import SampleRecord
 
 
 # --- typed readers ------------------------------------------------------------------------------------
@@ -29,7 +30,7 @@ def read_results(run_dir: str | os.PathLike) -> dict[str, Any] | None:
     return read_json(path) if path.is_file() else None
 
 
-def read_samples(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
+def read_samples(run_dir: str | os.PathLike) -> list[SampleRecord]:
     path = Path(run_dir) / SAMPLES
     return read_jsonl(path) if path.is_file() else []
 
@@ -160,10 +161,6 @@ def write_sample_scores(run: RunFolder, per_sample: Mapping[str, Any]) -> Path:
     if run.world.is_main:
         _write_named_arrays(path, list(per_sample), {"scores": list(per_sample.values())})
     return path
-
-
-def _npz_key(name: str) -> str:  # format 1 kept scorer names as keys, with "/" and ":" replaced
-    return name.replace("/", "|").replace(":", ";")
 
 
 def read_sample_scores(run_dir: str | os.PathLike, scorer: str):

@@ -7,18 +7,17 @@ from __future__ import annotations
 import json
 import os
 import platform
-import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import vrh
 from vrh.infra.distributed import World, world
 from vrh.runs import written
+from vrh.runs.records import SampleRecord
 
 CONFIG = "config.json"
 SAMPLES = "samples.jsonl"
@@ -226,7 +225,7 @@ class RunFolder:
         """Per-rank samples files of a data-parallel run not merged yet (any world size), sorted."""
         return sorted(self.path.glob(SHARD_GLOB))
 
-    def finished_samples(self) -> list[dict[str, Any]]:
+    def finished_samples(self) -> list[SampleRecord]:
         """Records of ``samples.jsonl`` and, after them, of every rank's shard; a record that is in two
         files (a merge interrupted between writing and deleting) counts once."""
         p = self.path / SAMPLES
@@ -242,7 +241,7 @@ class RunFolder:
                     out.append(rec)
         return out
 
-    def append_sample(self, record: dict[str, Any]) -> None:
+    def append_sample(self, record: SampleRecord) -> None:
         """Append one finished record to ``samples.jsonl`` (to this rank's shard in a data-parallel run)."""
         path = self.path / self._samples_name
         if self._samples is None:
@@ -266,7 +265,7 @@ class RunFolder:
             self.replace_samples(self.finished_samples())
         self.world.barrier()
 
-    def replace_samples(self, records: list[dict[str, Any]]) -> None:
+    def replace_samples(self, records: list[SampleRecord]) -> None:
         """Rank 0: ``samples.jsonl`` becomes ``records`` (atomically) and the shards are deleted.
 
         Detection writes its records in sample order this way after combining the ranks' batches."""

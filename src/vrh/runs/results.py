@@ -19,6 +19,12 @@ The report reads a file back with ``from_json``, which never raises on content:
 Accuracies are fractions in [0, 1]; heads are ``[layer, head]``, 0-based; ``conditions`` is one entry per
 masking condition (:meth:`vrh.experiments.conditions.Condition.to_json` and the task's summary of it).
 
+Each field is annotated with the JSON type vrh writes there (the aliases below: :data:`HeadList`,
+:data:`Counts`, :data:`Fractions`, ...), ``| None`` because a missing key reads as None (and where vrh itself
+writes ``null``, a comment says when). The annotations document the writers; the reader neither checks nor
+coerces them (a hand-edited file keeps its ``"three"``), and ``tests/support/results_types.py`` checks the
+files vrh writes against them. As in Python's typing, an integer is a ``float``.
+
 The kinds: ``detect`` :class:`DetectResults`, ``evaluate`` :class:`EvaluateResults`, ``sweep``
 :class:`SweepResults` (its k-curves :class:`KCurves`), ``demo`` :class:`DemoResults`, ``dpo-pairs``
 :class:`DpoPairsResults`, ``emergence`` :class:`EmergenceResults`, and in :mod:`vrh.runs.results_characterize`
@@ -34,6 +40,13 @@ from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, TypeVar
 
 T = TypeVar("T", bound="Block")
+
+# --- the types of the values (JSON as vrh writes it) --------------------------------------------------
+HeadList = list[list[int]]  # [[layer, head], ...], 0-based
+Counts = dict[str, int]  # outcome (or drop reason) -> number of samples
+Fractions = dict[str, float]  # outcome -> fraction of the samples
+ConditionEntry = dict[str, Any]  # Condition.to_json() and the task's summary of it (TaskSummary's keys)
+JsonObject = dict[str, Any]  # an object whose keys this module leaves untyped (settings, a record, ...)
 
 ENVELOPE = ("schema_version", "skipped_samples")  # keys RunFolder.write_results adds to every kind
 _BASE = {"extra", *ENVELOPE}  # fields of Block / RunResults that are not a kind's own keys
@@ -157,8 +170,8 @@ class RunResults(Block):
 
     COMMAND: ClassVar[str | None] = None
     _ENVELOPE: ClassVar[tuple[str, ...]] = ENVELOPE
-    schema_version: Any = field(default=None, repr=False)  # as written; None: version 1
-    skipped_samples: Any = field(default=None, repr=False)  # {"n", "samples": [{"id", "reason"}]}
+    schema_version: int | None = field(default=None, repr=False)  # as written; None: version 1
+    skipped_samples: JsonObject | None = field(default=None, repr=False)  # {"n", "samples": [{"id", "reason"}]}
 
     @classmethod
     def _keywords(cls, obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -193,12 +206,12 @@ class TaskSummary(Block):
     IoU); a task's own metrics (``point_accuracy``) are in ``extra``. Runs before ``fractions`` existed
     wrote each outcome's fraction as a key of its own (``"correct": 0.5``): :meth:`outcome_fractions`."""
 
-    n: Any
-    accuracy: Any
-    counts: Any
-    fractions: Any
-    parse_failure_rate: Any
-    mean_iou: Any
+    n: int | None
+    accuracy: float | None
+    counts: Counts | None
+    fractions: Fractions | None
+    parse_failure_rate: float | None
+    mean_iou: float | None  # null: a task without an IoU, or no sample
 
     OLD_OUTCOMES: ClassVar[tuple[str, ...]] = ("correct", "mislocated", "parse_failure")
 
@@ -216,12 +229,12 @@ class ControlEntry(Block):
     the seeds asked for and those that could be drawn, how many heads were eligible, how many distinct
     head sets the seeds drew (1 of several seeds: the control is not random) and its warnings."""
 
-    k: Any
-    seeds_requested: Any
-    seeds_drawn: Any
-    n_eligible_heads: Any
-    n_distinct_sets: Any
-    warnings: Any
+    k: int | None
+    seeds_requested: list[int] | None
+    seeds_drawn: list[int] | None
+    n_eligible_heads: int | None
+    n_distinct_sets: int | None
+    warnings: list[str] | None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -229,8 +242,8 @@ class RandomControlReport(Block):
     """``random_control`` (:func:`vrh.experiments.kcurves.random_control_report`): one :class:`ControlEntry`
     per k and every warning. Runs that wrote the bare per-k list read as its entries, with their warnings."""
 
-    per_k: list[ControlEntry | None]
-    warnings: Any
+    per_k: list[ControlEntry | None] | None
+    warnings: list[str] | None
 
     @classmethod
     def from_json(cls, obj: Any) -> RandomControlReport:
@@ -265,11 +278,11 @@ class DetectResults(RunResults):
     maps themselves are in ``head_scores.json``, :class:`vrh.runs.HeadScores`)."""
 
     COMMAND: ClassVar[str] = "detect"
-    n_scored: Any
-    n_skipped: Any
-    scorer: Any
-    top_heads: Any
-    elapsed_seconds: Any
+    n_scored: int | None
+    n_skipped: int | None
+    scorer: str | None
+    top_heads: HeadList | None
+    elapsed_seconds: float | None
 
 
 @results_kind
@@ -281,12 +294,12 @@ class EvaluateResults(RunResults):
 
     COMMAND: ClassVar[str] = "evaluate"
     summary: TaskSummary = inline(TaskSummary)
-    k: Any
-    mask_mode: Any
-    masked_heads: Any
-    heads: Any
-    condition: Any
-    elapsed_seconds: Any
+    k: int | None
+    mask_mode: str | None
+    masked_heads: HeadList | None
+    heads: JsonObject | None
+    condition: JsonObject | None  # Condition.to_json()
+    elapsed_seconds: float | None  # null in the evaluations of vrh dpo
 
 
 @results_kind
@@ -299,27 +312,27 @@ class DpoPairsResults(RunResults):
     ``random_control`` only with ``--random-negatives``."""
 
     COMMAND: ClassVar[str] = "dpo-pairs"
-    n_samples: Any
-    n_pairs: Any
-    n_dropped: Any
-    dropped: Any
-    chosen_accuracy: Any
-    rejected_accuracy: Any
-    chosen_outcomes: Any
-    rejected_outcomes: Any
-    kept_rejected_outcomes: Any
-    negative_policy: Any
-    k: Any
-    mask_mode: Any
-    pair_format: Any
-    pair_format_version: Any
-    pairs_file: Any
-    conditions: Any
-    decisions: Any
-    rejected_rule: Any = optional()
-    max_pairs: Any = optional()
-    training_command: Any
-    elapsed_seconds: Any
+    n_samples: int | None
+    n_pairs: int | None
+    n_dropped: int | None
+    dropped: Counts | None  # drop reason -> samples
+    chosen_accuracy: float | None
+    rejected_accuracy: float | None
+    chosen_outcomes: Counts | None
+    rejected_outcomes: Counts | None
+    kept_rejected_outcomes: Counts | None
+    negative_policy: str | None
+    k: int | None
+    mask_mode: str | None
+    pair_format: str | None
+    pair_format_version: int | None
+    pairs_file: str | None
+    conditions: list[ConditionEntry] | None
+    decisions: list[JsonObject] | None
+    rejected_rule: str | None = optional()
+    max_pairs: int | None = optional()
+    training_command: str | None
+    elapsed_seconds: float | None
     random_control: RandomControlReport | None = block(RandomControlReport, optional=True)
 
 
@@ -331,12 +344,12 @@ class EmergenceResults(RunResults):
     unmasked / top-k zeroed / random mean, heads above ``threshold``), and the last phase's as ``final``."""
 
     COMMAND: ClassVar[str] = "emergence"
-    n_records: Any
-    k: Any
-    n: Any
-    threshold: Any
-    phases: Any
-    final: Any
+    n_records: int | None
+    k: int | None
+    n: int | None
+    threshold: float | None
+    phases: list[JsonObject] | None
+    final: JsonObject | None  # null: no phase
 
 
 # --- sweep and demo -----------------------------------------------------------------------------------
@@ -345,9 +358,9 @@ class VrhCurve(Block):
     """The top-k conditions of a sweep, one entry per k (None where none ran): accuracy, parse-failure rate
     and outcome fractions."""
 
-    accuracy: Any
-    parse_failure_rate: Any
-    fractions: Any
+    accuracy: list[float | None] | None
+    parse_failure_rate: list[float | None] | None
+    fractions: list[Fractions | None] | None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -356,13 +369,13 @@ class RandomCurve(Block):
     ``mean`` and ``std``, the mean parse-failure rate and outcome fractions, and how many distinct head sets
     the seeds drew (1 at k = 0, the unmasked model)."""
 
-    seeds: Any
-    accuracy: Any
-    mean: Any
-    std: Any
-    parse_failure_rate_mean: Any
-    fractions_mean: Any
-    n_distinct_sets: Any
+    seeds: list[int] | None
+    accuracy: list[list[float]] | None
+    mean: list[float | None] | None  # null at a k where no seed could draw
+    std: list[float | None] | None
+    parse_failure_rate_mean: list[float | None] | None
+    fractions_mean: list[Fractions | None] | None
+    n_distinct_sets: list[int] | None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -370,8 +383,8 @@ class KCurves(Block):
     """k-curves (:func:`vrh.experiments.kcurves.fold_curves`): ``k`` ascending, the unmasked accuracy, and per k
     the top-k and random conditions (k = 0 is the unmasked model for both)."""
 
-    k: Any
-    baseline_accuracy: Any
+    k: list[int] | None
+    baseline_accuracy: float | None
     vrh: VrhCurve | None = block(VrhCurve)
     random: RandomCurve | None = block(RandomCurve)
 
@@ -389,15 +402,15 @@ class SweepResults(RunResults):
     """
 
     COMMAND: ClassVar[str] = "sweep"
-    task: Any
-    num_heads_total: Any
-    k: Any
-    baseline_accuracy: Any
+    task: str | None
+    num_heads_total: int | None
+    k: list[int] | None
+    baseline_accuracy: float | None
     vrh: VrhCurve | None = block(VrhCurve)
     random: RandomCurve | None = block(RandomCurve)
-    conditions: Any
+    conditions: list[ConditionEntry] | None
     random_control: RandomControlReport | None = block(RandomControlReport)
-    elapsed_seconds: Any
+    elapsed_seconds: float | None
 
     @property
     def curves(self) -> KCurves:
@@ -408,18 +421,18 @@ class SweepResults(RunResults):
 class DemoVqa(Block):
     """The demo's cross-task figures: VQA accuracy unmasked, with the headline top-k and with k random heads."""
 
-    baseline_accuracy: Any
-    vrh_masked_accuracy: Any
-    random_masked_accuracy_mean: Any
+    baseline_accuracy: float | None
+    vrh_masked_accuracy: float | None
+    random_masked_accuracy_mean: float | None
 
 
 @dataclass(frozen=True, kw_only=True)
 class DemoKCurve(Block):
     """The grounding k-curve in short: ``k``, top-k accuracy (``vrh``) and random mean per k."""
 
-    k: Any
-    vrh: Any
-    random_mean: Any
+    k: list[int] | None
+    vrh: list[float | None] | None
+    random_mean: list[float | None] | None
 
 
 @results_kind
@@ -427,34 +440,34 @@ class DemoKCurve(Block):
 class DemoResults(RunResults):
     """``vrh demo``'s headline (:func:`vrh.experiments.headline.headline`), every figure from its sweeps:
     grounding accuracy unmasked, with the top-``k`` VRHs masked and with k random heads (mean, std, seeds),
-    parse-failure rates, the top-k heads, ``sparsity`` (:func:`vrh.experiments.sparsity.sparsity_summary` at
+    parse-failure rates, the top-k heads, ``sparsity`` (:func:`vrh.scoring.sparsity.sparsity_summary` at
     the demo's thresholds), the ``vqa`` figures, the ``k_curve``, the split sizes, one random control per
     task (``{"grounding": ..., "vqa": ...}``), the ``subruns``; ``report`` once the report is built."""
 
     COMMAND: ClassVar[str] = "demo"
-    baseline_accuracy: Any
-    k: Any
-    num_heads_total: Any
-    vrh_masked_accuracy: Any
-    random_masked_accuracy_mean: Any
-    random_masked_accuracy_std: Any
-    random_seeds: Any
-    vrh_parse_failure_rate: Any
-    random_parse_failure_rate_mean: Any
-    top_k_heads: Any
-    sparsity: Any
+    baseline_accuracy: float | None
+    k: int | None
+    num_heads_total: int | None
+    vrh_masked_accuracy: float | None
+    random_masked_accuracy_mean: float | None
+    random_masked_accuracy_std: float | None
+    random_seeds: list[int] | None
+    vrh_parse_failure_rate: float | None
+    random_parse_failure_rate_mean: float | None
+    top_k_heads: HeadList | None
+    sparsity: JsonObject | None  # sparsity_summary's keys; its thresholds are keys written as text ("0.001")
     vqa: DemoVqa | None = block(DemoVqa)
     k_curve: DemoKCurve | None = block(DemoKCurve)
-    n_detect: Any
-    n_eval: Any
+    n_detect: int | None
+    n_eval: int | None
     random_control: dict[str, RandomControlReport | None] | None = block_map(RandomControlReport)
-    subruns: Any
-    mask_mode: Any
-    elapsed_seconds: Any
-    report: Any = optional()
+    subruns: list[str] | None
+    mask_mode: str | None
+    elapsed_seconds: float | None
+    report: str | None = optional()  # the report's page, once built
 
 
-__all__ = ["Block", "ControlEntry", "DemoKCurve", "DemoResults", "DemoVqa", "DetectResults", "DpoPairsResults",
-           "ENVELOPE", "EmergenceResults", "EvaluateResults", "KCurves", "RandomControlReport", "RandomCurve",
-           "RunResults", "SweepResults", "TaskSummary", "VrhCurve", "block", "block_map", "inline", "optional",
-           "results_from_json", "results_kind", "results_type"]
+__all__ = ["Block", "ConditionEntry", "ControlEntry", "Counts", "DemoKCurve", "DemoResults", "DemoVqa", "DetectResults",
+           "DpoPairsResults", "ENVELOPE", "EmergenceResults", "EvaluateResults", "Fractions", "HeadList", "JsonObject",
+           "KCurves", "RandomControlReport", "RandomCurve", "RunResults", "SweepResults", "TaskSummary", "VrhCurve",
+           "block", "block_map", "inline", "optional", "results_from_json", "results_kind", "results_type"]

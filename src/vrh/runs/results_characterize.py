@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from vrh.runs.results import RandomControlReport, RunResults, Block, block, block_map, optional, results_kind
+from vrh.runs.results import (Block, ConditionEntry, Fractions, HeadList, JsonObject, RandomControlReport, RunResults,
+                              block, block_map, optional, results_kind)
 
 
 # --- compare ------------------------------------------------------------------------------------------
@@ -14,11 +15,11 @@ from vrh.runs.results import RandomControlReport, RunResults, Block, block, bloc
 class MethodCurve(Block):
     """One method of a comparison: accuracy and parse-failure rate after masking its top-k, per k, and how many
     heads it scores above 0. Early drafts of the schema gave a method as its bare accuracy (a list, or one
-    number for one k): that reads as ``accuracy``."""
+    number for one k): that reads as ``accuracy``, kept as written."""
 
-    accuracy: Any
-    parse_failure_rate: Any
-    n_positive_heads: Any
+    accuracy: list[float] | None
+    parse_failure_rate: list[float] | None
+    n_positive_heads: int | None
 
     @classmethod
     def coerce(cls, value: Any) -> MethodCurve | None:
@@ -32,11 +33,11 @@ class CompareRandom(Block):
     """A comparison's random control per k (k random heads outside the default method's top-k): ``mean`` and
     ``std`` over seeds, ``accuracy`` per seed, the ``seeds``, the distinct head sets they drew."""
 
-    mean: Any
-    std: Any
-    accuracy: Any
-    seeds: Any
-    n_distinct_sets: Any
+    mean: list[float | None] | None
+    std: list[float | None] | None
+    accuracy: list[list[float]] | None
+    seeds: list[int] | None
+    n_distinct_sets: list[int] | None
 
 
 @results_kind
@@ -56,25 +57,25 @@ class CompareResults(RunResults):
     ``random`` grey; methods with identical accuracies share one line."""
 
     COMMAND: ClassVar[str] = "compare"
-    k: Any
+    k: list[int] | None
     methods: dict[str, MethodCurve | None] | None = block_map(MethodCurve)
     random: CompareRandom | None = block(CompareRandom)
-    baseline_accuracy: Any
-    similarity: Any
-    best_method_by_k: Any
-    default_method: Any
-    conditions: Any
+    baseline_accuracy: float | None
+    similarity: dict[str, dict[str, float | None]] | None  # correlations null where undefined; overlap_k an int
+    best_method_by_k: dict[str, list[str]] | None  # str(k) -> methods
+    default_method: str | None
+    conditions: list[ConditionEntry] | None
     random_control: RandomControlReport | None = block(RandomControlReport)
-    mask_mode: Any
-    n_eval: Any
-    n_detect: Any
-    num_heads_total: Any
-    method_options: Any
-    n_evaluations: Any
-    capture_forwards: Any
-    extra_capture_forwards: Any
-    data: Any
-    elapsed_seconds: Any
+    mask_mode: str | None
+    n_eval: int | None
+    n_detect: int | None
+    num_heads_total: int | None
+    method_options: dict[str, JsonObject | None] | None
+    n_evaluations: int | None
+    capture_forwards: int | None
+    extra_capture_forwards: dict[str, int] | None  # capture pass -> forwards
+    data: JsonObject | None
+    elapsed_seconds: float | None
 
 
 # --- transfer -----------------------------------------------------------------------------------------
@@ -90,29 +91,30 @@ class TransferResults(RunResults):
          "random_accuracy_mean": 0.92,         # model_b, k random heads (mean over seeds; std, per seed)
          "spearman": 0.61, "kendall": 0.45, "topk_overlap": 0.55, ...}   # score-map agreement
 
-    A per-k variant is also drawn by the report: ``"k": [1, 5, 20]`` with the ``*_accuracy*`` keys as lists."""
+    A per-k variant is also drawn by the report: ``"k": [1, 5, 20]`` with the ``*_accuracy*`` keys as lists (no
+    vrh command writes it; the annotations are what ``vrh transfer`` writes)."""
 
     COMMAND: ClassVar[str] = "transfer"
-    model_a: Any
-    model_b: Any
-    k: Any
-    baseline_accuracy: Any
-    own_heads_accuracy: Any
-    transferred_heads_accuracy: Any
-    random_accuracy_mean: Any
-    random_accuracy_std: Any
-    random_accuracy: Any
-    fractions: Any
-    spearman: Any
-    kendall: Any
-    topk_overlap: Any
-    similarity: Any
-    transferred_heads: Any
-    mask_mode: Any
-    conditions: Any
+    model_a: str | None  # null: the detection run does not record its model
+    model_b: str | None
+    k: int | None
+    baseline_accuracy: float | None
+    own_heads_accuracy: float | None  # null without --heads-b
+    transferred_heads_accuracy: float | None
+    random_accuracy_mean: float | None
+    random_accuracy_std: float | None
+    random_accuracy: list[float] | None  # per seed
+    fractions: dict[str, Fractions] | None  # baseline / transferred / own / random_mean -> outcome fractions
+    spearman: float | None  # spearman, kendall, topk_overlap, similarity: null without --heads-b
+    kendall: float | None
+    topk_overlap: float | None
+    similarity: dict[str, float | None] | None
+    transferred_heads: HeadList | None
+    mask_mode: str | None
+    conditions: list[ConditionEntry] | None
     random_control: RandomControlReport | None = block(RandomControlReport)
-    n: Any
-    elapsed_seconds: Any
+    n: int | None
+    elapsed_seconds: float | None
 
 
 # --- stability ----------------------------------------------------------------------------------------
@@ -123,17 +125,17 @@ class TokenChoice(Block):
     std; None when no set could be drawn), unmasked; the overlap of the two top-k sets, the head sets and
     seeds, and every condition's outcome fractions."""
 
-    rand1_accuracy: Any
-    out_accuracy: Any
-    random_accuracy: Any
-    random_accuracy_std: Any
-    baseline_accuracy: Any
-    rand1_out_topk_overlap: Any
-    rand1_heads: Any
-    out_heads: Any
-    random_seeds: Any
-    random_heads: Any
-    fractions: Any
+    rand1_accuracy: float | None
+    out_accuracy: float | None
+    random_accuracy: float | None
+    random_accuracy_std: float | None
+    baseline_accuracy: float | None
+    rand1_out_topk_overlap: float | None
+    rand1_heads: HeadList | None
+    out_heads: HeadList | None
+    random_seeds: list[int] | None
+    random_heads: list[HeadList] | None  # per seed
+    fractions: dict[str, Fractions | list[Fractions]] | None  # baseline / rand1 / out, and random: one per seed
 
 
 @results_kind
@@ -155,30 +157,30 @@ class StabilityResults(RunResults):
     without the comparison has written them)."""
 
     COMMAND: ClassVar[str] = "stability"
-    scorer: Any
-    omega: Any
-    k: Any
-    bootstrap: Any
-    n_total: Any
-    n_values: Any
-    n_values_dropped: Any
-    topk_overlap: Any
-    topk_overlap_mean: Any
-    topk_overlap_std: Any
-    notes: Any
-    mask_mode: Any
-    reference_heads: Any
-    reference_matches_head_scores: Any
-    n_eval: Any = optional()
-    baseline_accuracy: Any = optional()
-    conditions: Any = optional()
+    scorer: str | None
+    omega: str | None
+    k: int | None
+    bootstrap: int | None
+    n_total: int | None
+    n_values: list[int] | None
+    n_values_dropped: list[int] | None
+    topk_overlap: list[list[float]] | None  # [per draw] per n
+    topk_overlap_mean: list[float] | None
+    topk_overlap_std: list[float] | None
+    notes: list[str] | None
+    mask_mode: str | None
+    reference_heads: HeadList | None
+    reference_matches_head_scores: bool | None
+    n_eval: int | None = optional()
+    baseline_accuracy: float | None = optional()
+    conditions: list[ConditionEntry] | None = optional()
     token_choice: TokenChoice | None = block(TokenChoice, optional=True)
     random_control: RandomControlReport | None = block(RandomControlReport, optional=True)
-    accuracy_mean: Any = optional()
-    accuracy_std: Any = optional()
-    accuracy_draws: Any = optional()
-    token_choice_skipped: Any = optional()
-    elapsed_seconds: Any
+    accuracy_mean: list[float] | None = optional()
+    accuracy_std: list[float] | None = optional()
+    accuracy_draws: int | None = optional()
+    token_choice_skipped: str | None = optional()
+    elapsed_seconds: float | None
 
     def to_json(self) -> dict[str, Any]:
         out = super().to_json()

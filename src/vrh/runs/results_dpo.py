@@ -5,9 +5,9 @@ the pairs' own kind (``dpo-pairs``) is :class:`vrh.runs.results.DpoPairsResults`
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from vrh.runs.results import RunResults, optional, results_kind
+from vrh.runs.results import JsonObject, RunResults, optional, results_kind
 
 
 @results_kind
@@ -20,21 +20,21 @@ class DpoTrainResults(RunResults):
     measured: CUDA allocations or the process's peak RSS) and TRL's version."""
 
     COMMAND: ClassVar[str] = "dpo-train"
-    pairs: Any
-    n_pairs: Any
-    base_model: Any
-    model_dir: Any
-    steps: Any
-    epochs: Any
-    train_loss: Any
-    last_log: Any
-    resumed_from: Any
-    settings: Any
-    train_seconds: Any
-    peak_memory_bytes: Any
-    peak_memory_kind: Any
-    trl_version: Any
-    elapsed_seconds: Any
+    pairs: str | None  # the pairs file
+    n_pairs: int | None
+    base_model: str | None
+    model_dir: str | None
+    steps: int | None
+    epochs: float | None
+    train_loss: float | None
+    last_log: JsonObject | None
+    resumed_from: str | None  # null: trained from the start
+    settings: JsonObject | None
+    train_seconds: float | None
+    peak_memory_bytes: int | None  # null where it could not be measured
+    peak_memory_kind: str | None
+    trl_version: str | None
+    elapsed_seconds: float | None
 
 
 @results_kind
@@ -49,18 +49,18 @@ class DpoResults(RunResults):
     policy (steps, loss, seconds), the settings, the sub-run folders and the time per stage."""
 
     COMMAND: ClassVar[str] = "dpo"
-    models: Any
-    benchmarks: Any
-    average: Any
-    pairs: Any
-    training: Any
-    k: Any
-    settings: Any
-    overlap_checked: Any
-    subruns: Any
-    stage_seconds: Any
-    elapsed_seconds: Any
-    note: Any = optional()
+    models: list[str] | None
+    benchmarks: dict[str, JsonObject] | None  # name -> {"data", "n", "accuracy", "se", "differences"}
+    average: JsonObject | None  # {"n_benchmarks", "accuracy", "se", "differences"}
+    pairs: dict[str, JsonObject] | None  # negative policy -> its pair counts
+    training: dict[str, JsonObject] | None  # negative policy -> its training's figures
+    k: int | None
+    settings: JsonObject | None
+    overlap_checked: dict[str, int] | None
+    subruns: list[str] | None
+    stage_seconds: dict[str, float] | None
+    elapsed_seconds: float | None
+    note: str | None = optional()
 
 
 __all__ = ["DpoResults", "DpoTrainResults"]

@@ -14,10 +14,10 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-from vrh.scoring.functions import (QUERY_SETS, PHIS, OMEGAS, OMEGA_ALIASES, QUERY_KINDS, DEFAULT_VARIANT, DEFAULT_M,
-                                   ZERO_RULES, DEFAULT_ZERO_RULE, NULL_QUERY_PASS,
+from vrh.scoring.functions import (QUERY_SETS, PHIS, OMEGAS, OMEGA_ALIASES, DEFAULT_VARIANT, DEFAULT_M,
+                                   ZERO_RULES, DEFAULT_ZERO_RULE,
                                    Index, as_index, check_rows, per_sample_score,
-                                   aggregate, lcs_ratio)
+                                   aggregate)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -28,8 +28,8 @@ class SampleInfo:
     """What a scorer needs to know about one sample besides its rows.
 
     ``key_positions`` (K) and ``visual_positions`` (V) index the key axis ``S``; ``queries`` maps a query
-    kind in :data:`QUERY_KINDS` (``out`` the rows that *produce* the answer tokens, one per answer token in
-    answer order; ``out_own`` the rows AT the answer tokens' own positions, one per answer token in answer
+    kind in :data:`vrh.models.queries.QUERY_KINDS` (``out`` the rows that *produce* the answer tokens, one
+    per answer token in answer order; ``out_own`` the rows AT the answer tokens' own positions, one per answer token in answer
     order -- the row OCR Heads' reference reads; ``in`` expression tokens, ``coord`` coordinate tokens of the
     answer, ``last_prompt`` the last prompt token, ``null_in`` / ``null_out`` the null-query tokens of the
     ``null_query`` extra pass, which index THAT pass's rows) to indices into the query axis ``Q``.

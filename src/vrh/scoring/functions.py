@@ -38,26 +38,23 @@ from collections.abc import Sequence
 
 import torch
 
+# The query kinds of SampleInfo.queries, and the extra capture pass QRHead calibrates against (same images and
+# answers, the expression replaced by a content-free query; a scorer lists the passes it needs in
+# ``extra_passes``, its rows arrive in ``update(..., extra={NULL_QUERY_PASS: rows})``): defined where the query
+# sets are computed.
+from vrh.models.queries import NULL_QUERY_PASS, QUERY_KINDS  # noqa: F401 - the scorers read them here
+
 Index = torch.Tensor | Sequence[int] | Sequence[bool]
 
 QUERY_SETS = ("out", "in", "in+out", "rand1", "coord")
 PHIS = ("sum", "argmax")
 OMEGAS = ("mean", "freq")
 OMEGA_ALIASES = {"avg": "mean"}  # the paper writes both Omega^avg and Omega^mean
-# The query kinds of SampleInfo.queries, as scorers name them. Detection derives them, it does not rename:
-# the first five are the fields of vrh.models.generation.QuerySets (QuerySets.as_query_dict), the null_*
-# ones the null_query pass's entry in vrh.experiments.detection_batch.EXTRA_PASSES declares (a test holds
-# this tuple to those two declarations).
-QUERY_KINDS = ("out", "in", "coord", "last_prompt", "out_own", "null_out", "null_in")
 DEFAULT_VARIANT = "out/sum/mean"
 DEFAULT_M = 20
 # What Omega^freq's per-sample top-m does with heads scoring <= 0 (see :func:`top_m_mask`).
 ZERO_RULES = ("exclude", "include")
 DEFAULT_ZERO_RULE = "exclude"
-# The extra capture pass QRHead calibrates against: same images and answers, the expression replaced by a
-# content-free query. A scorer lists the passes it needs in ``extra_passes``; its rows arrive in
-# ``update(..., extra={NULL_QUERY_PASS: rows})``.
-NULL_QUERY_PASS = "null_query"
 
 
 # ----------------------------------------------------------------------------------------------------------

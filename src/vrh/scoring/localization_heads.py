@@ -209,7 +209,7 @@ def localization_heads_sample(rows: torch.Tensor, visual: Index, grid: tuple[int
 
 
 @register_scorer(
-    "localization_heads",
+    "localization_heads", compare_order=5,
     help="Localization Heads: how often a head is among a sample's m lowest-spatial-entropy heads past the "
          "attention-sum elbow (defaults: the authors' current code per sample, the paper's frequency across "
          f"samples; the original code: {ORIGINAL})",

@@ -103,7 +103,7 @@ def ocr_heads_sample(rows: torch.Tensor, keys: Index, candidates: Index, queries
 
 
 @register_scorer(
-    "ocr_heads",
+    "ocr_heads", compare_order=3,
     help="OCR Heads: answer tokens whose top-1 prompt key lies in the box, weighted by answer correctness "
          "(LCS ratio), mean over all (sample, token) entries",
     options=(Option("keys", str, "prompt", "argmax over: prompt (every prompt key but the last, the reference) or "

@@ -126,7 +126,7 @@ def _token_outliers(rows, keys, in_queries, null_rows, null_keys, null_queries, 
 
 
 @register_scorer("qrhead", help="QRHead: query-averaged attention on each box key minus the same under a null "
-                                "query ('N/A'), low outlier keys dropped, summed",
+                                "query ('N/A'), low outlier keys dropped, summed", compare_order=2,
                  options=(Option("calibrate", bool, True, "subtract the null-query pass (false: one pass, "
                                                           "uncalibrated)"),
                           Option("outlier_z", float, 2.0, "drop values this many (unbiased) stds below the mean"),

@@ -1,9 +1,12 @@
-"""The scorer registry: method names and their options -> scorer instances (a leaf: imports nothing from vrh).
+"""The scorer registry: method names and their options -> scorer instances (a leaf: imports nothing of
+vrh.scoring, only the discovery helper).
 
 Why a leaf: every scoring method registers itself here from its own file (the SAELens shape), and the
 detection loop asks for scorers by spec string. If this module imported the methods, the methods (which
-import it to register) would import it back -- an import cycle. :mod:`vrh.scoring` imports the built-in
-registrants, so importing anything from the package fills the registry.
+import it to register) would import it back -- an import cycle. Instead every lookup first imports each
+module of the :mod:`vrh.scoring` package (:func:`vrh.infra.discovery.discover`), so a new method is one
+file and nothing names it; importing the registry alone imports no scorer (nor torch). Methods are listed
+sorted by name, whatever order their files were imported in.
 
 A *spec* names one configured scorer: ``NAME[:KEY=VALUE[:KEY=VALUE...]]``. ``:`` separates options
 because ``,`` separates scorers on the command line, e.g. ``qrhead:calibrate=false`` or
@@ -22,6 +25,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from vrh.infra.discovery import discover
 
 _TRUE = ("true", "1", "yes", "on")
 _FALSE = ("false", "0", "no", "off")
@@ -100,6 +105,7 @@ class Method:
     pattern: re.Pattern[str] | None = None
     canonical: Callable[[str], str] | None = None
     names: tuple[str, ...] = ()  # the concrete names a pattern method lists in scorer_names()
+    compare_order: int | None = None  # its place among `vrh compare`'s default prior methods; None: not there
 
     def option(self, key: str) -> Option:
         for opt in self.options:
@@ -110,17 +116,26 @@ class Method:
 
 
 _METHODS: dict[str, Method] = {}
+_PACKAGE = __name__.rpartition(".")[0]  # vrh.scoring: every module of it is imported before a lookup
+
+
+def _methods() -> list[Method]:
+    """Every registered method, sorted by name, once every module of the package has been imported."""
+    discover(_PACKAGE)
+    return [_METHODS[k] for k in sorted(_METHODS)]
 
 
 def register_scorer(name: str, *, options: tuple[Option, ...] = (), help: str = "", pattern: str | None = None,
-                    canonical: Callable[[str], str] | None = None, names: tuple[str, ...] = ()
-                    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+                    canonical: Callable[[str], str] | None = None, names: tuple[str, ...] = (),
+                    compare_order: int | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register a scorer factory (a class or function) under ``name``; use as a decorator or call it.
 
     With ``pattern`` (a regex the lower-cased base name must fully match), ``name`` is the grammar shown to
     users (e.g. ``"QUERY/PHI/OMEGA"``), the factory receives the base name as its first argument, and
-    ``canonical`` normalises it; ``names`` lists the concrete names. A name registered twice is an error
-    (two files claiming one method would drift apart). Returns the factory unchanged.
+    ``canonical`` normalises it; ``names`` lists the concrete names. ``compare_order``: the method is one of
+    the prior methods ``vrh compare`` runs by default (:func:`compare_baselines`), at this place (ascending;
+    the built-ins follow the paper's Tab. A9). A name registered twice is an error (two files claiming one
+    method would drift apart). Returns the factory unchanged.
     """
     key = str(name).strip() if pattern is not None else str(name).strip().lower()
     if not key or ":" in key or "," in key:
@@ -135,7 +150,7 @@ def register_scorer(name: str, *, options: tuple[Option, ...] = (), help: str = 
         if key in _METHODS:
             raise ValueError(f"scorer {key!r} is already registered (by {_METHODS[key].factory!r})")
         _METHODS[key] = Method(key, factory, tuple(options), help, re.compile(pattern) if pattern else None,
-                               canonical, tuple(names))
+                               canonical, tuple(names), compare_order)
         return factory
 
     return add
@@ -143,12 +158,13 @@ def register_scorer(name: str, *, options: tuple[Option, ...] = (), help: str = 
 
 def _lookup(base: str) -> tuple[Method, str]:
     """The method a base name belongs to and the base's canonical spelling."""
+    methods = _methods()
     if base in _METHODS and _METHODS[base].pattern is None:
         return _METHODS[base], base
-    for method in _METHODS.values():
+    for method in methods:
         if method.pattern is not None and method.pattern.fullmatch(base):
             return method, (method.canonical(base) if method.canonical else base)
-    raise ValueError(f"unknown scorer {base!r}; registered: {', '.join(_METHODS)}")
+    raise ValueError(f"unknown scorer {base!r}; registered: {', '.join(m.name for m in methods)}")
 
 
 def parse_spec(spec: str) -> tuple[Method, str, dict[str, Any]]:
@@ -186,7 +202,7 @@ def make_scorer(spec: str, **defaults: Any) -> Any:
     ('qrhead:calibrate=false', False, (), 3)
     """
     method, base, given = parse_spec(spec)
-    known = {o.name for m in _METHODS.values() for o in m.options}
+    known = {o.name for m in _methods() for o in m.options}
     unknown = sorted(set(defaults) - known)
     if unknown:
         raise ValueError(f"unknown scorer option(s) {unknown}; registered options: {sorted(known)}")
@@ -202,11 +218,21 @@ def make_scorer(spec: str, **defaults: Any) -> Any:
 
 
 def scorer_names() -> tuple[str, ...]:
-    """Every method name, in registration order (a pattern method contributes its concrete names)."""
-    return tuple(n for m in _METHODS.values() for n in (m.names if m.pattern is not None else (m.name,)))
+    """Every method name, methods sorted by name (a pattern method contributes its concrete names)."""
+    return tuple(n for m in _methods() for n in (m.names if m.pattern is not None else (m.name,)))
 
 
 def describe_scorers() -> dict[str, dict[str, Any]]:
     """``{method: {"help": str, "options": {key: {"type", "default", "help"[, "choices"]}}}}`` for help/docs."""
-    return {m.name: {"help": m.help, "options": {o.name: o.describe() for o in m.options}}
-            for m in _METHODS.values()}
+    return {m.name: {"help": m.help, "options": {o.name: o.describe() for o in m.options}} for m in _methods()}
+
+
+def compare_baselines() -> tuple[str, ...]:
+    """The prior methods ``vrh compare`` runs by default: every method registered with a ``compare_order``,
+    in that order (ties by name).
+
+    >>> compare_baselines()[:2]
+    ('retrieval_heads', 'qrhead')
+    """
+    chosen = [m for m in _methods() if m.compare_order is not None]
+    return tuple(m.name for m in sorted(chosen, key=lambda m: m.compare_order))

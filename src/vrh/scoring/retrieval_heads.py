@@ -63,6 +63,7 @@ def retrieval_heads_sample(rows: torch.Tensor, keys: Index, out_queries: Index, 
 
 @register_scorer("retrieval_heads", help="Retrieval Heads: answer tokens whose top-1 key lies in the box, per box "
                                          "token (reference) or per answer token, over correctly answered samples",
+                 compare_order=1,
                  options=(Option("norm", str, "keys", "keys: hits / |K| (the reference's hits / needle length); "
                                                       "queries: hits / answer tokens (Eq. 1)", choices=NORMS),))
 class RetrievalHeadsScorer(AccumulatingScorer):

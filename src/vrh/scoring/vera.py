@@ -51,7 +51,7 @@ def vera_sample(rows: torch.Tensor, keys: Index, visual: Index, queries: Index) 
     return query_mean(k_mass / (v_mass + EPS))  # (L, H, |Q_s|) -> (L, H)
 
 
-@register_scorer("vera", help="VERA: share of the query's visual attention that lands on the box",
+@register_scorer("vera", compare_order=4, help="VERA: share of the query's visual attention that lands on the box",
                  options=(Option("query", str, "last_prompt", "query kind: last_prompt (the token that starts "
                                                               "generation), out, in or coord",
                                  choices=("last_prompt", "out", "in", "coord")),))

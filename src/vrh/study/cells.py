@@ -2,11 +2,11 @@
 ``transfer`` / ``stability`` / ``dpo-pairs`` write), plus one ``data`` cell per dataset to prepare, with the
 cells each depends on and its state.
 
-A cell is a value: ``kind`` (its command), the ``model`` it loads, its ``folder`` under the study's
-``DIR``, ``deps`` (cell ids) and ``settings``: the command's options exactly as its ``Config`` takes them,
-with paths inside ``DIR`` written ``@out/<relative>`` so a study folder can move. Its ``fingerprint`` hashes
-the kind, the settings and the dependencies' fingerprints: a changed detection changes every cell that
-reads its heads.
+A cell is a value: ``kind``, the ``model`` it loads, its ``folder`` under the study's ``DIR``, the
+``benchmark`` (or dataset) it is about, ``deps`` (cell ids) and ``settings``: its kind's settings value
+(:mod:`vrh.experiments.settings`, the command's options) exactly as that type takes them, with paths inside
+``DIR`` written ``@out/<relative>`` so a study folder can move. Its ``fingerprint`` hashes the kind, the
+settings and the dependencies' fingerprints: a changed detection changes every cell that reads its heads.
 
 States (:func:`cell_state`): ``done`` (finished, same fingerprint as recorded when it started), ``partial``
 (started with these settings, not finished: it resumes as ``--resume`` does), ``changed`` (the folder holds
@@ -14,21 +14,21 @@ a run made with other settings, or one the study did not make: it is redone), ``
 what a cell was started with is ``DIR/.study/cells/<id>.json``, written before the cell runs (one file per
 cell, so parallel workers never write the same file).
 
-Adding a kind of cell (e.g. DPO training, issue 28): a builder ``(study) -> list[Cell]`` registered with
-:func:`register_cell_kind` under the kind's name (in :mod:`vrh.study.kinds`, or a module of its own
-imported there), its ``[table]`` and keys in :data:`vrh.study.spec.PROTOCOL_KEYS` / ``DEFAULTS`` (bounds in
-:data:`vrh.study.values.RULES`), and the command module that runs it in :data:`COMMANDS`; plan, states,
-resume, both executors and the report's sub-runs then handle it.
+A kind of cell registers once (:func:`register_cell_kind`), with everything the study needs of it: a
+:class:`CellKind` names its builder ``(study) -> list[Cell]``, its table in the study file with the table's
+keys, defaults and bounds, and the library call its cells run with the settings type they build. The study
+file's grammar (:mod:`vrh.study.spec`), the checks, the plan, states, resume, both executors and the
+report's sub-runs are derived from the registrations; nothing else names a kind.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 OUT = "@out/"  # prefix of a path inside the study folder, in a cell's settings
 STATE_DIR = ".study"
@@ -46,25 +46,115 @@ class Cell:
     settings: dict[str, Any] = field(hash=False)
     deps: tuple[str, ...] = ()
     fingerprint: str = ""
+    benchmark: str | None = None  # the benchmark (or dataset) the cell is about
+    source: str | None = None  # transfer: the model whose heads are masked in ``model``
 
 
 CellBuilder = Callable[[Any], list[Cell]]
-_KINDS: dict[str, CellBuilder] = {}
+Rule = Callable[[Any], "str | None"]  # a value -> what is wrong with it (vrh.study.values)
 
 
-def register_cell_kind(kind: str) -> Callable[[CellBuilder], CellBuilder]:
-    """Register the builder of one kind of cell; the order of registration is the order of the plan."""
-    def deco(fn: CellBuilder) -> CellBuilder:
-        if kind in _KINDS:
-            raise ValueError(f"cell kind {kind!r} registered twice")
-        _KINDS[kind] = fn
-        return fn
-    return deco
+@dataclass(frozen=True)
+class CellKind:
+    """What the study needs of one kind of cell.
+
+    ``build``: ``(study) -> list[Cell]``, the kind's cells in plan order (a dependency before its dependents).
+    ``table``: its table in the study file (None: none) with its ``keys`` (key -> TOML type, or a tuple of
+    types), ``defaults`` (the value of a key the file does not write) and ``rules`` (key -> a bound beyond the
+    type, :mod:`vrh.study.values`); a table left out of the file makes no cells of the kind unless ``always``.
+    ``settings`` and ``run``: the settings type a cell's settings build (with the cell's folder as ``out`` and
+    ``resume`` on, so an interrupted cell continues) and the library call that runs it, ``run(settings, lm)``
+    (:mod:`vrh.experiments`) -- the same call and value as the command ``settings.COMMAND``'s.
+
+    A kind whose cells are not run folders (the datasets, :class:`vrh.study.datasets.DatasetKind`) overrides
+    :meth:`execute`, :meth:`check`, :meth:`finished`, :meth:`clear` and :meth:`command_line`.
+    """
+
+    name: str
+    build: CellBuilder
+    table: str | None = None
+    keys: Mapping[str, Any] = field(default_factory=dict)
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+    rules: Mapping[str, Rule] = field(default_factory=dict)
+    always: bool = False
+    settings: type | None = None
+    run: Callable[[Any, Any], Any] | None = None
+
+    writes_run_folder: ClassVar[bool] = True  # a vrh run folder: a sub-run of the study's report
+
+    def configure(self, cell: Cell, out: Path) -> Any:
+        """``cell``'s settings value in the study folder ``out``."""
+        return self.settings(**resolve(cell.settings, out), out=str(out / cell.folder), resume=True)
+
+    def check(self, cell: Cell, out: Path) -> None:
+        """Build the settings value, so its own checks run (a TypeError or ValueError names the problem)."""
+        self.configure(cell, out)
+
+    def execute(self, cell: Cell, out: Path, models: Any) -> None:
+        """Run ``cell`` into ``out / cell.folder`` with the model ``models.get(name, settings)`` gives."""
+        settings = self.configure(cell, out)
+        self.run(settings, models.get(cell.model, settings) if cell.model is not None else None)
+
+    def finished(self, out: Path, cell: Cell) -> bool:
+        """Whether the cell's folder holds a finished result (a run's results.json)."""
+        from vrh import runs
+
+        return runs.is_finished(out / cell.folder)
+
+    def clear(self, out: Path, cell: Cell) -> None:
+        """Remove what an earlier run of ``cell`` left: only a vrh run's files (anything else is refused by
+        name, :func:`vrh.runs.clear_run_folder`)."""
+        from vrh.runs import clear_run_folder
+
+        clear_run_folder(out / cell.folder)
+
+    def command_line(self, cell: Cell, out: Path) -> list[str] | None:
+        """The ``vrh`` command line that writes the same folder as ``cell``: each setting as its option
+        (``ks`` -> ``--ks 0,1,3``), what is unset left to the command's default."""
+        args = ["vrh", self.settings.COMMAND]
+        for key, value in resolve(cell.settings, out).items():
+            if value is None:
+                continue
+            args += ["--" + key.replace("_", "-"),
+                     ",".join(map(str, value)) if isinstance(value, tuple) else str(value)]
+        return args + ["--out", str(out / cell.folder)]
 
 
-def cell_kinds() -> dict[str, CellBuilder]:
-    """kind -> builder, in registration order."""
-    return dict(_KINDS)
+_KINDS: dict[str, CellKind] = {}  # in registration order: the order of the study file's tables
+_PLAN: list[str] = []  # the order of the plan
+
+
+def register_cell_kind(kind: CellKind, *, plan_after: str | None = None) -> CellKind:
+    """Register one kind of cell. Its table comes after the tables registered before it; its cells come
+    after theirs in the plan too, or right after ``plan_after``'s (a kind registered before it)."""
+    if kind.name in _KINDS:
+        raise ValueError(f"cell kind {kind.name!r} registered twice")
+    if kind.table is not None and any(k.table == kind.table for k in _KINDS.values()):
+        raise ValueError(f"cell kind {kind.name!r}: the table [{kind.table}] is another kind's")
+    if (kind.settings is None) != (kind.run is None) or (kind.settings is None and kind.writes_run_folder):
+        raise TypeError(f"cell kind {kind.name!r}: a run-folder kind names its settings type and its library call")
+    unknown = sorted((set(kind.defaults) | set(kind.rules)) - set(kind.keys))
+    if unknown:
+        raise ValueError(f"cell kind {kind.name!r}: defaults or rules for keys its table does not have: {unknown}")
+    if plan_after is not None and plan_after not in _KINDS:
+        raise ValueError(f"cell kind {kind.name!r}: plan_after {plan_after!r} is not a registered kind")
+    _KINDS[kind.name] = kind
+    _PLAN.insert(_PLAN.index(plan_after) + 1 if plan_after is not None else len(_PLAN), kind.name)
+    return kind
+
+
+def cell_kinds() -> dict[str, CellKind]:
+    """kind name -> :class:`CellKind`, in plan order."""
+    return {name: _KINDS[name] for name in _PLAN}
+
+
+def cell_kind(name: str) -> CellKind:
+    return _KINDS[name]
+
+
+def study_tables() -> dict[str, CellKind]:
+    """table name -> the kind that reads it, in the order the study file's grammar lists them."""
+    return {k.table: k for k in _KINDS.values() if k.table is not None}
 
 
 def fingerprint(kind: str, settings: dict[str, Any], dep_prints: list[str]) -> str:
@@ -72,23 +162,9 @@ def fingerprint(kind: str, settings: dict[str, Any], dep_prints: list[str]) -> s
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-# cell kind -> the command module that runs it (an added kind adds its command here)
-COMMANDS = {"detect": "detect", "sweep": "sweep", "crosstask": "sweep", "compare": "compare",
-            "stability": "stability", "transfer": "transfer", "dpo_pairs": "dpo_pairs"}
-
-
-def command_config(cell: Cell, out: Path):
-    """The command module and ``Config`` of ``cell`` in the study folder ``out`` (its folder as the run's
-    ``out``, ``resume`` on: an empty folder starts fresh, an interrupted one continues)."""
-    import importlib
-
-    mod = importlib.import_module(f"vrh.commands.{COMMANDS[cell.kind]}")
-    return mod, mod.Config(**resolve(cell.settings, out), out=str(out / cell.folder), resume=True)
-
-
 def resolve(settings: dict[str, Any], out: Path) -> dict[str, Any]:
     """``settings`` with every ``@out/`` path made a path inside ``out``; lists become tuples (the
-    commands' Config fields are tuples)."""
+    settings types' fields are tuples)."""
     def one(v: Any) -> Any:
         if isinstance(v, str) and v.startswith(OUT):
             return str(out / v[len(OUT):])
@@ -147,20 +223,6 @@ def write_record(out: Path, cell: Cell) -> None:
                       "settings": cell.settings, "deps": list(cell.deps)})
 
 
-def finished(out: Path, cell: Cell) -> bool:
-    """Whether the cell's folder holds a finished result (a run's results.json; a dataset's JSONL and its
-    ``data.json`` mark, written last)."""
-    from vrh import runs
-
-    folder = out / cell.folder
-    if cell.kind == "data":
-        return (folder / DATA_MARK).is_file()
-    return runs.is_finished(folder)
-
-
-DATA_MARK = "study_data.json"  # written into a data cell's folder once its dataset is complete
-
-
 def cell_state(out: Path, cell: Cell) -> tuple[str, list[str]]:
     """``(state, what changed)`` of ``cell`` in the study folder ``out`` (see the module docstring)."""
     from vrh.runs import config_differences
@@ -174,7 +236,7 @@ def cell_state(out: Path, cell: Cell) -> tuple[str, list[str]]:
         diffs = config_differences(rec.get("settings") or {}, cell.settings)
         if not diffs:
             diffs = ["a cell it depends on changed"]
-        return ("changed", diffs) if present or finished(out, cell) else ("missing", [])
-    if finished(out, cell):
+        return ("changed", diffs) if present or cell_kind(cell.kind).finished(out, cell) else ("missing", [])
+    if cell_kind(cell.kind).finished(out, cell):
         return "done", []
     return ("partial", []) if present else ("missing", [])

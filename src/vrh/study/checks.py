@@ -2,15 +2,13 @@
 method specs, mask modes, source and adapter names, names that refer to the study's own models and
 benchmarks, the detection and comparison splits against the benchmark sizes, every k against each model's
 head grid (room for k random heads outside the top-k, :func:`vrh.experiments.conditions.check_room`), the
-names of transfer pairs against their folder, and every cell's command ``Config`` (:func:`check_cells`).
+names of transfer pairs against their folder, and every cell's settings value (:func:`check_cells`).
 Each failure names the line of the study file (:meth:`vrh.study.spec._Reader.fail`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-MIN_COMPARE_SEEDS = 3  # vrh compare's own rule (commands/compare.py MIN_SEEDS)
-TABLE_OF_KIND = {"detect": "detection"}  # the study table a kind of cell takes its settings from (else its name)
 
 
 def check_study(study: Any, r: Any) -> tuple[dict[str, tuple[int, int]], tuple[tuple[str, str], ...]]:
@@ -20,6 +18,7 @@ def check_study(study: Any, r: Any) -> tuple[dict[str, tuple[int, int]], tuple[t
     from vrh.data.sources import get_source
     from vrh.experiments.conditions import check_room
     from vrh.experiments.detection import check_scorers
+    from vrh.experiments.settings import MIN_SEEDS
     from vrh.study.backbones import backbone, shared_backbone_pairs
     from vrh.study.kinds import TRANSFER_SEPARATOR
 
@@ -61,8 +60,8 @@ def check_study(study: Any, r: Any) -> tuple[dict[str, tuple[int, int]], tuple[t
     if "sweep" in p and p["sweep"]["mask_mode"] not in mask_mode_names():
         raise r.fail(("sweep", "mask_mode"), f"sweep.mask_mode {p['sweep']['mask_mode']!r}: one of "
                                              f"{list(mask_mode_names())}")
-    if "compare" in p and len(set(p["compare"]["seeds"])) < MIN_COMPARE_SEEDS:
-        raise r.fail(("compare", "seeds"), f"compare.seeds: at least {MIN_COMPARE_SEEDS} distinct seeds")
+    if "compare" in p and len(set(p["compare"]["seeds"])) < MIN_SEEDS:  # the comparison's own rule
+        raise r.fail(("compare", "seeds"), f"compare.seeds: at least {MIN_SEEDS} distinct seeds")
     for m in study.models:
         if m.adapter is not None:
             _check_adapter(r, m.adapter, ("models", m.name, "adapter"))
@@ -81,10 +80,9 @@ def check_study(study: Any, r: Any) -> tuple[dict[str, tuple[int, int]], tuple[t
         except (OSError, ValueError) as e:
             raise r.fail(("models", m.name), f"model {m.name}: {e}") from None
         grids[m.name] = backbones[m.name].grid
-    ks = {("sweep", "ks"): p.get("sweep", {}).get("ks", []), ("compare", "ks"): p.get("compare", {}).get("ks", [])}
-    for table in ("crosstask", "transfer", "stability", "dpo_pairs"):
-        if table in p:
-            ks[(table, "k")] = [p[table]["k"]]
+    # every table's head counts, its lists of k ("ks") first, then its single k ("k")
+    ks = {(table, "ks"): p[table]["ks"] for table in p if "ks" in p[table]}
+    ks.update({(table, "k"): [p[table]["k"]] for table in p if "k" in p[table]})
     for (table, key), values in ks.items():
         for name in p.get(table, {}).get("models") or models:
             L, H = grids[name]
@@ -165,11 +163,11 @@ def _check_adapter(r: Any, adapter: str, keys: tuple[str, ...]) -> None:
 
 def check_cells(study: Any, r: Any) -> None:
     """Build the study's cells (each folder and record its own, :func:`vrh.study.cells.check_unique`) and
-    each cell's command ``Config``, so the command's own checks run now; a refusal names the line of the
-    table the cell comes from."""
+    each cell's settings value (:meth:`vrh.study.cells.CellKind.check`), so the settings' own checks -- the
+    command's -- run now; a refusal names the line of the table the cell comes from."""
     from pathlib import Path
 
-    from vrh.study.cells import command_config
+    from vrh.study.cells import cell_kind
     from vrh.study.kinds import build_cells
 
     try:
@@ -177,12 +175,11 @@ def check_cells(study: Any, r: Any) -> None:
     except ValueError as e:
         raise r.fail(("models",), str(e)) from None
     for c in cells:
-        if c.kind == "data":
-            continue
+        kind = cell_kind(c.kind)
         try:
-            command_config(c, Path(study.path).parent / "STUDY_DIR")
+            kind.check(c, Path(study.path).parent / "STUDY_DIR")
         except (TypeError, ValueError) as e:
-            raise r.fail((TABLE_OF_KIND.get(c.kind, c.kind),), f"cell {c.id}: {e}") from None
+            raise r.fail((kind.table or c.kind,), f"cell {c.id}: {e}") from None
 
 
 def _data_size(r: Any, d: Any) -> int:

@@ -3,22 +3,50 @@ data`` source is converted from its snapshot (:func:`vrh.data.sources.convert`),
 is drawn with :func:`vrh.organism.world.write_split` -- or, with ``layout = "refcoco"``, written as a RefCOCO
 snapshot in the lmms-lab parquet layout and converted by the ``refcoco`` source, so that a study on the
 organisms also runs a real benchmark's converter end to end.
+
+A dataset to prepare is a cell of the kind :class:`DatasetKind` (``data``): its folder is not a run folder, so
+the kind says how it runs, when it is finished (its :data:`DATA_MARK`, written last) and what a redo removes
+(only what the study recorded writing, :mod:`vrh.runs.written`).
 """
 
 from __future__ import annotations
 
 import io
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from vrh.runs import written
+from vrh.study.cells import Cell, CellKind
 
+DATA_MARK = "study_data.json"  # written into a data cell's folder once its dataset is complete
 SNAPSHOT = "snapshot"  # the world-as-RefCOCO parquet folder, inside the dataset's folder
 REFCOCO_SPLIT = "val"
 
 
+@dataclass(frozen=True)
+class DatasetSpec:
+    """A grounding benchmark or VQA set. ``kind``: ``data`` (a converted JSONL), ``source`` (a ``vrh data``
+    source converted from ``snapshot``) or ``world`` (the synthetic world, optionally through ``layout``)."""
+
+    name: str
+    task: str  # grounding | vqa
+    kind: str
+    data: str | None = None
+    source: str | None = None
+    snapshot: str | None = None
+    split: str | None = None
+    limit: int | None = None
+    n: int | None = None
+    seed: int | None = None
+    layout: str | None = None
+
+    def settings(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+
 def dataset_path(spec: Any, out: Path) -> Path:
-    """The JSONL the study's cells read for ``spec`` (a :class:`vrh.study.spec.DatasetSpec`)."""
+    """The JSONL the study's cells read for ``spec`` (a :class:`DatasetSpec`)."""
     if spec.kind == "data":
         return Path(spec.data)
     folder = out / "data" / spec.name
@@ -80,3 +108,31 @@ def write_world_refcoco(folder: Path, n: int, seed: int) -> Path:
     pq.write_table(pa.Table.from_pylist(world_refcoco_rows(n, seed)),
                    folder / "data" / f"{REFCOCO_SPLIT}-00000-of-00001.parquet")
     return folder
+
+
+class DatasetKind(CellKind):
+    """The kind of the cells that prepare the study's datasets (:func:`prepare`): no model, no settings type,
+    no command line (``vrh study run`` prepares them), and not a sub-run of the report."""
+
+    writes_run_folder = False
+
+    def check(self, cell: Cell, out: Path) -> None:
+        """Nothing to build: the study file's dataset entries were checked when it was read."""
+
+    def execute(self, cell: Cell, out: Path, models: Any) -> None:
+        from vrh.runs import write_json
+
+        path = prepare(DatasetSpec(**cell.settings["dataset"]), out)
+        written.record(out / cell.folder, [DATA_MARK])  # the study's, as everything prepare wrote there
+        write_json(out / cell.folder / DATA_MARK, {"dataset": cell.settings["dataset"], "path": path.name})
+
+    def finished(self, out: Path, cell: Cell) -> bool:
+        """Whether the dataset is complete (its JSONL and the mark, written last)."""
+        return (out / cell.folder / DATA_MARK).is_file()
+
+    def clear(self, out: Path, cell: Cell) -> None:
+        """Remove the files the study recorded writing in the folder; anything else is refused by name."""
+        written.remove_written(out / cell.folder, f"redoing cell {cell.id}")
+
+    def command_line(self, cell: Cell, out: Path) -> list[str] | None:
+        return None

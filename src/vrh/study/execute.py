@@ -1,6 +1,7 @@
-"""Running a study's cells: what is not done, in dependency order, each through its command's own ``run``
-(``vrh detect``'s, ``vrh sweep``'s, ...) into its run folder, so a cell's folder is what that command line
-writes and every command and ``vrh report`` reads it.
+"""Running a study's cells: what is not done, in dependency order, each through its kind's library call
+(:class:`vrh.study.cells.CellKind`: ``vrh sweep``'s :func:`vrh.experiments.kcurves.run_sweep` with the same
+settings value, ...) into its run folder, so a cell's folder is what that command line writes and every
+command and ``vrh report`` reads it.
 
 Sequential (:func:`run_study`, the default): one process; a model is loaded once for all of its cells (the
 loaded models are kept, up to ``max_loaded``, least recently used dropped first: with 2, a transfer pair
@@ -23,9 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vrh.runs import written
-from vrh.study.cells import COMMANDS, STATE_DIR, Cell, cell_state, command_config, resolve, write_record
-from vrh.study.kinds import build_cells, transfer_source
+from vrh.study.cells import STATE_DIR, Cell, cell_kind, cell_state, write_record
+from vrh.study.kinds import build_cells
 
 STUDY_COMMAND = "study"
 
@@ -54,27 +54,16 @@ def command_line(cell: Cell, out: Path) -> list[str] | None:
     ...                   "heads": "@out/A/detect_w", "n": None}), Path("runs/s"))
     ['vrh', 'sweep', '--model', 'organism', '--ks', '0,3', '--heads', 'runs/s/A/detect_w', '--out', 'runs/s/A/sweep_w']
     """
-    if cell.kind == "data":
-        return None
-    import importlib
-
-    name = importlib.import_module(f"vrh.commands.{COMMANDS[cell.kind]}").NAME
-    args = ["vrh", name]
-    for key, value in resolve(cell.settings, out).items():
-        if value is None:
-            continue
-        args += ["--" + key.replace("_", "-"), ",".join(map(str, value)) if isinstance(value, tuple) else str(value)]
-    return args + ["--out", str(out / cell.folder)]
+    return cell_kind(cell.kind).command_line(cell, out)
 
 
 def check_configs(cells: Sequence[Cell], out: Path) -> None:
-    """Build every cell's command Config (its own checks run), before anything runs."""
+    """Build every cell's settings value (its own checks run), before anything runs."""
     for c in cells:
-        if c.kind != "data":
-            try:
-                command_config(c, out)
-            except (TypeError, ValueError) as e:
-                raise ValueError(f"cell {c.id}: {e}") from None
+        try:
+            cell_kind(c.kind).check(c, out)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"cell {c.id}: {e}") from None
 
 
 class ModelCache:
@@ -86,7 +75,7 @@ class ModelCache:
         self.loads: dict[str, int] = {}
 
     def get(self, name: str, cfg: Any) -> Any:
-        from vrh.commands._common import load
+        from vrh.experiments.setup import load
 
         if name in self.models:
             self.models.move_to_end(name)
@@ -115,34 +104,16 @@ def _free_memory() -> None:
 def run_cell(cell: Cell, out: Path, models: ModelCache) -> None:
     """Run one cell into ``out / cell.folder`` (recorded as started first)."""
     write_record(out, cell)
-    if cell.kind == "data":
-        from vrh.runs import write_json
-        from vrh.study.cells import DATA_MARK
-        from vrh.study.datasets import prepare
-        from vrh.study.spec import DatasetSpec
-
-        spec = DatasetSpec(**cell.settings["dataset"])
-        path = prepare(spec, out)
-        written.record(out / cell.folder, [DATA_MARK])  # the study's, as everything prepare wrote there
-        write_json(out / cell.folder / DATA_MARK, {"dataset": cell.settings["dataset"], "path": path.name})
-        return
-    mod, cfg = command_config(cell, out)
-    lm = models.get(cell.model, cfg)
-    mod.run(cfg, lm=lm)
+    cell_kind(cell.kind).execute(cell, out, models)
 
 
 def clear_cell(cell: Cell, out: Path) -> None:
-    """Remove what a cell's earlier run left: the files the study recorded writing in a dataset folder
-    (:mod:`vrh.runs.written`), else only a vrh run's files; anything else there is refused by name."""
-    from vrh.runs import clear_run_folder
-
+    """Remove what a cell's earlier run left, as its kind says (:meth:`vrh.study.cells.CellKind.clear`):
+    only what vrh wrote; anything else there is refused by name."""
     folder = out / cell.folder
     if not folder.exists() and not folder.is_symlink():
         return
-    if cell.kind == "data":
-        written.remove_written(folder, f"redoing cell {cell.id}")
-    else:
-        clear_run_folder(folder)
+    cell_kind(cell.kind).clear(out, cell)
 
 
 def order(cells: Sequence[Cell], done: set[str], max_loaded: int = 2) -> list[Cell]:
@@ -217,11 +188,10 @@ def write_study_config(study: Any, out: Path, cells: Sequence[Cell]) -> None:
         "models": {m.name: m.model for m in study.models}, "grids": {k: list(v) for k, v in study.grids.items()},
         "benchmarks": [b.name for b in study.benchmarks], "vqa": [v.name for v in study.vqa],
         "pairs": [list(p) for p in study.pairs], "protocol": study.protocol,
-        "cells": [{"id": c.id, "kind": c.kind, "model": c.model, "benchmark": c.id.split("/")[-1],
-                   "folder": c.folder, "source": transfer_source(c) if c.kind == "transfer" else None}
-                  for c in cells],
+        "cells": [{"id": c.id, "kind": c.kind, "model": c.model, "benchmark": c.benchmark, "folder": c.folder,
+                   "source": c.source} for c in cells],
         "datasets": {d.name: d.settings() for d in (*study.benchmarks, *study.vqa)},
-        "subruns": [c.folder for c in cells if c.kind != "data"], "environment": environment()})
+        "subruns": [c.folder for c in cells if cell_kind(c.kind).writes_run_folder], "environment": environment()})
 
 
 def plan_states(study: Any, out: Path) -> list[tuple[Cell, str, list[str]]]:

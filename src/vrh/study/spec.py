@@ -17,15 +17,18 @@ Grammar (every table and key; anything else is refused with its line)::
     [stability]      k, n_values, bootstrap, benchmark, models
     [dpo_pairs]      k, n, benchmark, models
 
-A protocol table that is absent makes no cells of its kind. ``models`` in a protocol table restricts it to
-those models (default: all). Relative paths are relative to the study file's folder.
+The protocol tables (``[detection]`` on) are the cell kinds' (:mod:`vrh.study.kinds`): each kind registers its
+table with its keys, defaults and bounds (:class:`vrh.study.cells.CellKind`), and :func:`sections`,
+:func:`protocol_keys` and :func:`defaults` are read from the registrations. A protocol table that is absent
+makes no cells of its kind (``[detection]`` applies with its defaults). ``models`` in a protocol table
+restricts it to those models (default: all). Relative paths are relative to the study file's folder.
 
 Why the checks run here: a study is hours of GPU time, so a typo, a missing file or a k that leaves no room
 for k random heads (:func:`vrh.experiments.conditions.check_room`, on each model's grid read from its
 ``config.json``, not from its weights) must fail in a second, naming the line of the study file. So must
 every value a command would refuse at run time (:mod:`vrh.study.values`), a name that would give two cells
-one folder (the rules at :data:`RESERVED_MODEL_NAMES`), and each cell's command ``Config``
-(:func:`vrh.study.checks.check_cells`): ``vrh study plan`` refuses what ``vrh study run`` would.
+one folder (the rules at :data:`RESERVED_MODEL_NAMES`), and each cell's settings value (the command's
+options, :func:`vrh.study.checks.check_cells`): ``vrh study plan`` refuses what ``vrh study run`` would.
 
 Transfer pairs ``"auto"``: two models share a language-model backbone when their LM configs agree on the
 architecture (model type, layers, heads, KV heads, hidden and intermediate sizes, vocabulary size) and their
@@ -44,24 +47,17 @@ from pathlib import Path
 from typing import Any
 
 from vrh.infra.console import printable
-from vrh.study.cells import STUDY_ENTRIES
+from vrh.options import GenerationOptions, ModelOptions
+from vrh.study import kinds as _kinds  # noqa: F401  (registers the built-in cell kinds)
+from vrh.study.cells import STUDY_ENTRIES, study_tables
+from vrh.study.datasets import DatasetSpec
 from vrh.study.values import RULES
 
-SECTIONS = ("study", "models", "benchmarks", "vqa", "detection", "sweep", "crosstask", "compare", "transfer",
-            "stability", "dpo_pairs")
+BASE_SECTIONS = ("study", "models", "benchmarks", "vqa")  # then one protocol table per cell kind that has one
 STUDY_KEYS = {"name": str, "device": str, "dtype": str, "batch_size": int, "max_new_tokens": int, "threads": int}
 MODEL_KEYS = {"model": str, "adapter": str}
 DATASET_KEYS = {"data": str, "source": str, "snapshot": str, "split": str, "limit": int, "world": str, "n": int,
                 "seed": int, "layout": str}
-PROTOCOL_KEYS: dict[str, dict[str, Any]] = {
-    "detection": {"n": int, "n_eval": int, "scorers": list, "seed": int},
-    "sweep": {"ks": list, "seeds": list, "mask_mode": str, "n": int, "benchmarks": list, "models": list},
-    "crosstask": {"k": int, "seeds": list, "benchmark": str, "models": list},
-    "compare": {"ks": list, "methods": list, "seeds": list, "n": int, "benchmark": str, "models": list},
-    "transfer": {"k": int, "seeds": list, "benchmark": str, "pairs": (str, list), "both_directions": bool},
-    "stability": {"k": int, "n_values": list, "bootstrap": int, "benchmark": str, "models": list},
-    "dpo_pairs": {"k": int, "n": int, "benchmark": str, "models": list},
-}
 WORLD_LAYOUTS = ("refcoco",)  # published layouts the synthetic world can be written in (vrh.study.datasets)
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # a short name becomes a folder name
 # Why these name rules: every cell's folder and record file must be its own (vrh.study.cells.check_unique).
@@ -85,27 +81,6 @@ class ModelSpec:
 
 
 @dataclass(frozen=True)
-class DatasetSpec:
-    """A grounding benchmark or VQA set. ``kind``: ``data`` (a converted JSONL), ``source`` (a ``vrh data``
-    source converted from ``snapshot``) or ``world`` (the synthetic world, optionally through ``layout``)."""
-
-    name: str
-    task: str  # grounding | vqa
-    kind: str
-    data: str | None = None
-    source: str | None = None
-    snapshot: str | None = None
-    split: str | None = None
-    limit: int | None = None
-    n: int | None = None
-    seed: int | None = None
-    layout: str | None = None
-
-    def settings(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if v is not None}
-
-
-@dataclass(frozen=True)
 class Study:
     path: Path
     name: str
@@ -124,16 +99,25 @@ class Study:
         return next(d for d in (*self.benchmarks, *self.vqa) if d.name == name)
 
 
-DEFAULTS: dict[str, dict[str, Any]] = {
-    "detection": {"n": 200, "n_eval": None, "scorers": ["out/sum/mean"], "seed": 0},
-    "sweep": {"ks": [0, 1, 3, 5, 10, 20, 50], "seeds": [0, 1, 2], "mask_mode": "zero", "n": None},
-    "crosstask": {"k": 20, "seeds": [0, 1, 2]},
-    "compare": {"ks": [5, 10, 20, 50], "methods": None, "seeds": [0, 1, 2], "n": 200},
-    "transfer": {"k": 20, "seeds": [0, 1, 2], "pairs": "auto", "both_directions": True},
-    "stability": {"k": 20, "n_values": [1, 2, 5, 10, 20, 50, 100, 200], "bootstrap": 10},
-    "dpo_pairs": {"k": 20, "n": None},
-}
-RUN_DEFAULTS = {"device": "cpu", "dtype": "float32", "batch_size": 16, "max_new_tokens": 64, "threads": None}
+def sections() -> tuple[str, ...]:
+    """Every table a study file may hold: the study's own, then each registered cell kind's
+    (:func:`vrh.study.cells.study_tables`, so a kind registered later is read with no edit here)."""
+    return (*BASE_SECTIONS, *study_tables())
+
+
+def protocol_keys() -> dict[str, dict[str, Any]]:
+    """Protocol table -> its keys and their TOML types, from the cell kinds' registrations."""
+    return {table: dict(kind.keys) for table, kind in study_tables().items()}
+
+
+def defaults() -> dict[str, dict[str, Any]]:
+    """Protocol table -> the values of the keys the file does not write."""
+    return {table: dict(kind.defaults) for table, kind in study_tables().items()}
+
+
+# [study]'s run settings not written: the commands' own defaults (every cell runs with them)
+RUN_DEFAULTS = {"device": ModelOptions.device, "dtype": ModelOptions.dtype, "batch_size": GenerationOptions.batch_size,
+                "max_new_tokens": GenerationOptions.max_new_tokens, "threads": ModelOptions.threads}
 
 
 # --- line numbers -------------------------------------------------------------------------------------
@@ -230,7 +214,7 @@ class _Reader:
         return str(p.resolve())
 
     def check_values(self, table: dict[str, Any], rules: dict[str, Any], keys: tuple[str, ...]) -> None:
-        """Each written value against its rule (:data:`vrh.study.values.RULES`)."""
+        """Each written value against its rule (:data:`vrh.study.values.RULES`, a cell kind's ``rules``)."""
         for key, value in table.items():
             rule = rules.get(key)
             problem = rule(value) if rule is not None else None
@@ -253,9 +237,10 @@ def load_study(path: str | Path) -> Study:
         where = deep_line(text)
         raise StudyError(printable(f"{path}:{'' if where is None else f'{where}:'} values nested too deeply to "
                                    f"read (more than {MAX_NESTING} levels of [ ] or {{ }}; a study needs 2)")) from None
+    known = sections()
     for key in raw:
-        if key not in SECTIONS:
-            raise r.fail((key,), f"unknown table [{key}]; a study has " + ", ".join(f"[{s}]" for s in SECTIONS))
+        if key not in known:
+            raise r.fail((key,), f"unknown table [{key}]; a study has " + ", ".join(f"[{s}]" for s in known))
     st = r.table(raw.get("study", {}), ("study",))
     r.check_keys(st, STUDY_KEYS, ("study",))
     r.check_values(st, RULES["study"], ("study",))
@@ -277,13 +262,13 @@ def load_study(path: str | Path) -> Study:
                          "case-insensitive filesystem (macOS, Windows); rename one")
         taken[d.name.casefold()] = d
     protocol = {}
-    for name, allowed in PROTOCOL_KEYS.items():
-        if name not in raw and name != "detection":
+    for name, kind in study_tables().items():
+        if name not in raw and not kind.always:
             continue
         table = r.table(raw.get(name, {}), (name,))
-        r.check_keys(table, allowed, (name,))
-        r.check_values(table, RULES.get(name, {}), (name,))
-        protocol[name] = {**DEFAULTS[name], **table}
+        r.check_keys(table, kind.keys, (name,))
+        r.check_values(table, kind.rules, (name,))
+        protocol[name] = {**kind.defaults, **table}
     study = Study(path=path.resolve(), name=st.get("name", path.stem), models=models, benchmarks=benchmarks,
                   vqa=vqa, protocol=protocol, run=run)
     from vrh.study.checks import check_cells, check_study  # the checks that need vrh's registries and configs

@@ -3,16 +3,16 @@ at run time (after datasets were prepared and models loaded, and without the stu
 ``vrh study plan`` refuses it first, naming the line (:func:`vrh.study.spec._Reader.fail`). docs/study.md
 lists the same bounds.
 
-A rule is a function ``value -> problem | None`` keyed by table and key in :data:`RULES`; it sees a value
-only when the study writes it (what is not written takes the command's default, which is valid).
+A rule is a function ``value -> problem | None``, keyed by key in :data:`RULES` (the ``[study]`` table, a
+dataset entry) or in a cell kind's registration (its table's, :class:`vrh.study.cells.CellKind`); it sees a
+value only when the study writes it (what is not written takes the default, which is valid).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
-Rule = Callable[[Any], "str | None"]
+from vrh.study.cells import Rule
 
 # The synthetic world is drawn at about 200 samples a second and 14 KB a sample (PNG images; measured
 # 2026-12 on this project's CPUs): 50,000 samples are ~0.7 GB and ~4 minutes, far beyond any benchmark the
@@ -73,7 +73,7 @@ def device(v: str) -> str | None:
 
 
 def dtype(v: str) -> str | None:
-    from vrh.infra.options import DTYPES
+    from vrh.options import DTYPES
 
     return None if v in DTYPES else f"{shown(v)}: one of {list(DTYPES)}"
 
@@ -119,18 +119,9 @@ SEEDS = int_list(0, "the random control needs at least one seed")
 KS = int_list(0, "give at least one k")
 MODELS, BENCHMARKS = name_list("models"), name_list("grounding benchmarks")
 
+# the [study] table's and a dataset entry's; each protocol table's are its cell kind's (vrh.study.kinds)
 RULES: dict[str, dict[str, Rule]] = {
     "study": {"batch_size": POSITIVE, "max_new_tokens": POSITIVE, "threads": POSITIVE, "device": device,
               "dtype": dtype},
-    "detection": {"n": POSITIVE, "n_eval": POSITIVE, "seed": SEED,
-                  "scorers": str_list("give at least one scorer (the first ranks the heads)")},
-    "sweep": {"ks": KS, "seeds": SEEDS, "n": POSITIVE, "benchmarks": BENCHMARKS, "models": MODELS},
-    "crosstask": {"k": POSITIVE, "seeds": SEEDS, "models": MODELS},
-    "compare": {"ks": KS, "seeds": SEEDS, "n": POSITIVE, "models": MODELS,
-                "methods": str_list("leave it out for vrh compare's own list")},
-    "transfer": {"k": POSITIVE, "seeds": SEEDS, "pairs": pairs},
-    "stability": {"k": POSITIVE, "bootstrap": POSITIVE, "models": MODELS,
-                  "n_values": int_list(1, "give at least one number of detection samples to draw")},
-    "dpo_pairs": {"k": POSITIVE, "n": POSITIVE, "models": MODELS},
     "dataset": {"n": world_size, "seed": SEED, "limit": POSITIVE},
 }

@@ -3,9 +3,11 @@
 :func:`score_answer` picks the rule for one sample, by the VQA task's ``answer_rule`` option
 (``--answer-rule``):
 
-* ``official`` (default): a sample whose source names its benchmark's rule (``Sample.answer_rule``, one of
-  :data:`vrh.data.ANSWER_RULES`) is scored by that rule, reproduced from the benchmark's own scoring code
-  (each cited below to repository, commit and line); a sample without one by vrh's rule for its type.
+* ``official`` (default): a sample whose source names its benchmark's rule (``Sample.answer_rule``) is
+  scored by that rule, reproduced from the benchmark's own scoring code (each cited below to repository,
+  commit and line, and registered by name with :func:`vrh.data.answer_rule_registry.register_answer_rule`,
+  which is also where the data format reads the names it accepts); a sample without one by vrh's rule for
+  its type.
 * ``lenient``: vrh's rule for the answer type, whatever the benchmark (:data:`RULES`).
 
 vrh's rules (one per answer type; :func:`judge_answer` applies them to a bare gold answer):
@@ -21,7 +23,7 @@ vrh's rules (one per answer type; :func:`judge_answer` applies them to a bare go
   word from ``zero`` to ``twenty``) compared numerically with the gold (``"3.0"`` matches ``"3"``).
   Thousands separators are not read: ``"1,000"`` reads as 1.
 * ``float``: the first number, rounded to the sample's ``precision``, equals the gold rounded so.
-* ``length`` (SpatialRGPT-Bench's sizes): the first number with a unit of length (:func:`parse_length`),
+* ``length`` (SpatialRGPT-Bench's sizes): the first number with a unit of length (:func:`vrh.data.lengths.parse_length`),
   in meters, is a success when ``0.75 * gold <= pred <= 1.25 * gold`` -- SpatialRGPT's own rule
   (github AnjieCheng/SpatialRGPT ``scripts/srgpt/eval/evaluate_spatial_with_gpt4.py`` @ 16715d4, lines
   279-282, where GPT-4 converts both sentences to meters with 1 inch = 0.0254 m, 1 foot = 0.3048 m,
@@ -43,6 +45,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from vrh.data import check_answer
+from vrh.data.answer_rule_registry import get_answer_rule, register_answer_rule
+from vrh.data.lengths import parse_length
 from vrh.tasks.base import CORRECT, PARSE_FAILURE
 
 if TYPE_CHECKING:
@@ -72,14 +76,6 @@ _NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", 
 _NUMBER_RE = re.compile(r"(?<![\w.])(-?(?:\d+(?:\.\d+)?|\.\d+))|\b("
                         + "|".join(sorted(_NUMBER_WORDS, key=len, reverse=True)) + r")\b", re.IGNORECASE)
 
-# Units of length -> meters (SpatialRGPT's factors for inch, foot and cm; mm and km by definition). Bare
-# "in" is not a unit here ("2 in height"), and neither is a lone "'" or '"'.
-METERS_PER_UNIT = {"m": 1.0, "cm": 0.01, "mm": 0.001, "km": 1000.0, "in": 0.0254, "ft": 0.3048}
-_UNIT_WORDS = {"m": "meters?|metres?|m", "cm": "centimeters?|centimetres?|cm", "mm": "millimeters?|millimetres?|mm",
-               "km": "kilometers?|kilometres?|km", "in": "inch(?:es)?", "ft": "feet|foot|ft"}
-_LENGTH_RE = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?|\.\d+)\s*+(?:(" + ")|(".join(_UNIT_WORDS.values()) + r"))\b",
-                        re.IGNORECASE)
-_INCHES_AFTER_FEET_RE = re.compile(r"\s*+(?:and\s++|,\s*+)?(\d+(?:\.\d+)?)\s*+(?:inch(?:es)?)\b", re.IGNORECASE)
 REL_ERROR_EPS = 1e-4  # SpatialRGPT's denominator guard, gold + 1e-4 (line 282)
 
 
@@ -155,24 +151,6 @@ def parse_number(text: str) -> float | None:
     return float(digits) if digits is not None else float(_NUMBER_WORDS.index(word.lower()))
 
 
-def parse_length(text: str) -> float | None:
-    """The first length with a unit in ``text``, in meters (feet followed by inches add up), or ``None``.
-
-    >>> parse_length("Region [0] is 30.05 inches in height."), parse_length("It is 1.2 m wide (3.9 feet).")
-    (0.76327, 1.2)
-    >>> parse_length("5 feet 6 inches"), parse_length("about 80 cm"), parse_length("2 in height"), parse_length("3")
-    (1.6764, 0.8, None, None)
-    """
-    m = _LENGTH_RE.search(text)
-    if m is None:
-        return None
-    unit = list(_UNIT_WORDS)[next(i for i, g in enumerate(m.groups()[1:]) if g is not None)]
-    meters = float(m.group(1)) * METERS_PER_UNIT[unit]
-    if unit == "ft" and (inches := _INCHES_AFTER_FEET_RE.match(text, m.end())):
-        meters += float(inches.group(1)) * METERS_PER_UNIT["in"]
-    return round(meters, 9)  # 9 decimals: a nanometre, past any size asked, and no float noise in records
-
-
 # --- vrh's rules, one per answer type ------------------------------------------------------------------
 def _shown(value: float) -> str:
     """A number as a record shows what was read: ``3`` for 3.0, else Python's shortest exact form."""
@@ -221,6 +199,7 @@ RULES: dict[str, Callable[[str, Gold], Verdict]] = {  # one per ANSWER_TYPES
 
 
 # --- the benchmarks' own rules ----------------------------------------------------------------------------
+@register_answer_rule("mmstar", benchmark="MMStar")
 def _mmstar(pred: str, gold: Gold) -> Verdict:
     """MMStar ``eval/vlmeval/evaluate/mmstar.py`` (github MMStar-Benchmark/MMStar @ 79e6d1c, lines 53-69):
     both lower-cased and stripped; correct when the gold is the answer's first character, or the one after
@@ -240,6 +219,7 @@ def _mmstar(pred: str, gold: Gold) -> Verdict:
 _CVBENCH_LETTER_RE = re.compile(r"[\(\s]*([A-Z])[\)\.\s]*", re.IGNORECASE)
 
 
+@register_answer_rule("cvbench", benchmark="CV-Bench")
 def _cvbench(pred: str, gold: Gold) -> Verdict:
     """lmms-eval ``lmms_eval/tasks/cv_bench/utils.py`` (github EvolvingLMMs-Lab/lmms-eval @ 75571cf, lines
     20-24 and 44-49): the first letter of the stripped answer, after blanks and ``(``, any case, against the
@@ -255,6 +235,7 @@ def _cvbench(pred: str, gold: Gold) -> Verdict:
     return Verdict(CORRECT if letter == gold.answer.strip() else WRONG, letter)
 
 
+@register_answer_rule("countbenchqa", benchmark="CountBenchQA")
 def _countbenchqa(pred: str, gold: Gold) -> Verdict:
     """lmms-eval ``lmms_eval/tasks/countbenchqa/utils.py`` (@ 75571cf, lines 14-18): the stripped answer
     equals the count's digits. ``"3."`` and ``"There are 3 dogs."`` are wrong.
@@ -309,6 +290,7 @@ def mathvista_extract(pred: str, gold: Gold) -> str:
     return found[-1] if found else p
 
 
+@register_answer_rule("mathvista", benchmark="MathVista")
 def _mathvista(pred: str, gold: Gold) -> Verdict:
     """MathVista ``evaluation/calculate_score.py`` (github lupantech/MathVista @ 53d5258, lines 27-94) on
     :func:`mathvista_extract`'s extraction: multiple choice maps a ``(X)`` or bare option letter to its
@@ -344,9 +326,6 @@ def _mathvista(pred: str, gold: Gold) -> Verdict:
     return Verdict(CORRECT if got == gold.answer.strip() else WRONG, got)
 
 
-OFFICIAL: dict[str, Callable[[str, Gold], Verdict]] = {  # one per ANSWER_RULES
-    "mmstar": _mmstar, "cvbench": _cvbench, "countbenchqa": _countbenchqa, "mathvista": _mathvista}
-
 
 def rule_name(sample: Sample, answer_rule: str = "official") -> str:
     """The rule that scores ``sample`` under the task option ``answer_rule``: its benchmark's own
@@ -360,7 +339,7 @@ def score_answer(pred: str, sample: Sample, answer_rule: str = "official") -> Ve
     """The verdict on the answer ``pred`` to VQA ``sample`` by the rule :func:`rule_name` picks."""
     name, gold = rule_name(sample, answer_rule), Gold.of(sample)
     check_answer(gold.answer, gold.answer_type)
-    return (RULES[gold.answer_type] if name == LENIENT else OFFICIAL[name])(pred or "", gold)
+    return (RULES[gold.answer_type] if name == LENIENT else get_answer_rule(name).score)(pred or "", gold)
 
 
 def judge_answer(pred: str, gold: str, answer_type: str = "exact", *, precision: int | None = None) -> str:

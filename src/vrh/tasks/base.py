@@ -1,4 +1,4 @@
-"""The task interface and registry (a leaf: imports nothing from vrh).
+"""The task interface and registry (a leaf: imports nothing of vrh but the discovery helper).
 
 A *task* is what a sample asks of the model (``Sample.task``: "grounding", "vqa"). It owns three things
 and nothing else (the lmms-eval shape): the **prompt** (built through the model's adapter, so each family
@@ -8,8 +8,8 @@ name and never branch on the task themselves, so a benchmark adds a task in one 
 :func:`register_task`, without touching them.
 
 Why a leaf: task modules import this one to register, so if it imported them there would be a cycle.
-:mod:`vrh.tasks` imports the built-in task modules, so importing anything from the package fills the
-registry.
+Instead every lookup first imports each module of the :mod:`vrh.tasks` package
+(:func:`vrh.infra.discovery.discover`): a new task is one file, and no import line or list names it.
 
 A task's *options* (e.g. grounding's IoU threshold ``tau``) are the keyword parameters of its
 constructor, each with a default; a frozen dataclass is the natural way to write one. ``get_task(name,
@@ -23,8 +23,11 @@ import inspect
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
+from vrh.infra.discovery import discover
+
 if TYPE_CHECKING:
     from vrh.data import Sample
+    from vrh.runs import SampleRecord
 
 # Outcome names shared by the built-in tasks; plain strings so records serialize as they are.
 CORRECT = "correct"
@@ -46,19 +49,21 @@ class Task:
     """One kind of sample: its prompt, its judge and its aggregate metric.
 
     Subclasses set ``name`` (equal to the ``Sample.task`` they judge) and ``outcomes`` (every outcome the
-    judge can record, the correct one first) and implement :meth:`prompt` and :meth:`judge`. The generic
+    judge can record, the correct one first) and implement :meth:`prompt` and :meth:`judge`; ``help``
+    is how ``--task``'s help describes the task in a few words ("" for none). The generic
     :meth:`summarize` counts outcomes; a task with a continuous score (grounding's IoU) extends it.
     """
 
     name: ClassVar[str] = ""
     outcomes: ClassVar[tuple[str, ...]] = ()
+    help: ClassVar[str] = ""
 
     # --- what each task provides -----------------------------------------------------------------
     def prompt(self, adapter: TaskAdapter, sample: Sample) -> str:
         """The text prompt for ``sample`` (the image is passed separately), worded by ``adapter``."""
         raise NotImplementedError
 
-    def judge(self, adapter: TaskAdapter, sample: Sample, text: str, meta: dict[str, Any]) -> dict[str, Any]:
+    def judge(self, adapter: TaskAdapter, sample: Sample, text: str, meta: dict[str, Any]) -> SampleRecord:
         """One record for the model's answer ``text`` (``meta``: what the adapter needs to read it back,
         e.g. the resized image size). Starts from :meth:`record` and adds an ``outcome``."""
         raise NotImplementedError
@@ -70,7 +75,7 @@ class Task:
         if sample.task != self.name:
             raise ValueError(f"task {self.name!r} cannot handle sample {sample.id!r} of task {sample.task!r}")
 
-    def record(self, sample: Sample, text: str) -> dict[str, Any]:
+    def record(self, sample: Sample, text: str) -> SampleRecord:
         """The keys every record has, before the task's own: ``id``, ``task``, ``image``, ``pred_text``."""
         self.check_sample(sample)
         return {"id": sample.id, "task": sample.task, "image": str(sample.image_path), "pred_text": text}
@@ -104,6 +109,13 @@ class Task:
 
 
 _TASKS: dict[str, type[Task]] = {}
+_PACKAGE = __name__.rpartition(".")[0]  # vrh.tasks: every module of it is imported before a lookup
+
+
+def _tasks() -> dict[str, type[Task]]:
+    """The registry, once every module of the package has been imported."""
+    discover(_PACKAGE)
+    return _TASKS
 
 
 def register_task(cls: type[Task]) -> type[Task]:
@@ -135,13 +147,18 @@ def register_task(cls: type[Task]) -> type[Task]:
 
 def task_names() -> tuple[str, ...]:
     """Registered task names, sorted."""
-    return tuple(sorted(_TASKS))
+    return tuple(sorted(_tasks()))
+
+
+def describe_tasks() -> dict[str, str]:
+    """``{name: help}`` of every registered task, sorted by name (what ``--task``'s help lists)."""
+    return {name: _tasks()[name].help for name in task_names()}
 
 
 def get_task(name: str, **options: Any) -> Task:
     """The task ``name`` configured with ``options``; an unknown name or option is a ValueError that lists
     what exists (the task's own constructor validates the values)."""
-    if name not in _TASKS:
+    if name not in _tasks():
         raise ValueError(f"unknown task {name!r}; registered tasks: {', '.join(task_names()) or 'none'}")
     cls = _TASKS[name]
     defaults = cls.option_defaults()
@@ -160,7 +177,7 @@ def task_from_settings(name: str, settings: Mapping[str, Any]) -> Task:
     >>> task_from_settings("vqa", {"tau": 0.7}).config(), task_from_settings("grounding", {"tau": 0.7}).config()
     ({'name': 'vqa', 'answer_rule': 'official'}, {'name': 'grounding', 'tau': 0.7, 'clip': False})
     """
-    if name not in _TASKS:
+    if name not in _tasks():
         raise ValueError(f"unknown task {name!r}; registered tasks: {', '.join(task_names()) or 'none'}")
     declared = _TASKS[name].option_defaults()
     return get_task(name, **{k: v for k, v in settings.items() if k in declared})

@@ -15,11 +15,14 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from vrh.data import boxes as grounding
 from vrh.data import Sample
 from vrh.tasks.base import Task, TaskAdapter, register_task
+
+if TYPE_CHECKING:
+    from vrh.runs import SampleRecord
 
 
 @register_task
@@ -32,6 +35,7 @@ class GroundingTask(Task):
     to answer)."""
 
     name: ClassVar[str] = "grounding"
+    help: ClassVar[str] = "IoU >= --tau"  # in --task's help
     outcomes: ClassVar[tuple[str, ...]] = grounding.Outcome.ALL  # correct, mislocated, parse_failure
 
     tau: float = 0.5  # IoU threshold for "correct" (paper: 0.5), inclusive
@@ -50,7 +54,7 @@ class GroundingTask(Task):
         return adapter.grounding_prompt(sample.expression)
 
     def judge(self, adapter: TaskAdapter, sample: Sample, text: str, meta: dict[str, Any] | None = None
-              ) -> dict[str, Any]:
+              ) -> SampleRecord:
         rec = self.record(sample, text)
         size = sample.read_image_size()
         box = adapter.parse_box(text, meta or {}, size)

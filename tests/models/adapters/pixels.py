@@ -84,13 +84,12 @@ def internvl_pixels(batch, b: int, processor) -> list[np.ndarray | None]:
 READERS: dict[str, Callable] = {
     "qwen2_vl": qwen_pixels, "qwen2_5_vl": qwen_pixels, "qwen3_vl": qwen_pixels, "glm4v": qwen_pixels,
     "llava": llava_pixels,
-    "llava_next": llava_next_pixels,  # 5-D pixel_values, unpadded anyres grid + newlines (its tiny builder's module)
+    "llava_next": llava_next_pixels,  # 5-D: base tile, unpadded anyres grid, None for newlines (its builder's module)
     "internvl": internvl_pixels,
     "paligemma": internvl_pixels,  # also n x n row-major cells of one square input (test_paligemma.py)
     "gemma3": internvl_pixels,  # views (image, crops) of n x n row-major pooled cells (test_gemma3.py)
     "idefics3": idefics3_pixels,  # 5-D pixel_values: tiles then the global frame (its tiny builder's module)
     "llava_onevision": llava_onevision_pixels,  # like llava_next; refuses a bilinearly shrunk grid
-    "llava_next": llava_next_pixels,  # base tile, unpadded anyres grid; None for row newlines
 }
 
 

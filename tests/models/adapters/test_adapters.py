@@ -67,6 +67,14 @@ def test_every_adapter_file_registers_and_has_a_tiny_builder():
 
 # --- structure ---------------------------------------------------------------------------------
 
+def test_every_adapter_is_what_the_mechanisms_take():
+    """core's functions type their ``adapter`` with LanguageModelLayout: every registered family provides it."""
+    from vrh.core.layout import LanguageModelLayout
+
+    for name, cls in registered_adapters().items():
+        assert isinstance(cls(), LanguageModelLayout), name
+
+
 def test_structure(family):
     name, adapter, model, _ = family
     cfg = adapter.text_config(model)

@@ -160,6 +160,16 @@ def test_entry_point_plugins_register_on_lookup(isolated_registry, monkeypatch):
         get_adapter("another_vlm")
 
 
+def test_the_entry_point_group_has_one_name_in_code_and_docs():
+    import vrh.models.adapters as adapters_pkg
+
+    root = DOC.parents[1]
+    texts = [DOC.read_text(), (root / "docs" / "architecture.md").read_text(), Path(adapters_pkg.__file__).read_text()]
+    named = [g for t in texts for g in re.findall(r'[`"]([\w.]+)[`"]\]?\s+entry[- ]point|entry-points\."([\w.]+)"', t)]
+    groups = {a or b for a, b in named}
+    assert len(named) >= 4 and groups == {adapters_pkg.PLUGIN_GROUP}, groups
+
+
 def test_register_adapter_then_model_type_picks_it(isolated_registry):
     class Mine(LlavaAdapter):
         name = "mine"

@@ -1,12 +1,11 @@
 """Benchmark sources: each reads one benchmark in its published local layout and converts it to vrh's
 JSONL format (``vrh data convert NAME SRC --out DIR``). One module per source, registered by name in
-:mod:`vrh.data.sources.registry`; importing this package registers the built-ins.
+:mod:`vrh.data.sources.registry`, whose lookups import every module of this package first: a new source is
+one file, and nothing here names it.
 
 See ``docs/benchmarks.md`` for every source's layout, which field becomes what, and how it is judged.
 """
 
-from vrh.data.sources import (countbench, cvbench, mathvista, mmstar, refcoco, refer, refspatial,  # noqa: F401
-                              spatial457, spatialrgpt, toloka, vaw)
 from vrh.data.sources.convert import ConversionFailed, ConvertReport, convert
 from vrh.data.sources.registry import (NotInSubset, RowContext, Skip, SkipRow, Source, get_source, register_source,
                                        source_names)

@@ -12,8 +12,9 @@ description, registered once in its own module (the SAELens shape):
   :class:`SkipRow` with a reason; :func:`vrh.data.sources.convert.convert` records it as a counted skip.
   A row outside the subset being converted raises :class:`NotInSubset` (counted apart, not a skip).
 
-Why a leaf: source modules import this one to register, and :mod:`vrh.data.sources` imports them all,
-so the registry is filled on first import without a cycle.
+Why a leaf: source modules import this one to register, so it cannot import them back. Instead every
+lookup first imports each module of the :mod:`vrh.data.sources` package (:func:`vrh.infra.discovery.discover`):
+a new source is one file, and no import line or list names it.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from vrh.infra.discovery import discover
 
 
 class SkipRow(ValueError):
@@ -81,6 +84,7 @@ class Source:
 
 
 _SOURCES: dict[str, Source] = {}
+_PACKAGE = __name__.rpartition(".")[0]  # vrh.data.sources: every module of it is imported before a lookup
 
 
 def register_source(source: Source) -> Source:
@@ -93,6 +97,7 @@ def register_source(source: Source) -> Source:
 
 def get_source(name: str) -> Source:
     """The registered source ``name``; an unknown name is an error listing the known ones."""
+    discover(_PACKAGE)
     try:
         return _SOURCES[name]
     except KeyError:
@@ -102,4 +107,5 @@ def get_source(name: str) -> Source:
 
 def source_names() -> tuple[str, ...]:
     """Registered source names, sorted."""
+    discover(_PACKAGE)
     return tuple(sorted(_SOURCES))

@@ -15,7 +15,7 @@ Which rows become samples (``--subset``, recorded in ``convert.json``):
 * ``size`` (default; the paper's App. E.2 "quantitative object-size estimation subset", 266 samples): the
   ``width_data`` (133) and ``height_data`` (133) questions. Gold: the length the gold sentence states with
   its unit ("Region [0] is 30.05 inches in height.", feet, centimeters, meters), read by
-  :func:`vrh.tasks.answer_rules.parse_length` and stored in meters (``answer_type`` ``length``; a gold
+  :func:`vrh.data.lengths.parse_length` and stored in meters (``answer_type`` ``length``; a gold
   sentence without a readable length is a counted skip). The question ends with :data:`LENGTH_SUFFIX`. An
   answer is scored as SpatialRGPT's evaluation scores it (its ``evaluate_spatial_with_gpt4.py``, where
   GPT-4 converts both sentences to meters): a success within 25% of the gold, ``0.75 * gold <= pred <=
@@ -59,7 +59,7 @@ from vrh.data.jsonl import Sample
 from vrh.data.sources.choices import letters_for, options_block, with_suffix
 from vrh.data.sources.images import REGION_COLOURS, check_box, decode, draw_regions
 from vrh.data.sources.registry import NotInSubset, RowContext, SkipRow, Source, register_source
-from vrh.tasks.answer_rules import parse_length
+from vrh.data.lengths import parse_length
 
 REGION_MODES = ("draw", "describe")
 SUBSETS = ("size", "qualitative")

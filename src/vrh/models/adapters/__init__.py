@@ -3,7 +3,7 @@ modules in :data:`SUPPORT_MODULES` (the base class and the refusals table).
 
 Which adapter serves a checkpoint, in order (:func:`get_adapter`): the one the user named (``--adapter``:
 a registered name or ``package.module:Class``), else the registered adapter whose ``model_types`` has the
-checkpoint's ``config.model_type`` (built-in, or from an installed plugin's ``vrh.models.adapters`` entry point),
+checkpoint's ``config.model_type`` (built-in, or from an installed plugin's ``vrh.adapters`` entry point),
 else a refusal with its reason (:mod:`vrh.models.adapters.refusals`), else an error listing the supported types.
 docs/adapters.md shows how to write and register a custom adapter.
 """
@@ -28,7 +28,7 @@ for _mod in pkgutil.iter_modules(__path__):
 
 
 def load_plugins() -> list[type[Adapter]]:
-    """Register the adapters installed packages declare under the ``vrh.models.adapters`` entry-point group
+    """Register the adapters installed packages declare under the ``vrh.adapters`` entry-point group
     (``[project.entry-points."vrh.adapters"] my_family = "mypkg.mymodule:MyAdapter"``) and return them.
     Called on lookup, not at import, so importing vrh runs no third-party code."""
     from importlib.metadata import entry_points

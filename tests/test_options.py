@@ -3,7 +3,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from vrh.infra.options import (DataOptions, ModelOptions, RunOptions, add_options, config_record, ints, option,
+from vrh.options import (DataOptions, ModelOptions, RunOptions, add_options, config_record, ints, option,
                          parse_config)
 
 
@@ -52,7 +52,7 @@ def test_model_is_required_except_by_the_demo():
 
 def test_default_k_scales_with_the_model():
     """10% of the heads, rounded, at least 1: a fixed 20 left no room on the 32-head organism (issue 26 item 8)."""
-    from vrh.infra.options import DEFAULT_K_RULE, default_k, default_ks
+    from vrh.options import DEFAULT_K_RULE, default_k, default_ks
 
     assert [default_k(L, H) for L, H in ((4, 8), (28, 28), (1, 2), (32, 32))] == [3, 78, 1, 102]
     for L, H in ((4, 8), (28, 28), (2, 2)):

@@ -6,6 +6,10 @@ Every command's ``Config`` is a keyword-only frozen dataclass assembled from the
 text exist only in its field. ``parse_config(Config, namespace)`` builds the config back from parsed
 arguments, so there is no hand mapping between the two. Defaults show in ``--help``.
 
+An option whose values come from a registry (``--task``, ``--answer-rule``'s rules, ``--mask-mode``) takes
+its choices or help as a function, called when a parser is built: the list is the registry's at that moment,
+extensions included, and never written here.
+
 Example::
 
     @dataclass(frozen=True, kw_only=True)
@@ -25,22 +29,28 @@ from dataclasses import dataclass
 from typing import Any
 
 from vrh.core.masking import mask_mode_names, mask_modes
+from vrh.data.answer_rule_registry import answer_rules
+from vrh.tasks import describe_tasks
 from vrh.tasks.answer_rules import RULE_CHOICES
 
 REQUIRED = dataclasses.MISSING  # an option with no default must be given
 
 
-def option(default: Any = REQUIRED, *, help: str, flag: str | None = None, parse: Callable[[str], Any] | None = None,
-           choices: Sequence[Any] | None = None, metavar: str | None = None, negate: str | None = None,
-           cli: bool = True) -> Any:
+def option(default: Any = REQUIRED, *, help: str | Callable[[], str], flag: str | None = None,
+           parse: Callable[[str], Any] | None = None,
+           choices: Sequence[Any] | Callable[[], Sequence[Any]] | None = None, metavar: str | None = None,
+           negate: str | None = None, cli: bool = True) -> Any:
     """A config field that is also a command-line option.
 
     ``flag``: the option string (default ``--field-name``); ``parse``: text -> value (default: the type of
     ``default``); ``negate``: for a bool defaulting to True, the flag that turns it off (``--no-disjoint``);
-    ``cli=False``: a setting of the library function only (no flag).
+    ``cli=False``: a setting of the library function only (no flag). ``help`` and ``choices`` may be
+    functions of no argument, read when a parser is built (:func:`option_help`, :func:`option_choices`).
     """
-    meta = {"help": help, "flag": flag, "parse": parse, "choices": tuple(choices) if choices else None,
-            "metavar": metavar, "negate": negate, "cli": cli}
+    if choices is not None and not callable(choices):
+        choices = tuple(choices) or None
+    meta = {"help": help, "flag": flag, "parse": parse, "choices": choices, "metavar": metavar, "negate": negate,
+            "cli": cli}
     if isinstance(default, (list, dict, set)):
         raise TypeError("option defaults must be immutable (use a tuple)")
     return dataclasses.field(default=default, metadata={"vrh_option": meta})
@@ -94,6 +104,25 @@ def default_ks(k: int, num_layers: int, num_heads: int) -> tuple[int, ...]:
     return tuple(sorted(kk for kk in {0, 1, max(1, k // 2), k, 2 * k} if kk <= total - kk))
 
 
+def option_help(f: dataclasses.Field) -> str:
+    """The option's help text as ``--help`` shows it now (a function's result, read from its registry)."""
+    text = f.metadata["vrh_option"]["help"]
+    return text() if callable(text) else text
+
+
+def option_choices(f: dataclasses.Field) -> tuple[Any, ...] | None:
+    """The values the option accepts now (None: any its parser reads)."""
+    choices = f.metadata["vrh_option"]["choices"]
+    return tuple(choices()) if callable(choices) else choices
+
+
+def _or_list(items: Sequence[str]) -> str:
+    """``a, b, or c`` (``a or b``, ``a``)."""
+    items = list(items)
+    return items[0] if len(items) == 1 else (" or ".join(items) if len(items) == 2
+                                             else ", ".join(items[:-1]) + ", or " + items[-1])
+
+
 def _flag(f: dataclasses.Field) -> str:
     return f.metadata["vrh_option"]["flag"] or "--" + f.name.replace("_", "-")
 
@@ -111,19 +140,20 @@ def add_options(parser: argparse.ArgumentParser, cls: type) -> None:
         if meta is None or not meta["cli"]:
             continue
         required = f.default is REQUIRED
-        says_default = "(default:" in meta["help"]  # the help explains its default (e.g. what None means)
-        help_text = meta["help"] + ("" if required or says_default else f" (default: {_show(f.default)})")
+        text = option_help(f)
+        says_default = "(default:" in text  # the help explains its default (e.g. what None means)
+        help_text = text + ("" if required or says_default else f" (default: {_show(f.default)})")
         help_text = help_text.replace("%", "%%")
         if isinstance(f.default, bool):
             if f.default and meta["negate"]:
-                parser.add_argument(meta["negate"], dest=f.name, action="store_false", help=meta["help"])
+                parser.add_argument(meta["negate"], dest=f.name, action="store_false", help=text)
             elif not f.default:
-                parser.add_argument(_flag(f), dest=f.name, action="store_true", help=meta["help"])
+                parser.add_argument(_flag(f), dest=f.name, action="store_true", help=text)
             else:
                 raise TypeError(f"{cls.__name__}.{f.name}: a bool option defaulting to True needs negate=")
             continue
         parse = meta["parse"] or (type(f.default) if f.default not in (None, REQUIRED) else str)
-        parser.add_argument(_flag(f), dest=f.name, type=parse, required=required, choices=meta["choices"],
+        parser.add_argument(_flag(f), dest=f.name, type=parse, required=required, choices=option_choices(f),
                             default=None if required else f.default, metavar=meta["metavar"], help=help_text)
 
 
@@ -187,18 +217,33 @@ class DataOptions:
     data: str = option(help="dataset JSONL in the vrh format (see README, 'Dataset format')")
 
 
+def _task_help() -> str:
+    """``--task``'s help: every registered task, with its few words (``Task.help``)."""
+    return "task of the evaluated samples: " + _or_list([f"{name} ({words})" if words else name
+                                                          for name, words in describe_tasks().items()])
+
+
+def _answer_rule_help() -> str:
+    """``--answer-rule``'s help: the benchmarks whose own rule is registered, by name."""
+    benchmarks = ", ".join(r.benchmark for r in answer_rules())
+    return ("how VQA answers are scored: 'official' each benchmark's own rule (" + benchmarks + "; vrh's rule "
+            "for other data), or 'lenient' vrh's rule for the answer type (reads 'The answer is (B).', 'three'); "
+            "recorded in config.json")
+
+
+def _mask_mode_help() -> str:
+    """``--mask-mode``'s help: every registered mode, with what it does to a head."""
+    return "how a masked head is knocked out: " + ", or ".join(f"'{m.name}' {m.help}" for m in mask_modes())
+
+
 @dataclass(frozen=True, kw_only=True)
 class EvalOptions:
-    task: str = option("grounding", help="task of the evaluated samples: grounding (IoU >= --tau), vqa, or point (a point inside the mask)")
+    task: str = option("grounding", help=_task_help)
     n: int | None = option(None, parse=optional_int, help="evaluate the first N held-out samples (default: all of them)")
     tau: float = option(0.5, help="IoU threshold for a correct box")
     clip_boxes: bool = option(False, help="clip predicted boxes to the image before IoU (default: scored as written, "
                                           "as lmms-eval's RefCOCO evaluation does)")
-    answer_rule: str = option("official", choices=RULE_CHOICES,
-                              help="how VQA answers are scored: 'official' each benchmark's own rule (MMStar, "
-                                   "CV-Bench, CountBenchQA, MathVista; vrh's rule for other data), or 'lenient' vrh's "
-                                   "rule for the answer type (reads 'The answer is (B).', 'three'); recorded in "
-                                   "config.json")
+    answer_rule: str = option("official", choices=RULE_CHOICES, help=_answer_rule_help)
     disjoint: bool = option(True, negate="--no-disjoint",
                             help="also evaluate samples the detection run scored (default: only samples it did not score, "
                                  "paper App. H)")
@@ -211,9 +256,7 @@ class EvalOptions:
 
 @dataclass(frozen=True, kw_only=True)
 class MaskOptions:
-    mask_mode: str = option("zero", choices=mask_mode_names(),
-                            help="how a masked head is knocked out: "
-                                 + ", or ".join(f"'{m.name}' {m.help}" for m in mask_modes()))
+    mask_mode: str = option("zero", choices=mask_mode_names, help=_mask_mode_help)
     exclude_layers: tuple[int, ...] = option((), parse=ints, metavar="L,L",
                                              help="layers random heads are never drawn from, e.g. 0")
     scorer: str | None = option(None, help="scorer of the detection run that ranks the heads (default: its primary)")

@@ -1,6 +1,7 @@
-"""What every command does the same way: load the model (or take the caller's) and set CPU threads.
-
-Not a command (no ``NAME``); commands may import it, it imports no command.
+"""What every run does the same way before it measures: refuse an ``--out`` the run folder would refuse,
+refuse a data-parallel launch the run does not support, set the CPU threads, and load the model (or take the
+caller's). The library calls of :mod:`vrh.experiments.settings`' values go through :func:`load`, so a
+command and a study cell load alike.
 """
 
 from __future__ import annotations
@@ -25,21 +26,18 @@ def configure_threads(cfg: Any) -> int | None:
 
 
 def check_data_parallel(cfg: Any) -> None:
-    """Under torchrun / accelerate (more than one process), refuse a command that does not shard its work.
+    """Under torchrun / accelerate (more than one process), refuse a run that does not shard its work.
 
-    A command declares ``DATA_PARALLEL = True`` in its module when its samples are split across ranks and
-    its run folder is merged by rank 0 (:mod:`vrh.infra.distributed`); any other command would run whole on every
-    rank and write the same folder from several processes."""
-    import sys
-
+    A settings type declares ``DATA_PARALLEL = True`` when its run splits its samples across ranks and rank 0
+    merges the run folder (:mod:`vrh.infra.distributed`); any other run would go whole on every rank and
+    write the same folder from several processes."""
     from vrh.infra.distributed import world
 
     w = world()
     if not w.active:
         return
-    module = sys.modules.get(type(cfg).__module__)
-    if not getattr(module, "DATA_PARALLEL", False):
-        name = getattr(module, "NAME", type(cfg).__module__)
+    if not getattr(type(cfg), "DATA_PARALLEL", False):
+        name = getattr(type(cfg), "COMMAND", type(cfg).__name__)
         raise ValueError(f"vrh {name} does not run data-parallel (launched as {w.size} processes); run it as one "
                          "process, or use detect, evaluate or sweep under torchrun / accelerate launch")
 
@@ -57,8 +55,8 @@ def load(cfg: Any, lm: Any = None, model: str | None = None):
     """The caller's loaded model, or ``cfg.model`` (or ``model``) loaded through its adapter, after
     :func:`check_out`; says on stderr which model runs (its adapter and head grid).
 
-    In a data-parallel run a command that does not support it is refused here (every model-loading command
-    passes through), and ``--device cuda`` means this rank's GPU."""
+    In a data-parallel run a run that does not support it is refused here (every model-loading run passes
+    through), and ``--device cuda`` means this rank's GPU."""
     check_data_parallel(cfg)
     check_out(cfg)
     if lm is not None:

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from vrh.experiments.sparsity import fraction_above, histogram, sparsity_summary, top_share
+from vrh.scoring.sparsity import fraction_above, histogram, sparsity_summary, top_share
 
 
 def paper_like_map():

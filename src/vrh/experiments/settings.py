@@ -1,0 +1,258 @@
+"""What each analysis runs with: one typed settings value per library call, declared once from the option
+groups of :mod:`vrh.options` plus the analysis' own options.
+
+The same value is three things: the command's ``Config`` (``vrh sweep``'s options are :class:`SweepSettings`'
+fields; ``cli.py`` generates the parser from them), the argument of the library call that writes the run
+folder (:func:`vrh.experiments.kcurves.run_sweep`), and what a study cell builds from its settings
+(:mod:`vrh.study.kinds`), so a cell's folder is the one the same command line writes. ``config.json`` records
+it (:func:`vrh.options.config_record`) under its ``COMMAND``; ``DATA_PARALLEL`` says whether its run shards
+its samples under torchrun / accelerate launch (:func:`vrh.experiments.setup.check_data_parallel`).
+
+:class:`DetectSettings` is the detection's own value (no model, data or run folder): ``vrh.detect_heads``
+takes it, and it travels unchanged from the options to every batch.
+
+Only :mod:`vrh.options` is imported here, so ``vrh --help`` builds every parser without torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar
+
+from vrh.options import (DEFAULT_K_RULE, DataOptions, DetectOptions, EvalOptions, GenerationOptions, MaskOptions,
+                         ModelOptions, PairOptions, RunOptions, ints, names, option, optional_int, redefault)
+
+
+def take(cls: type, source: Any, **overrides: Any) -> Any:
+    """A ``cls`` value with each of its fields read from ``source`` (an object with those attributes, e.g.
+    a command's settings), or from ``overrides``."""
+    return cls(**{f.name: overrides[f.name] if f.name in overrides else getattr(source, f.name)
+                  for f in fields(cls) if f.init})
+
+
+def with_options(settings: Any, options: dict[str, Any], where: str) -> Any:
+    """``settings`` with ``options`` (keyword arguments naming its fields) replaced: the keyword convenience of
+    a library call that takes one settings value. An unknown name is a TypeError naming the ones it takes."""
+    from dataclasses import replace
+
+    known = {f.name for f in fields(settings) if f.init}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise TypeError(f"{where}() got unexpected keyword argument(s) {unknown}; it takes "
+                        f"{type(settings).__name__}'s fields: {', '.join(sorted(known))}")
+    return replace(settings, **options) if options else settings
+
+
+# --- detection ----------------------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class DetectSettings(DetectOptions, GenerationOptions):
+    """What one detection is computed with: the detection options (scorers, answer, split, overlays, one
+    pass) and the generation options (batch size, answer length). ``vrh detect``, ``vrh compare``, ``vrh demo``
+    and ``vrh.detect_heads`` build it once; :func:`vrh.experiments.detection.detect_heads` hands it to every
+    batch (:func:`vrh.experiments.detection_batch.detect_batch`)."""
+
+    @property
+    def capture(self) -> str:
+        """Where the main rows come from: the answering generate() or a teacher-forced forward."""
+        return "generate" if self.one_pass and self.answer == "model" else "teacher_forced"
+
+
+@dataclass(frozen=True, kw_only=True)
+class DetectRunSettings(ModelOptions, DataOptions, DetectOptions, GenerationOptions, RunOptions):
+    """``vrh detect``: :func:`vrh.experiments.detection.run_detect`."""
+
+    COMMAND: ClassVar[str] = "detect"
+    DATA_PARALLEL: ClassVar[bool] = True
+
+
+# --- masked evaluations -------------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class EvaluateSettings(ModelOptions, DataOptions, EvalOptions, MaskOptions, GenerationOptions, RunOptions):
+    """``vrh evaluate``: :func:`vrh.experiments.masked_evaluation.run_evaluate`."""
+
+    COMMAND: ClassVar[str] = "evaluate"
+    DATA_PARALLEL: ClassVar[bool] = True
+
+    mask_heads: str | None = option(None, metavar="RUN|L:H,...",
+                                    help="detection run folder (its top --k heads) or a head list LAYER:HEAD,...; "
+                                         "omit for no masking")
+    k: int | None = option(None, parse=optional_int,
+                           help="how many top heads of the detection run --mask-heads to mask (or random heads to "
+                                f"draw with --random) (default: {DEFAULT_K_RULE})")
+    random: bool = option(False, help="mask --k random heads drawn outside the detected set instead")
+    seed: int = option(0, help="seed of the random heads")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SweepSettings(ModelOptions, DataOptions, EvalOptions, MaskOptions, GenerationOptions, RunOptions):
+    """``vrh sweep`` (and a study's sweep and crosstask cells): :func:`vrh.experiments.kcurves.run_sweep`."""
+
+    COMMAND: ClassVar[str] = "sweep"
+    DATA_PARALLEL: ClassVar[bool] = True
+
+    heads: str = option(metavar="RUN", help="detection run folder whose ranking is swept (vrh detect --out)")
+    ks: tuple[int, ...] | None = option(None, parse=ints, metavar="K,K",
+                                        help="k values: mask the top-k detected heads, and k random heads outside "
+                                             f"them (0 = unmasked) (default: 0, 1, k/2, k and 2k, k = {DEFAULT_K_RULE}, "
+                                             "less any k with no room for k random heads)")
+    seeds: tuple[int, ...] = option((0, 1, 2), parse=ints, metavar="S,S",
+                                    help="random-head seeds: one random control per (k, seed)")
+
+
+# --- the method comparison ----------------------------------------------------------------------------
+DESIGN_SPACE = tuple(f"{q}/{p}/{o}" for q in ("out", "in") for p in ("sum", "argmax") for o in ("mean", "freq"))
+TOKEN_CHOICE = ("rand1/sum/mean", "coord/sum/mean")  # which output tokens (Fig. 8b)
+MIN_SEEDS = 3  # of the comparison's random control (a study's [compare] seeds are checked against it too)
+
+
+def default_methods() -> tuple[str, ...]:
+    """``--methods``' default: the design space, the token choices, then every prior method registered with a
+    ``compare_order`` (:func:`vrh.scoring.registry.compare_baselines`). Read when a Config is built, not at
+    import: the registry imports the scorer files (torch), and ``vrh --help`` must not."""
+    from vrh.scoring.registry import compare_baselines
+
+    return DESIGN_SPACE + TOKEN_CHOICE + compare_baselines()
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompareSettings(ModelOptions, DataOptions, DetectOptions, MaskOptions, GenerationOptions, RunOptions):
+    """``vrh compare``: :func:`vrh.experiments.compare.run_compare`."""
+
+    COMMAND: ClassVar[str] = "compare"
+
+    methods: tuple[str, ...] | None = option(None, parse=names, metavar="SPEC,SPEC",
+                                             help="scorers to compare, comma-separated: QUERY/PHI/OMEGA variants and "
+                                                  "prior methods (default: the 8 {out,in} x {sum,argmax} x "
+                                                  "{mean,freq} variants, the token choices rand1 and coord, and "
+                                                  "every prior method registered for comparison, see docs/guide.md)")
+    default: str = option("out/sum/mean", metavar="SPEC",
+                          help="reference method: random heads are drawn outside its top-k, similarity is measured "
+                               "to it (added to --methods if missing)")
+    ks: tuple[int, ...] | None = option(None, parse=ints, metavar="K,K",
+                                        help="k values: mask each method's top-k heads, and k random heads outside "
+                                             f"the default's top-k (default: 1, k/2, k and 2k, k = {DEFAULT_K_RULE}, "
+                                             "less any k with no room for k random heads)")
+    seeds: tuple[int, ...] = option((0, 1, 2), parse=ints, metavar="S,S",
+                                    help=f"random-head seeds, at least {MIN_SEEDS} distinct")
+    # Derived, not options: detection's scorer list (the default first, so it ranks head_scores.json) and
+    # the scorer whose top-k the random control avoids. They replace DetectOptions.scorers and
+    # MaskOptions.scorer here, which --methods and --default say better for a comparison.
+    scorers: tuple[str, ...] = field(init=False, default=())
+    scorer: str | None = field(init=False, default=None)
+
+    def __post_init__(self):
+        if self.methods is None:
+            object.__setattr__(self, "methods", default_methods())
+        if len(set(self.seeds)) < MIN_SEEDS:
+            raise ValueError(f"--seeds: the random control needs at least {MIN_SEEDS} distinct seeds, got "
+                             f"{list(self.seeds)}")
+        if self.ks is not None and (any(k < 0 for k in self.ks) or not any(k > 0 for k in self.ks)):
+            raise ValueError(f"--ks: k values must be >= 0 with at least one > 0, got {list(self.ks)}")
+        twice = sorted({m for m in self.methods if self.methods.count(m) > 1})
+        if twice:
+            raise ValueError(f"--methods lists {twice} twice")
+        object.__setattr__(self, "scorers", (self.default, *[m for m in self.methods if m != self.default]))
+        object.__setattr__(self, "scorer", self.default)
+
+
+# --- transfer, stability, preference pairs ------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class TransferSettings(ModelOptions, DataOptions, EvalOptions, MaskOptions, GenerationOptions, RunOptions):
+    """``vrh transfer``: :func:`vrh.experiments.transfer.run_transfer`."""
+
+    COMMAND: ClassVar[str] = "transfer"
+
+    heads: str = option(metavar="RUN", help="model A's detection run folder: its top --k heads are masked in "
+                                            "--model (model B)")
+    heads_b: str | None = option(None, metavar="RUN", help="model B's own detection run folder (adds the "
+                                                           "own-heads condition and the score-map similarity)")
+    k: int | None = option(None, parse=optional_int,
+                           help="how many of A's (and B's) top heads to mask, and random heads to draw (default: "
+                                f"{DEFAULT_K_RULE} of model B)")
+    seeds: tuple[int, ...] = option((0, 1, 2), parse=ints, metavar="S,S",
+                                    help="random-head seeds: one random control each")
+
+    def __post_init__(self):
+        if self.k is not None and self.k < 1:
+            raise ValueError(f"--k: transfer masks at least one head, got {self.k}")
+        if not self.seeds:
+            raise ValueError("--seeds: transfer needs at least one random seed")
+
+
+@dataclass(frozen=True, kw_only=True)
+class StabilitySettings(ModelOptions, MaskOptions, GenerationOptions, RunOptions):
+    """``vrh stability``: :func:`vrh.experiments.stability.run_stability`."""
+
+    COMMAND: ClassVar[str] = "stability"
+
+    model: str | None = option(None, help="checkpoint folder, hub id, or 'organism'; needed only for the "
+                                          "token-choice comparison and --accuracy-draws (none: only the "
+                                          "sample-size curve)")
+    heads: str = option(help="detection run folder (its sample_scores.npz and held-out split)")
+    data: str | None = option(None, help="dataset whose held-out samples are masked (none: the detection run's)")
+    k: int | None = option(None, parse=optional_int,
+                           help=f"size of the top-k head set compared and masked (default: {DEFAULT_K_RULE} of "
+                                "the detection run's model)")
+    n_values: tuple[int, ...] = option((1, 2, 5, 10, 20, 50, 100, 200), parse=ints, metavar="N,N",
+                                       help="scoring-set sizes of the curve")
+    bootstrap: int = option(10, help="draws (without replacement) per scoring-set size")
+    seed: int = option(0, help="seed of the first draw (draw b uses seed + b)")
+    seeds: tuple[int, ...] = option((0, 1, 2), parse=ints, metavar="S,S",
+                                    help="random-head seeds of the token-choice control")
+    accuracy_draws: int = option(0, help="per n, also mask the top-k of this many draws and report accuracy "
+                                         "(needs --model; at most --bootstrap)")
+    n_eval: int | None = option(None, parse=optional_int, help="evaluate at most this many held-out samples "
+                                                                "(none: all)")
+
+    def __post_init__(self):
+        if self.k is not None and self.k < 1:
+            raise ValueError(f"--k must be >= 1, got {self.k}")
+        if self.bootstrap < 1:
+            raise ValueError(f"--bootstrap must be >= 1, got {self.bootstrap}")
+        if not self.n_values or any(n < 1 for n in self.n_values):
+            raise ValueError(f"--n-values must be integers >= 1, got {self.n_values}")
+        if not 0 <= self.accuracy_draws <= self.bootstrap:
+            raise ValueError(f"--accuracy-draws {self.accuracy_draws} must lie in [0, --bootstrap {self.bootstrap}]")
+        if self.accuracy_draws and self.model is None:
+            raise ValueError("--accuracy-draws masks heads and needs --model")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PairsSettings(ModelOptions, PairOptions, MaskOptions, GenerationOptions, RunOptions):
+    """``vrh dpo-pairs``: :func:`vrh.experiments.preference_pairs.run_pairs`."""
+
+    COMMAND: ClassVar[str] = "dpo-pairs"
+
+    random_negatives: bool = option(False, help="control: mask --k random heads outside the detected set, redrawn "
+                                                "for every sample, instead of the detected heads")
+
+
+# --- the demo -----------------------------------------------------------------------------------------
+DEMO_WORLD_SEED = 20_000  # disjoint from the organism's training streams and its held-out seed
+
+
+@dataclass(frozen=True, kw_only=True)
+class DemoSettings(ModelOptions, MaskOptions, GenerationOptions, RunOptions):
+    """``vrh demo``: :func:`vrh.experiments.demo.run_demo`."""
+
+    COMMAND: ClassVar[str] = "demo"
+
+    model: str = redefault(ModelOptions, "model", "organism")  # the one command that has a default model
+    out: str = option("runs/demo", help="run folder to write (a non-empty one needs --overwrite, or --resume to "
+                                        "continue an interrupted demo)")
+    batch_size: int = redefault(GenerationOptions, "batch_size", 64)
+    max_new_tokens: int = redefault(GenerationOptions, "max_new_tokens", 24)
+    n_detect: int = option(200, help="grounding samples heads are detected on")
+    n_eval: int = option(200, help="held-out grounding samples the k-sweep is evaluated on")
+    n_vqa: int = option(200, help="VQA samples evaluated under the same masks")
+    k: int | None = option(None, parse=optional_int,
+                           help=f"headline k: how many top heads to mask (default: {DEFAULT_K_RULE})")
+    ks: tuple[int, ...] | None = option(None, parse=ints, metavar="K,K",
+                                        help="k values of the grounding sweep (none: 0, 1, k/2, k, 2k); 0 and k are "
+                                             "always included")
+    seeds: tuple[int, ...] = option((0, 1, 2), parse=ints, metavar="S,S",
+                                    help="random-head seeds: one random control per (k, seed)")
+    world_seed: int = option(DEMO_WORLD_SEED, cli=False, help="seed of the synthetic world's samples (VQA: +1)")
+    sparsity_thresholds: tuple[float, ...] = option((1e-3, 5e-3), cli=False,  # sparsity.DEFAULT_THRESHOLDS
+                                                    help="score thresholds of the sparsity figure (the paper's "
+                                                         "Fig. 5 ones: 0.001 non-negligible, 0.005 high)")
