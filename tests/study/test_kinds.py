@@ -44,7 +44,7 @@ def toy_cells(study):
     if "toy" not in study.protocol:
         return []
     t = study.protocol["toy"]
-    return [Cell(f"toy/{b.name}", "toy", None, f"toy_{b.name}", {"note": t["note"], "repeat": t["repeat"]},
+    return [Cell(f"toy/{b.name}", "toy", None, f"toy_{b.name}", {"note": t.note, "repeat": t.repeat},
                  benchmark=b.name) for b in study.benchmarks]
 
 
@@ -72,7 +72,8 @@ def test_a_kind_registered_from_its_own_module_reaches_the_study_files_keys(tmp_
     study = load_study(write_study(tmp_path, extra="\n[toy]\nrepeat = 2\n"))
     assert sections()[-1] == "toy" and protocol_keys()["toy"] == {"note": str, "repeat": int}
     assert defaults()["toy"] == {"note": "hello"}
-    assert study.protocol["toy"] == {"note": "hello", "repeat": 2}
+    assert study.protocol["toy"].note == "hello" and study.protocol["toy"].repeat == 2  # a frozen dataclass
+    assert study.protocol["toy"].record() == {"note": "hello", "repeat": 2}
 
     with pytest.raises(StudyError, match=r"study.toml:\d+: unknown key 'zz' in \[toy\]; allowed: note, repeat"):
         load_study(write_study(tmp_path, extra="\n[toy]\nzz = 1\n"))
@@ -124,6 +125,9 @@ def test_a_kind_is_registered_once_with_a_consistent_table(toy_kind):
                                     settings=toy_kind.ToySettings, run=toy_kind.run_toy))
     with pytest.raises(TypeError, match="names its settings type and its library call"):
         register_cell_kind(CellKind("toy4", lambda study: [], settings=toy_kind.ToySettings))
+    with pytest.raises(ValueError, match=r"cannot be its table type's fields: \['class', 'record'\]"):
+        register_cell_kind(CellKind("toy5", lambda study: [], table="toy5", keys={"record": int, "class": str},
+                                    settings=toy_kind.ToySettings, run=toy_kind.run_toy))
 
 
 # --- properties of every registered kind --------------------------------------------------------------

@@ -22,7 +22,32 @@ def test_the_small_study_reads_with_grids_from_the_configs_and_its_pairs(tmp_pat
     assert [m.name for m in s.models] == ["A", "B"] and s.grids == {"A": (4, 8), "B": (4, 8)}
     assert s.pairs == (("A", "B"),)
     assert [b.name for b in s.benchmarks] == ["world", "world_refcoco"] and s.vqa[0].task == "vqa"
-    assert s.protocol["sweep"]["ks"] == [0, 2] and s.protocol["detection"]["n"] == 6
+    assert s.protocol["sweep"].ks == [0, 2] and s.protocol["detection"].n == 6
+
+
+
+def test_each_table_is_a_frozen_value_recorded_as_the_dict_the_study_has_always_recorded(tmp_path):
+    """config.json's ``protocol`` (and so what a resumed study compares) is each table's defaults, then the
+    keys written that have none, in the file's order: the record keeps that dict, order included."""
+    import dataclasses
+    import tomllib
+
+    from vrh.options import GenerationOptions, ModelOptions
+    from vrh.study.cells import study_tables
+    from vrh.study.spec import RunSettings
+
+    path = write_study(tmp_path, extra="\n[dpo_pairs]\nmodels = [\"A\"]\nk = 2\n")
+    s, raw = load_study(path), tomllib.loads(path.read_text())
+    for name, table in s.protocol.items():
+        old = {**study_tables()[name].defaults, **raw.get(name, {})}
+        assert list(table.record().items()) == list(old.items()), name
+    assert list(s.protocol["dpo_pairs"].record()) == ["k", "n", "models"]
+    assert s.protocol["sweep"].models is None and s.protocol["dpo_pairs"].benchmark is None  # not written
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.protocol["sweep"].ks = [1]
+    assert s.run == RunSettings(device=ModelOptions.device, dtype=ModelOptions.dtype, batch_size=8,
+                                max_new_tokens=24, threads=ModelOptions.threads)
+    assert GenerationOptions.max_new_tokens != 24  # the file's value, not the default
 
 
 @pytest.mark.parametrize("extra, where, says", [

@@ -17,14 +17,19 @@ cell, so parallel workers never write the same file).
 A kind of cell registers once (:func:`register_cell_kind`), with everything the study needs of it: a
 :class:`CellKind` names its builder ``(study) -> list[Cell]``, its table in the study file with the table's
 keys, defaults and bounds, and the library call its cells run with the settings type they build. The study
-file's grammar (:mod:`vrh.study.spec`), the checks, the plan, states, resume, both executors and the
-report's sub-runs are derived from the registrations; nothing else names a kind.
+file's grammar (:mod:`vrh.study.spec`), the table's type (:class:`Table`, a frozen dataclass made from the
+keys and defaults), the checks, the plan, states, resume, both executors and the report's sub-runs are
+derived from the registrations; nothing else names a kind.
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+import functools
 import hashlib
 import json
+import keyword
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +60,36 @@ Rule = Callable[[Any], "str | None"]  # a value -> what is wrong with it (vrh.st
 
 
 @dataclass(frozen=True)
+class Table:
+    """A protocol table of the study file as read: the base of each kind's table type
+    (:attr:`CellKind.table_type`), whose fields are the kind's ``keys``: a key the file does not write holds
+    its default, or None when it has none (TOML has no null, so None is always "not written").
+
+    ``written``: the keys the file wrote, in its order, so :meth:`record` gives back the dict the study has
+    always recorded (config.json's ``protocol``) key for key and in the same order.
+    """
+
+    written: tuple[str, ...] = field(default=(), kw_only=True, repr=False)
+    DEFAULTS: ClassVar[Mapping[str, Any]] = {}
+
+    def record(self) -> dict[str, Any]:
+        """The table as the study records it: the defaults, then the written keys that have none."""
+        return {k: getattr(self, k) for k in (*self.DEFAULTS, *self.written)}
+
+
+def _table_type(table: str, keys: Mapping[str, Any], defaults: Mapping[str, Any]) -> type[Table]:
+    """The frozen dataclass of ``[table]``: one field per key, typed as the key's TOML type(s)."""
+    def one(key: str, types: Any) -> tuple[str, Any, Any]:
+        kind = functools.reduce(lambda a, b: a | b, types) if isinstance(types, tuple) else types
+        value = defaults.get(key)
+        # a list default is copied for each table read, as a dataclass requires of a mutable default
+        return key, kind | None, field(default_factory=lambda: copy.deepcopy(value))
+    name = "".join(part.title() for part in table.split("_")) + "Table"
+    return dataclasses.make_dataclass(name, [one(k, t) for k, t in keys.items()], bases=(Table,), frozen=True,
+                                      namespace={"DEFAULTS": dict(defaults), "__module__": __name__})
+
+
+@dataclass(frozen=True)
 class CellKind:
     """What the study needs of one kind of cell.
 
@@ -81,6 +116,15 @@ class CellKind:
     run: Callable[[Any, Any], Any] | None = None
 
     writes_run_folder: ClassVar[bool] = True  # a vrh run folder: a sub-run of the study's report
+
+    @functools.cached_property
+    def table_type(self) -> type[Table]:
+        """The frozen dataclass its table is read into (:class:`Table`), made from ``keys`` and ``defaults``."""
+        return _table_type(self.table or self.name, self.keys, self.defaults)
+
+    def read_table(self, written: Mapping[str, Any]) -> Table:
+        """Its table with the keys the file wrote (``written``, checked) and the defaults of the others."""
+        return self.table_type(**written, written=tuple(written))
 
     def configure(self, cell: Cell, out: Path) -> Any:
         """``cell``'s settings value in the study folder ``out``."""
@@ -136,6 +180,10 @@ def register_cell_kind(kind: CellKind, *, plan_after: str | None = None) -> Cell
     unknown = sorted((set(kind.defaults) | set(kind.rules)) - set(kind.keys))
     if unknown:
         raise ValueError(f"cell kind {kind.name!r}: defaults or rules for keys its table does not have: {unknown}")
+    taken = sorted(k for k in kind.keys
+                   if not k.isidentifier() or keyword.iskeyword(k) or k.startswith("_") or hasattr(Table, k))
+    if taken:
+        raise ValueError(f"cell kind {kind.name!r}: keys that cannot be its table type's fields: {taken}")
     if plan_after is not None and plan_after not in _KINDS:
         raise ValueError(f"cell kind {kind.name!r}: plan_after {plan_after!r} is not a registered kind")
     _KINDS[kind.name] = kind

@@ -32,10 +32,12 @@ def check_study(study: Any, r: Any) -> tuple[dict[str, tuple[int, int]], tuple[t
             except ValueError as e:
                 raise r.fail((_section(d), d.name, "source"), str(e)) from None
 
+    written = {table: p[table].record() for table in p}  # each table's keys written or defaulted
+
     def names(table: str, key: str, known: list[str], what: str) -> None:
-        if table not in p or key not in p[table]:
+        if key not in written[table]:
             return
-        value = p[table][key]
+        value = written[table][key]
         for v in ([value] if isinstance(value, str) else value):
             if v not in known:
                 raise r.fail((table, key), f"{table}.{key}: {v!r} is not one of the study's {what} {known}")
@@ -49,18 +51,18 @@ def check_study(study: Any, r: Any) -> tuple[dict[str, tuple[int, int]], tuple[t
 
     det = p["detection"]
     try:
-        check_scorers(det["scorers"], det["seed"])
+        check_scorers(det.scorers, det.seed)
     except ValueError as e:
         raise r.fail(("detection", "scorers"), f"detection.scorers: {e}") from None
-    if "compare" in p and p["compare"]["methods"] is not None:
+    if "compare" in p and p["compare"].methods is not None:
         try:
-            check_scorers(p["compare"]["methods"])
+            check_scorers(p["compare"].methods)
         except ValueError as e:
             raise r.fail(("compare", "methods"), f"compare.methods: {e}") from None
-    if "sweep" in p and p["sweep"]["mask_mode"] not in mask_mode_names():
-        raise r.fail(("sweep", "mask_mode"), f"sweep.mask_mode {p['sweep']['mask_mode']!r}: one of "
+    if "sweep" in p and p["sweep"].mask_mode not in mask_mode_names():
+        raise r.fail(("sweep", "mask_mode"), f"sweep.mask_mode {p['sweep'].mask_mode!r}: one of "
                                              f"{list(mask_mode_names())}")
-    if "compare" in p and len(set(p["compare"]["seeds"])) < MIN_SEEDS:  # the comparison's own rule
+    if "compare" in p and len(set(p["compare"].seeds)) < MIN_SEEDS:  # the comparison's own rule
         raise r.fail(("compare", "seeds"), f"compare.seeds: at least {MIN_SEEDS} distinct seeds")
     for m in study.models:
         if m.adapter is not None:
@@ -68,10 +70,10 @@ def check_study(study: Any, r: Any) -> tuple[dict[str, tuple[int, int]], tuple[t
     sizes = {d.name: d.n if d.kind == "world" else d.limit if d.kind == "source" else _data_size(r, d)
              for d in (*study.benchmarks, *study.vqa)}
     for d in study.benchmarks:
-        _check_split(r, "detection", det["n"], det["n_eval"], d.name, sizes[d.name])
+        _check_split(r, "detection", det.n, det.n_eval, d.name, sizes[d.name])
     if "compare" in p:
-        b = p["compare"].get("benchmark") or benchmarks[0]
-        _check_split(r, "compare", p["compare"]["n"], det["n_eval"], b, sizes[b])
+        b = p["compare"].benchmark or benchmarks[0]
+        _check_split(r, "compare", p["compare"].n, det.n_eval, b, sizes[b])
 
     grids, backbones = {}, {}
     for m in study.models:
@@ -81,10 +83,10 @@ def check_study(study: Any, r: Any) -> tuple[dict[str, tuple[int, int]], tuple[t
             raise r.fail(("models", m.name), f"model {m.name}: {e}") from None
         grids[m.name] = backbones[m.name].grid
     # every table's head counts, its lists of k ("ks") first, then its single k ("k")
-    ks = {(table, "ks"): p[table]["ks"] for table in p if "ks" in p[table]}
-    ks.update({(table, "k"): [p[table]["k"]] for table in p if "k" in p[table]})
+    ks = {(table, "ks"): w["ks"] for table, w in written.items() if "ks" in w}
+    ks.update({(table, "k"): [w["k"]] for table, w in written.items() if "k" in w})
     for (table, key), values in ks.items():
-        for name in p.get(table, {}).get("models") or models:
+        for name in written[table].get("models") or models:
             L, H = grids[name]
             for k in values:
                 if not isinstance(k, int) or (key == "k" and k < 1):
@@ -96,7 +98,7 @@ def check_study(study: Any, r: Any) -> tuple[dict[str, tuple[int, int]], tuple[t
 
     pairs: tuple[tuple[str, str], ...] = ()
     if "transfer" in p:
-        given = p["transfer"]["pairs"]
+        given = p["transfer"].pairs
         if given == "auto":
             found = shared_backbone_pairs(backbones)
         elif isinstance(given, str):
@@ -118,7 +120,7 @@ def check_study(study: Any, r: Any) -> tuple[dict[str, tuple[int, int]], tuple[t
             if grids[a] != grids[b]:
                 raise r.fail(("transfer", "pairs"), f"transfer {a} -> {b}: different layer x head grids "
                                                     f"{grids[a]} and {grids[b]}")
-        both = p["transfer"]["both_directions"]
+        both = p["transfer"].both_directions
         pairs = tuple(dict.fromkeys([*found, *((b, a) for a, b in found if both)]))
     return grids, pairs
 

@@ -187,7 +187,7 @@ def write_study_config(study: Any, out: Path, cells: Sequence[Cell]) -> None:
         RUN_MARK: RUN_FORMAT, "command": STUDY_COMMAND, "study": str(study.path), "name": study.name,
         "models": {m.name: m.model for m in study.models}, "grids": {k: list(v) for k, v in study.grids.items()},
         "benchmarks": [b.name for b in study.benchmarks], "vqa": [v.name for v in study.vqa],
-        "pairs": [list(p) for p in study.pairs], "protocol": study.protocol,
+        "pairs": [list(p) for p in study.pairs], "protocol": {name: table.record() for name, table in study.protocol.items()},
         "cells": [{"id": c.id, "kind": c.kind, "model": c.model, "benchmark": c.benchmark, "folder": c.folder,
                    "source": c.source} for c in cells],
         "datasets": {d.name: d.settings() for d in (*study.benchmarks, *study.vqa)},

@@ -32,8 +32,8 @@ TRANSFER_SEPARATOR = "_to_"  # transfer/A_to_B_BENCH (vrh.study.checks refuses p
 
 def _model_opts(study: Any, name: str) -> dict[str, Any]:
     m, run = study.model(name), study.run
-    return {"model": m.model, "adapter": m.adapter, "device": run["device"], "dtype": run["dtype"],
-            "threads": run["threads"], "batch_size": run["batch_size"], "max_new_tokens": run["max_new_tokens"]}
+    return {"model": m.model, "adapter": m.adapter, "device": run.device, "dtype": run.dtype,
+            "threads": run.threads, "batch_size": run.batch_size, "max_new_tokens": run.max_new_tokens}
 
 
 def data_ref(study: Any, name: str) -> str:
@@ -53,11 +53,11 @@ def data_deps(study: Any, *names: str) -> tuple[str, ...]:
 
 
 def _models(study: Any, table: str) -> list[str]:
-    return list(study.protocol[table].get("models") or [m.name for m in study.models])
+    return list(study.protocol[table].models or [m.name for m in study.models])
 
 
 def _benchmark(study: Any, table: str) -> str:
-    return study.protocol[table].get("benchmark") or study.benchmarks[0].name
+    return study.protocol[table].benchmark or study.benchmarks[0].name
 
 
 def detect_folder(model: str, bench: str) -> str:
@@ -77,8 +77,8 @@ def data_cells(study: Any) -> list[Cell]:
 def detect_cells(study: Any) -> list[Cell]:
     det = study.protocol["detection"]
     return [Cell(f"detect/{m.name}/{b.name}", "detect", m.name, detect_folder(m.name, b.name),
-                 {**_model_opts(study, m.name), "data": data_ref(study, b.name), "n": det["n"],
-                  "n_eval": det["n_eval"], "scorers": list(det["scorers"]), "seed": det["seed"]},
+                 {**_model_opts(study, m.name), "data": data_ref(study, b.name), "n": det.n,
+                  "n_eval": det.n_eval, "scorers": list(det.scorers), "seed": det.seed},
                  (*data_deps(study, b.name),), benchmark=b.name)
             for m in study.models for b in study.benchmarks]
 
@@ -87,11 +87,11 @@ def sweep_cells(study: Any) -> list[Cell]:
     if "sweep" not in study.protocol:
         return []
     sw = study.protocol["sweep"]
-    benches = sw.get("benchmarks") or [b.name for b in study.benchmarks]
+    benches = sw.benchmarks or [b.name for b in study.benchmarks]
     return [Cell(f"sweep/{m}/{b}", "sweep", m, f"{m}/sweep_{b}",
                  {**_model_opts(study, m), "data": data_ref(study, b), "heads": OUT + detect_folder(m, b),
-                  "task": "grounding", "ks": list(sw["ks"]), "seeds": list(sw["seeds"]),
-                  "mask_mode": sw["mask_mode"], "n": sw["n"]},
+                  "task": "grounding", "ks": list(sw.ks), "seeds": list(sw.seeds),
+                  "mask_mode": sw.mask_mode, "n": sw.n},
                  (*data_deps(study, b), f"detect/{m}/{b}"), benchmark=b)
             for m in _models(study, "sweep") for b in benches]
 
@@ -100,10 +100,10 @@ def crosstask_cells(study: Any) -> list[Cell]:
     if "crosstask" not in study.protocol:
         return []
     ct, b = study.protocol["crosstask"], _benchmark(study, "crosstask")
-    mask_mode = study.protocol.get("sweep", {}).get("mask_mode", "zero")
+    mask_mode = study.protocol["sweep"].mask_mode if "sweep" in study.protocol else "zero"
     return [Cell(f"crosstask/{m}/{vq.name}", "crosstask", m, f"{m}/crosstask_{vq.name}",
                  {**_model_opts(study, m), "data": data_ref(study, vq.name), "heads": OUT + detect_folder(m, b),
-                  "task": "vqa", "ks": [0, ct["k"]], "seeds": list(ct["seeds"]), "mask_mode": mask_mode},
+                  "task": "vqa", "ks": [0, ct.k], "seeds": list(ct.seeds), "mask_mode": mask_mode},
                  (*data_deps(study, vq.name), f"detect/{m}/{b}"), benchmark=vq.name)
             for m in _models(study, "crosstask") for vq in study.vqa]
 
@@ -113,10 +113,10 @@ def compare_cells(study: Any) -> list[Cell]:
         return []
     cp, b = study.protocol["compare"], _benchmark(study, "compare")
     det = study.protocol["detection"]
-    extra = {"methods": list(cp["methods"])} if cp["methods"] is not None else {}
+    extra = {"methods": list(cp.methods)} if cp.methods is not None else {}
     return [Cell(f"compare/{m}/{b}", "compare", m, f"{m}/compare_{b}",
-                 {**_model_opts(study, m), "data": data_ref(study, b), "n": cp["n"], "n_eval": det["n_eval"],
-                  "seed": det["seed"], "ks": list(cp["ks"]), "seeds": list(cp["seeds"]), **extra},
+                 {**_model_opts(study, m), "data": data_ref(study, b), "n": cp.n, "n_eval": det.n_eval,
+                  "seed": det.seed, "ks": list(cp.ks), "seeds": list(cp.seeds), **extra},
                  data_deps(study, b), benchmark=b)
             for m in _models(study, "compare")]
 
@@ -125,11 +125,11 @@ def stability_cells(study: Any) -> list[Cell]:
     if "stability" not in study.protocol:
         return []
     st, b = study.protocol["stability"], _benchmark(study, "stability")
-    n_det = study.protocol["detection"]["n"]
-    n_values = [n for n in st["n_values"] if n <= n_det] or [n_det]  # no draw is larger than what was scored
+    n_det = study.protocol["detection"].n
+    n_values = [n for n in st.n_values if n <= n_det] or [n_det]  # no draw is larger than what was scored
     return [Cell(f"stability/{m}/{b}", "stability", m, f"{m}/stability_{b}",
                  {**_model_opts(study, m), "heads": OUT + detect_folder(m, b), "data": data_ref(study, b),
-                  "k": st["k"], "n_values": n_values, "bootstrap": st["bootstrap"]},
+                  "k": st.k, "n_values": n_values, "bootstrap": st.bootstrap},
                  (*data_deps(study, b), f"detect/{m}/{b}"), benchmark=b)
             for m in _models(study, "stability")]
 
@@ -140,7 +140,7 @@ def transfer_cells(study: Any) -> list[Cell]:
     tr, b = study.protocol["transfer"], _benchmark(study, "transfer")
     return [Cell(f"transfer/{a}{TRANSFER_SEPARATOR}{t}/{b}", "transfer", t, f"transfer/{a}{TRANSFER_SEPARATOR}{t}_{b}",
                  {**_model_opts(study, t), "data": data_ref(study, b), "heads": OUT + detect_folder(a, b),
-                  "heads_b": OUT + detect_folder(t, b), "k": tr["k"], "seeds": list(tr["seeds"])},
+                  "heads_b": OUT + detect_folder(t, b), "k": tr.k, "seeds": list(tr.seeds)},
                  (*data_deps(study, b), f"detect/{a}/{b}", f"detect/{t}/{b}"), benchmark=b, source=a)
             for a, t in study.pairs]
 
@@ -150,7 +150,7 @@ def dpo_pairs_cells(study: Any) -> list[Cell]:
         return []
     dp, b = study.protocol["dpo_pairs"], _benchmark(study, "dpo_pairs")
     return [Cell(f"dpo_pairs/{m}/{b}", "dpo_pairs", m, f"{m}/dpo_pairs_{b}",
-                 {**_model_opts(study, m), "heads": OUT + detect_folder(m, b), "k": dp["k"], "n": dp["n"]},
+                 {**_model_opts(study, m), "heads": OUT + detect_folder(m, b), "k": dp.k, "n": dp.n},
                  (*data_deps(study, b), f"detect/{m}/{b}"), benchmark=b)
             for m in _models(study, "dpo_pairs")]
 

@@ -49,7 +49,7 @@ from typing import Any
 from vrh.infra.console import printable
 from vrh.options import GenerationOptions, ModelOptions
 from vrh.study import kinds as _kinds  # noqa: F401  (registers the built-in cell kinds)
-from vrh.study.cells import STUDY_ENTRIES, study_tables
+from vrh.study.cells import STUDY_ENTRIES, Table, study_tables
 from vrh.study.datasets import DatasetSpec
 from vrh.study.values import RULES
 
@@ -81,14 +81,26 @@ class ModelSpec:
 
 
 @dataclass(frozen=True)
+class RunSettings:
+    """``[study]``'s run settings, each cell's model options; what the file does not write is the commands'
+    own default (every cell runs with it)."""
+
+    device: str = ModelOptions.device
+    dtype: str = ModelOptions.dtype
+    batch_size: int = GenerationOptions.batch_size
+    max_new_tokens: int = GenerationOptions.max_new_tokens
+    threads: int | None = ModelOptions.threads
+
+
+@dataclass(frozen=True)
 class Study:
     path: Path
     name: str
     models: tuple[ModelSpec, ...]
     benchmarks: tuple[DatasetSpec, ...]
     vqa: tuple[DatasetSpec, ...]
-    protocol: dict[str, dict[str, Any]]  # table name -> its settings with defaults filled (only present tables)
-    run: dict[str, Any] = field(default_factory=dict)  # device, dtype, batch_size, max_new_tokens, threads
+    protocol: dict[str, Table]  # table name -> its value, defaults filled (only the tables present)
+    run: RunSettings = field(default_factory=RunSettings)
     grids: dict[str, tuple[int, int]] = field(default_factory=dict)  # model -> LM (layers, heads), from config
     pairs: tuple[tuple[str, str], ...] = ()  # transfer (A, B): A's heads masked in B, both directions resolved
 
@@ -113,11 +125,6 @@ def protocol_keys() -> dict[str, dict[str, Any]]:
 def defaults() -> dict[str, dict[str, Any]]:
     """Protocol table -> the values of the keys the file does not write."""
     return {table: dict(kind.defaults) for table, kind in study_tables().items()}
-
-
-# [study]'s run settings not written: the commands' own defaults (every cell runs with them)
-RUN_DEFAULTS = {"device": ModelOptions.device, "dtype": ModelOptions.dtype, "batch_size": GenerationOptions.batch_size,
-                "max_new_tokens": GenerationOptions.max_new_tokens, "threads": ModelOptions.threads}
 
 
 # --- line numbers -------------------------------------------------------------------------------------
@@ -174,7 +181,7 @@ def check_device_here(study: Study) -> None:
     from vrh.models.loading import check_device
 
     try:
-        check_device(study.run["device"])
+        check_device(study.run.device)
     except ValueError as e:
         raise refuse(study, ("study", "device"), str(e).replace("--device", "study.device", 1)) from None
 
@@ -244,7 +251,7 @@ def load_study(path: str | Path) -> Study:
     st = r.table(raw.get("study", {}), ("study",))
     r.check_keys(st, STUDY_KEYS, ("study",))
     r.check_values(st, RULES["study"], ("study",))
-    run = {**RUN_DEFAULTS, **{k: v for k, v in st.items() if k != "name"}}
+    run = RunSettings(**{k: v for k, v in st.items() if k != "name"})
     models = _models(r, raw)
     benchmarks = _datasets(r, raw, "benchmarks", "grounding")
     vqa = _datasets(r, raw, "vqa", "vqa")
@@ -268,7 +275,7 @@ def load_study(path: str | Path) -> Study:
         table = r.table(raw.get(name, {}), (name,))
         r.check_keys(table, kind.keys, (name,))
         r.check_values(table, kind.rules, (name,))
-        protocol[name] = {**kind.defaults, **table}
+        protocol[name] = kind.read_table(table)
     study = Study(path=path.resolve(), name=st.get("name", path.stem), models=models, benchmarks=benchmarks,
                   vqa=vqa, protocol=protocol, run=run)
     from vrh.study.checks import check_cells, check_study  # the checks that need vrh's registries and configs
