@@ -506,3 +506,19 @@ def test_a_failed_write_names_the_file(tmp_path, capsys, monkeypatch):
         monkeypatch.setattr(models, "main", command)
         assert main(["models"]) == 2
         assert capsys.readouterr().err == f"vrh models: error: {message}: {target}\n"
+
+
+@pytest.mark.parametrize("argv, hint", [
+    (["sweep", "--model", "m", "--data", "d", "--heads", "h", "--out", "o", "--k", "3"], "did you mean --ks for --k?"),
+    (["sweep", "--model", "m", "--data", "d", "--heads", "h", "--out", "o", "--seed", "1"], "did you mean --seeds"),
+    (["evaluate", "--model", "m", "--data", "d", "--out", "o", "--mask-head", "0:0"], "did you mean --mask-heads"),
+    (["data", "convert", "refcoco", "src", "--out", "o", "--overwrit"], "did you mean --overwrite"),
+])
+def test_an_abbreviated_or_unknown_flag_is_refused_with_the_commands_usage(argv, hint, capsys):
+    """Issue 37 item 7: `vrh sweep --k 3` ran as `--ks 3` (argparse's prefix matching), and an unknown flag
+    showed the top-level usage line."""
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    err = capsys.readouterr().err
+    command = " ".join(a for a in argv[:2] if not a.startswith("-") and a in ("sweep", "evaluate", "data", "convert"))
+    assert e.value.code == 2 and f"usage: vrh {command}" in err and hint in err, err

@@ -20,3 +20,7 @@ def test_notebook_page_runs(tmp_path, monkeypatch, capsys):
     acc = {c.label: s["accuracy"] for c, s in ns["res"].by_condition()}
     assert acc["none"] - acc[ns["top3"].label] >= 0.4  # the organism's heads are causal
     assert os.path.getsize("notebook_attention.png") > 1000
+    # the page says it plots the top head's attention: the best-ranked head, not the first of a sorted set
+    import vrh
+
+    assert (ns["layer"], ns["head"]) == vrh.rank_heads(ns["scores"])[0]

@@ -22,10 +22,19 @@ COMMANDS = (demo, detect, evaluate, sweep, compare, transfer, stability, dpo_pai
             organism, data, models)
 
 
+class Parser(argparse.ArgumentParser):
+    """vrh's parsers (and, through ``add_subparsers``, every subcommand's): an abbreviated flag is refused, not
+    read as the one it starts (``vrh sweep --k 3`` would silently run ``--ks 3``, a two-point sweep)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from vrh import __version__
 
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="vrh", description="Find, prove and characterize Visual Retrieval Heads in VLMs. "
         "Heads are LAYER:HEAD, 0-based.")
     parser.add_argument("--version", action="version", version=f"vrh {__version__}")
@@ -48,7 +57,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--"]:  # `torchrun ... -m vrh -- detect ...`: the separator that keeps torchrun off vrh's options
         argv = argv[1:]
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        _refuse_unknown(parser, args, unknown)
     if not args.command:
         parser.print_help()
         return 2
@@ -70,6 +81,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         resume = f"; rerun the same command with --resume to continue{where}" if _resumable(mod) else ""
         print(f"\nvrh {args.command}: interrupted; what finished is kept{where}{resume}", file=sys.stderr)
         return 130
+
+
+def _refuse_unknown(parser: argparse.ArgumentParser, args: argparse.Namespace, unknown: list[str]) -> None:
+    """Exit (2) with the usage of the (sub)command the unknown arguments were given to, naming each unknown flag
+    and the command's closest flag, if any (``--k 3`` to ``vrh sweep``: did you mean ``--ks``?)."""
+    import difflib
+
+    target = parser
+    while True:  # the deepest subcommand named: vrh data convert ..., vrh study run ...
+        subs = [a for a in target._actions if isinstance(a, argparse._SubParsersAction)]
+        name = getattr(args, subs[0].dest, None) if subs else None
+        if not name:
+            break
+        target = subs[0].choices[name]
+    flags = [o for a in target._actions for o in a.option_strings if o.startswith("--")]
+    hints = []
+    for arg in unknown:
+        flag = arg.split("=", 1)[0]
+        close = difflib.get_close_matches(flag, flags, n=1, cutoff=0.7) if flag.startswith("--") else []
+        hints += [f"{close[0]} for {flag}"] if close else []
+    target.error(f"unrecognized arguments: {' '.join(unknown)}" + (f" (did you mean {'; '.join(hints)}?)" if hints
+                                                                    else ""))
 
 
 def _silence_stdout() -> None:
