@@ -1,5 +1,7 @@
 """`vrh study` on the command line: plan's states, a bad study file as one line with its line number."""
 
+import pytest
+
 from vrh.cli import main
 
 from .conftest import write_study
@@ -52,12 +54,13 @@ def test_the_study_lines_of_the_readme_and_docs_parse_as_written():
     assert n >= 6
 
 
-def test_an_out_folder_that_is_not_a_study_is_refused_untouched(tmp_path, capsys):
+@pytest.mark.parametrize("action", ["run", "plan"])  # plan refuses what run would refuse
+def test_an_out_folder_that_is_not_a_study_is_refused_untouched(tmp_path, capsys, action):
     path = write_study(tmp_path)
     other = tmp_path / "other"
     other.mkdir()
     (other / "notes.txt").write_text("mine")
-    assert main(["study", "run", str(path), "--out", str(other)]) == 2
+    assert main(["study", action, str(path), "--out", str(other)]) == 2
     assert "is not a vrh study folder" in capsys.readouterr().err
     assert sorted(p.name for p in other.iterdir()) == ["notes.txt"]
 

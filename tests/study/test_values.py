@@ -87,16 +87,6 @@ def test_study_plan_refuses_it_as_one_line_and_writes_nothing(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
-def test_plan_refuses_an_out_folder_that_run_would_refuse(tmp_path, capsys):
-    path = write_study(tmp_path)
-    other = tmp_path / "other"
-    other.mkdir()
-    (other / "notes.txt").write_text("mine")
-    assert main(["study", "plan", str(path), "--out", str(other)]) == 2
-    assert "is not a vrh study folder" in capsys.readouterr().err
-    assert sorted(p.name for p in other.iterdir()) == ["notes.txt"]
-
-
 def test_a_device_this_machine_lacks_is_refused_by_run_with_its_line_and_noted_by_plan(tmp_path, capsys):
     """cuda:99: no machine this runs on has 100 GPUs (and a CPU-only torch has none)."""
     path = _study(tmp_path, "max_new_tokens = 24", 'max_new_tokens = 24\ndevice = "cuda:99"')
