@@ -428,6 +428,7 @@ def test_evaluate_transfer_stability_and_dpo_pairs_print_their_result_on_stdout(
     stderr with the progress (stability's Fig. 8b accuracies were printed nowhere), so ``vrh evaluate ... > acc.txt`` kept nothing (issue 26 item 13, as detect, sweep
     and compare). dpo-pairs' stdout stays a script: its counts are shell comments before the next commands."""
     base = ["--model", tiny_checkpoint, "--max-new-tokens", "4", "--batch-size", "4"]
+    name = os.path.basename(tiny_checkpoint)  # transfer names its models (A and B are organisms too)
     det = tmp_path / "det"
     assert main(["detect", *base, "--data", tiny_dataset, "--n", "6", "--scorers", "out/sum/mean,rand1/sum/mean",
                  "--out", str(det)]) == 0
@@ -436,7 +437,7 @@ def test_evaluate_transfer_stability_and_dpo_pairs_print_their_result_on_stdout(
         (["evaluate", *base, "--data", tiny_dataset, "--mask-heads", str(det), "--k", "2", "--n", "2"],
          lambda r: r["accuracy"], "evaluate: accuracy {:.3f} on 2 samples"),
         (["transfer", *base, "--data", tiny_dataset, "--heads", str(det), "--k", "1", "--seeds", "0", "--n", "2"],
-         lambda r: r["baseline_accuracy"], "transfer: B unmasked {:.3f}, A's top-1"),
+         lambda r: r["baseline_accuracy"], f"transfer: {name} unmasked {{:.3f}}, {name}'s top-1"),
         (["stability", *base, "--heads", str(det), "--k", "1", "--n-values", "2", "--bootstrap", "2",
           "--n-eval", "2", "--accuracy-draws", "1"], lambda r: r["topk_overlap_mean"][0],
          "stability: top-1 overlap n=2: {:.2f}"),

@@ -60,6 +60,14 @@ FILES = {
             "pairs": {"vrh": {"n_pairs": 1}}, "training": {"vrh": {"steps": 2}}, "k": 3, "settings": {},
             "overlap_checked": {"train_samples": 2, "shared_with_evaluation": 0}, "subruns": ["pairs_vrh"],
             "stage_seconds": {"pairs_vrh": 1.0}, "elapsed_seconds": 2.0},
+    "text-heads": {"model": "organism", "scorer": "copy_paste", "k": 3, "n": 4, "n_correct": 1, "recall": 0.25,
+                   "recall_chance": 0.36, "copied_other_item": 0.5, "recall_by_depth": {"0.5": 0.25}, "recall_by_context": {"60": 0.25}, "recall_by_length": {"4": 0.25},
+                   "text_heads_recall": 0.0, "cross_heads_recall": None, "cross_heads": None, "random_recall": [0.25],
+                   "random_recall_mean": 0.25, "random_recall_std": 0.0, "conditions": [], "top_heads": [[2, 6]],
+                   "random_warnings": [], "elapsed_seconds": 1.0},
+    "compare-heads": {"num_layers": 4, "num_heads": 8, "n_heads": 32, "overlap": [{"k": 5, "intersection": 1}],
+                      "rank_correlation": None, "warnings": [], "a": {"name": "a"}, "b": {"name": "b"}, "matrix": None,
+                      "elapsed_seconds": 1.0},
 }
 CURVE = {"scorer": "out/sum/mean", "omega": "mean", "k": 2, "bootstrap": 2, "n_total": 4, "n_values": [1, 4],
          "n_values_dropped": [], "topk_overlap": [[0.5, 1.0], [1.0, 1.0]], "topk_overlap_mean": [0.75, 1.0],
@@ -97,7 +105,11 @@ def test_every_kind_writes_back_what_it_read_key_for_key_in_order(command, obj):
 def test_every_command_that_writes_results_has_a_kind():
     from vrh.cli import COMMANDS
 
-    writing = {m.NAME for m in COMMANDS if hasattr(m, "Config")}
+    import dataclasses
+
+    writing = {m.NAME for m in COMMANDS  # a command with settings and an --out run folder
+               if hasattr(m, "Config") and "out" in {f.name for f in dataclasses.fields(m.Config)}}
+    assert {"detect", "evaluate", "sweep"} <= writing
     assert writing <= {*FILES, "stability"} and all(runs.results_type(c) is not runs.RunResults for c in writing)
 
 

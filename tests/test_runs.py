@@ -335,6 +335,37 @@ def test_a_resume_mismatch_names_the_users_settings_first_one_per_line(tmp_path)
     assert lines[1] == "  config.k: 3 -> 4" and lines[2].startswith("  model.path: mmm")
 
 
+def test_a_resume_mismatch_in_the_conditions_names_the_field_and_shows_whole_values(tmp_path):
+    """The conditions' difference was cut at 80 characters, mid-JSON (issue 37 item 10): each differing field
+    of each condition on its own line, a long value abbreviated between its items, extra conditions counted."""
+    def conditions(heads, n=3):
+        return [{"label": "none", "kind": "none"}, {"label": "top_k", "kind": "top_k", "heads": heads},
+                *({"label": f"random:s{i}", "kind": "random", "heads": [[i, 0]]} for i in range(n))]
+
+    old_heads = [[layer, head] for layer in range(4) for head in range(8)]
+    new_heads = old_heads[:-1] + [[3, 9]]
+    with runs.RunFolder(tmp_path / "r") as run:
+        run.write_config({"command": "sweep", "conditions": conditions(old_heads)})
+    with pytest.raises(ValueError) as e:
+        runs.RunFolder(tmp_path / "r", resume=True).write_config({"command": "sweep",
+                                                                 "conditions": conditions(new_heads, n=5)})
+    lines = str(e.value).splitlines()[1:]
+    assert lines[0].startswith("  conditions[1].heads: [[0, 0], [0, 1], ") and " -> [[0, 0], [0, 1], " in lines[0]
+    for side in lines[0].removeprefix("  conditions[1].heads: ").split(" -> "):
+        assert side.endswith(" more]") and "... " in side and json.loads(side.split(", ...")[0] + "]")
+    assert lines[1:] == ['  conditions[5]: (absent) -> {"label": "random:s3", "kind": "random", "heads": [[3, 0]]}',
+                         '  conditions[6]: (absent) -> {"label": "random:s4", "kind": "random", "heads": [[4, 0]]}']
+    many = [{"label": f"k{i}", "k": i} for i in range(40)]
+    with runs.RunFolder(tmp_path / "s") as run:
+        run.write_config({"command": "sweep", "conditions": many})
+    with pytest.raises(ValueError) as e:
+        runs.RunFolder(tmp_path / "s", resume=True).write_config(
+            {"command": "sweep", "conditions": [{**c, "k": c["k"] + 1} for c in many]})
+    lines = str(e.value).splitlines()
+    assert "40 setting(s) differ" in lines[0] and len(lines) == 1 + runs.folder.MAX_DIFFERENCES
+    assert lines[1] == "  conditions[0].k: 0 -> 1" and lines[-1] == "  ... and 21 more"
+
+
 def test_resume_refuses_a_folder_vrh_did_not_make(tmp_path):
     """Issue 33 item 2: the user's results.json was overwritten and their torn last line dropped."""
     from vrh.runs.folder import check_out

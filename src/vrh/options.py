@@ -176,9 +176,15 @@ def parse_config(cls: type, ns: argparse.Namespace, **overrides: Any):
     return cls(**kwargs, **overrides)
 
 
-def config_record(cfg: Any, exclude: Sequence[str] = ("resume", "overwrite", "threads")) -> dict[str, Any]:
+def config_record(cfg: Any, exclude: Sequence[str] = ("resume", "overwrite", "threads", "answer_format",
+                                                     "random_from", "share_vision", "share_prefix")
+                  ) -> dict[str, Any]:
     """A config as stored in ``config.json``: everything but how this invocation runs (resume/overwrite,
-    thread count), so a resumed run's config equals the interrupted one's."""
+    thread count, the exact work sharing of :class:`ShareOptions`), so a resumed run's config equals the
+    interrupted one's. ``answer_format`` is recorded
+    resolved, where the model is (``model.answer_format``: name, prompt and box writing in effect), not as
+    the option was written: the default and the family's first named explicitly are one setting. Likewise
+    ``random_from`` is recorded resolved, in ``exclude_layers`` (:func:`vrh.experiments.setup.fit_random_pool`)."""
     return {k: v for k, v in dataclasses.asdict(cfg).items() if k not in exclude}
 
 
@@ -197,6 +203,12 @@ class ModelOptions:
                                             "adapter, docs/adapters.md)")
     device: str = option("cpu", help="torch device, e.g. cuda:0")
     dtype: str = option("float32", choices=DTYPES, help="model weights dtype")
+    answer_format: str | None = option(None, metavar="NAME",
+                                       help="how grounding prompts ask for a box and answers are read: a variant the "
+                                            "family declares or a shared one (vrh probe-format lists and tries "
+                                            "them), or FILE.json:NAME, a variant of your own; recorded in "
+                                            "config.json as model.answer_format (default: the family's first, its "
+                                            "own format)")
     device_map: str | None = option(None, metavar="MAP",
                                     help="spread a model too big for one GPU over several: auto (or balanced, "
                                          "balanced_low_0, sequential) or a JSON object {module: device}; needs "
@@ -210,6 +222,21 @@ class ModelOptions:
 class GenerationOptions:
     batch_size: int = option(16, help="samples per forward")
     max_new_tokens: int = option(64, help="greedy answer length limit")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShareOptions:
+    """What the rows of one sample share in a batch of masking conditions (:mod:`vrh.core.sharing`). Exact: the
+    answers and records are the same either way, so these say how a run computes, not what it computes, and
+    are not recorded in ``config.json`` (a run may be resumed with other values)."""
+
+    share_vision: bool = option(True, negate="--no-share-vision",
+                                help="run the vision encoder for every masking condition's row (default: once per "
+                                     "distinct image of a batch; exact, the same answers)")
+    share_prefix: bool = option(True, negate="--no-share-prefix",
+                                help="run every row's whole prompt forward (default: a sample's rows in a batch "
+                                     "compute the layers below their first masked layer once; exact, the same "
+                                     "answers)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -259,6 +286,10 @@ class MaskOptions:
     mask_mode: str = option("zero", choices=mask_mode_names, help=_mask_mode_help)
     exclude_layers: tuple[int, ...] = option((), parse=ints, metavar="L,L",
                                              help="layers random heads are never drawn from, e.g. 0")
+    random_from: str = option("visual", choices=("visual", "all"),
+                              help="heads random controls draw from: 'visual', the heads that can attend to the image "
+                                   "(every head, but in a cross-attention model such as Llama 3.2 Vision only its "
+                                   "cross-attention heads: the other layers join --exclude-layers), or 'all'")
     scorer: str | None = option(None, help="scorer of the detection run that ranks the heads (default: its primary)")
 
 

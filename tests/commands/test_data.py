@@ -40,8 +40,9 @@ def refcoco_snapshot(tmp_path_factory):
 def test_list_names_every_source_with_its_layout(capsys):
     assert main(["data", "list"]) == 0
     out = capsys.readouterr().out
-    for name in ("refcoco", "refcoco+", "refcocog", "cvbench", "mmstar", "countbenchqa", "spatial457", "toloka",
-                 "refspatial", "mathvista", "vaw", "spatialrgpt", "refcoco-refer", "refcoco+-refer", "refcocog-refer"):
+    for name in ("refcoco", "refcoco+", "refcocog", "cvbench", "mmstar", "countbenchqa", "countbench", "spatial457",
+                 "toloka", "refspatial", "mathvista", "vaw", "spatialrgpt", "refcoco-refer", "refcoco+-refer",
+                 "refcocog-refer"):
         assert f"\n{name}  [" in "\n" + out, name
     assert "data/<split>-*.parquet" in out and "--all-expressions" in out and "--allow-pickle" in out
 

@@ -10,11 +10,18 @@ from pathlib import Path
 import pytest
 
 from vrh.models.adapters import registered_adapters
+from vrh.models.answer_formats import declared
+from vrh.models.composed import ComposedAdapter
 from vrh.models.adapters.refusals import REFUSALS
 from vrh.cli import main
 from vrh.commands import models
 
-KEYS = {"name", "model_types", "status", "status_detail", "source", "box_convention", "token_layout"}
+KEYS = {"name", "model_types", "status", "status_detail", "source", "box_convention", "token_layout", "answer_formats"}
+COMPOSED = ("deepseek_vl2", "magma", "phi4_reasoning_vision")  # built by vrh from native parts (no transformers class)
+
+
+def _status(cls) -> str:
+    return "composed" if issubclass(cls, ComposedAdapter) else "tested"
 
 
 def _json(capsys, *extra: str) -> list[dict]:
@@ -28,14 +35,15 @@ def test_json_lists_every_registered_family_and_every_refusal(capsys):
     assert len(by_name) == len(rows) == len(registered_adapters()) + len(REFUSALS)
     for name, cls in registered_adapters().items():
         r = by_name[name]
-        assert KEYS <= set(r) and r["status"] == "tested" and r["model_types"] == list(cls.model_types)
+        assert KEYS <= set(r) and r["status"] == _status(cls) and r["model_types"] == list(cls.model_types)
+        assert r["answer_formats"] == [f.name for f in declared(cls)] and r["answer_formats"][0] == "native"
         assert r["box_convention"] == (getattr(cls, "box_convention", None) or "(not stated)")
     for ref in REFUSALS:
         r = by_name[ref.name]
         assert r["status"] == "refused" and r["status_detail"] == ref.kind
         assert r["reason"] == ref.reason and r["remedy"] == ref.remedy and r["model_types"] == list(ref.model_types)
     statuses = [r["status"] for r in rows]
-    assert statuses == sorted(statuses, key=["tested", "custom", "refused"].index)  # tested first, refused last
+    assert statuses == sorted(statuses, key=["tested", "composed", "custom", "refused"].index)  # refused last
 
 
 def _table(capsys, monkeypatch, columns: int, *extra: str) -> str:
@@ -69,19 +77,56 @@ def _squeezed(*cells: str) -> tuple[str, ...]:
     return tuple("".join(c.split()) for c in cells)
 
 
-@pytest.mark.parametrize("columns", [1000, 80])
+@pytest.mark.parametrize("columns", [1000, 100, 80])
 def test_text_listing_is_a_table_of_types_status_boxes_and_layouts(capsys, monkeypatch, columns):
     out = _table(capsys, monkeypatch, columns)
     assert max(len(line) for line in out.splitlines()) <= columns
     table = read_table(out, FAMILY_COLUMNS)
     assert len(table) == len(registered_adapters()) + len(REFUSALS)
     for name, cls in registered_adapters().items():
-        assert table[name] == _squeezed(", ".join(cls.model_types), "tested", cls.box_convention, cls.token_layout)
+        assert table[name] == _squeezed(", ".join(cls.model_types), _status(cls), cls.box_convention, cls.token_layout)
     refused = read_table(out, models.REFUSED_COLUMNS)
     for ref in REFUSALS:
         assert table[ref.name] == _squeezed(", ".join(ref.model_types), "refused", ref.box_convention, ref.token_layout)
         assert refused[ref.name] == _squeezed(ref.kind, ref.reason, ref.remedy)
     assert "".join(models.TESTED_NOTE.split()) in "".join(out.split())
+    if columns < 100:  # the model types' longest words and the two wide headers do not fit: they fold
+        return
+    # a model type is not cut mid-word ("deepseek_vl_" over "v2" at 100 columns, issue 37 item 14)
+    types = {t for cls in registered_adapters().values() for t in cls.model_types} | {
+        t for ref in REFUSALS for t in ref.model_types}
+    start = next(line for line in out.splitlines() if line.split()[:2] == ["family", "model"]).index("model types")
+    pieces = {piece.strip(",") for line in out.splitlines() for piece in line[start:start + 20].split()[:2]}
+    assert all(t in pieces for t in types), sorted(types - pieces)
+
+
+def test_composed_families_say_what_the_cpu_verified_and_what_needs_the_real_weights(capsys, monkeypatch):
+    """DeepSeek-VL2, Magma and Phi-4-RV have no transformers class: their status says what the CPU tests checked
+    (tiny build, strict loading of the published key names, shared suite), what only a GPU with the real weights
+    can (logit parity with the remote code, the answer format), and where the published config was seen in part."""
+    rows = {r["name"]: r for r in _json(capsys)}
+    assert sorted(n for n, r in rows.items() if r["status"] == "composed") == sorted(COMPOSED)
+    for name in COMPOSED:
+        r = rows[name]
+        assert "tiny random-init build" in r["verified_on_cpu"] and "published key names" in r["verified_on_cpu"]
+        assert "shared adapter suite" in r["verified_on_cpu"]
+        assert "logit parity against the remote code" in r["needs_gpu"] and "answer format" in r["needs_gpu"]
+        assert r["verified_on_cpu"] in r["status_detail"] and r["needs_gpu"] in r["status_detail"]
+    assert "excerpt that stops" in rows["deepseek_vl2"]["config_gaps"]
+    assert "vocab_size" in rows["magma"]["config_gaps"]
+    assert "composed" not in {r["status"] for n, r in rows.items() if n not in COMPOSED}
+    monkeypatch.setenv("COLUMNS", "1000")
+    assert main(["models"]) == 0
+    out = capsys.readouterr().out
+    for name in COMPOSED:
+        block = out[out.index(f"  {name}\n    verified on CPU:"):]
+        assert block.splitlines()[1] == f"    verified on CPU: {rows[name]['verified_on_cpu']}"
+        assert block.splitlines()[2] == f"    needs a GPU with the real weights: {rows[name]['needs_gpu']}"
+        assert block.splitlines()[3] == f"    published files seen only in part: {rows[name]['config_gaps']}"
+        assert f"  {name}: {', '.join(rows[name]['answer_formats'])}" in out.splitlines()  # its variants
+    assert "".join(models.COMPOSED_NOTE.split()) in "".join(out.split())
+    native_only = next(line for line in out.splitlines() if line.startswith("  native only: "))
+    assert "qwen2_5_vl" in native_only.split(": ")[1].split(", ")
 
 
 def test_custom_adapter_is_listed_with_its_attributes(tmp_path, capsys, monkeypatch):

@@ -92,6 +92,24 @@ def test_transfer_without_b_run_has_no_own_condition(tmp_path, det_run, tiny_che
     assert runs.read_results(out)["random_accuracy_std"] == 0.0
 
 
+def test_the_printed_line_names_the_models(tmp_path, capsys, det_run, tiny_checkpoint, tiny_dataset, tiny_lm):
+    """Not "B unmasked ..., A's top-k": A, B, C are also the organisms' names (C -> C' printed "B" and "A")."""
+    import json
+    import shutil
+
+    a_run = tmp_path / "det_c"
+    shutil.copytree(det_run, a_run)
+    cfg = json.loads((a_run / runs.CONFIG).read_text())
+    cfg["model"]["path"] = "/checkpoints/organism_c"
+    (a_run / runs.CONFIG).write_text(json.dumps(cfg))
+    capsys.readouterr()
+    transfer.run(_config(a_run, tiny_checkpoint, tiny_dataset, tmp_path / "tr", heads_b=None, k=1, seeds=(0,), n=1),
+                 tiny_lm)
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    b = os.path.basename(tiny_checkpoint)
+    assert line.startswith(f"transfer: {b} unmasked ") and ", organism_c's top-1 " in line, line
+
+
 def test_interrupted_transfer_resumes_without_loss_or_duplicates(tmp_path, crash_after, tr_run, det_run,
                                                                  tiny_checkpoint, tiny_dataset, tiny_lm):
     out = tmp_path / "tr"

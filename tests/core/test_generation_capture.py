@@ -19,6 +19,7 @@ from vrh.core.capture import MultipleForwardsError, capture_attention_rows, capt
 from vrh.data import load_dataset
 from vrh.experiments.detection import detect_heads
 from vrh.core.generation_capture import generate_with_rows
+from vrh.core.layout import VISION, layer_key_space, visual_key_space
 from vrh.models.loading import LoadedModel, load_model
 from vrh.models.generation import generate_answers
 from vrh.testing import TINY_BUILDERS
@@ -98,9 +99,17 @@ def _teacher_forced_rows(lm, images, prompts, prompt_batch, answer_ids, gen_posi
                 tail = answer_ids[b] if fill_tail is None else torch.full_like(answer_ids[b], fill_tail)
                 out[b, pad_tf[b]:] = torch.cat([v[b, pad_gen[b]:], tail.to(v.dtype)])
             inputs[key] = out
+        elif isinstance(v, torch.Tensor) and v.dim() > 2 and v.shape[:2] == mask.shape:  # mllama's cross_attention_mask
+            out = torch.zeros((B, W, *v.shape[2:]), dtype=v.dtype)  # (B, W, ...): padding rows see nothing
+            for b in range(B):  # answer rows see what the last prompt row sees
+                tail = v[b, -1:].expand(len(answer_ids[b]), *v.shape[2:])
+                out[b, pad_tf[b]:] = torch.cat([v[b, pad_gen[b]:], tail])
+            inputs[key] = out
     shifted = [gen_positions[b] - pad_gen[b] + pad_tf[b] for b in range(B)]
     with torch.no_grad(), capture_attention_rows(lm.model, lm.adapter, shifted) as cap:
         lm.model(**inputs)
+    if visual_key_space(lm.adapter, lm.model) == VISION:  # keys are the cross-attention keys, not positions
+        return [cap.rows(b) for b in range(B)]  # (L, H, Q, V)
     rows = []
     for b in range(B):
         r = cap.rows(b)  # (L, H, Q, W)
@@ -132,7 +141,9 @@ def test_rows_during_generation_equal_teacher_forced(family, monkeypatch):
         got = gen.rows(b)  # (L, H, Q, P + A_b)
         assert got.shape == want[b].shape
         assert (got - want[b]).abs().max() <= TOL, (family, b)
-        assert torch.allclose(got.sum(-1), torch.ones(got.shape[:3]), atol=1e-5)  # each row a distribution
+        seen = torch.tensor([layer_key_space(lm.adapter, model, x) == visual_key_space(lm.adapter, model)
+                             for x in range(got.shape[0])])  # (L,) layers reading the captured keys; others 0
+        assert torch.allclose(got.sum(-1), seen[:, None, None].float().expand(got.shape[:3]), atol=1e-5)  # distributions
     assert gen.num_forwards == 1 and gen.capture.num_forwards >= max(lengths) + 1  # one prefill, then decode steps
 
 

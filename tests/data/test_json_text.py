@@ -35,5 +35,9 @@ def test_read_json_names_the_file_and_line(tmp_path):
     with pytest.raises(ValueError, match=r"refs.json is not valid JSON \(nested too deeply to read, past 100 levels "
                                          r"at line 1, column 101\)"):
         read_json(path)
+    path.write_text('[{"a": 1},\n {"a": [1')  # a cut-off file: the end, and what it leaves open
+    with pytest.raises(ValueError, match=r"refs.json is not valid JSON \(the file ends before its JSON is complete: "
+                                         r"a closing '\]}\]' missing\? \(Expecting ',' delimiter\) at line 2, column 10\)"):
+        read_json(path)
     path.write_text(json.dumps([{"a": [1, 2]}]))
     assert read_json(path) == [{"a": [1, 2]}]

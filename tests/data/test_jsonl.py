@@ -400,8 +400,31 @@ def test_a_bbox_key_gets_a_hint_and_json_errors_read_well(folder):
     with pytest.raises(DatasetError, match="needs 'box'; this line has 'bbox': vrh's field is 'box', with its"):
         load_dataset(write_lines(folder, [rec]))
     (folder / "bad.jsonl").write_text('{"id": "unterminated')
-    with pytest.raises(DatasetError, match=r"bad.jsonl:1: invalid JSON at column 8: Unterminated string starting at$"):
+    with pytest.raises(DatasetError, match=r"bad.jsonl:1: invalid JSON at column 8: the string that opens here is "
+                                           r"not closed before the line ends \(a missing '\"'\?\)$"):
         load_dataset(folder / "bad.jsonl")
+
+
+@pytest.mark.parametrize("line, expected", [
+    # a missing closing brace was "column 1: Expecting ',' delimiter" (the newline put the end on "line 2")
+    ('{"id": "g1", "box": [4, 6, 40, 30]', "column 35: the line ends before its JSON is complete: a closing '}' "
+                                           "missing? (Expecting ',' delimiter)"),
+    ('{"id": "g1", "box": [4, 6, 40, 30', "column 34: the line ends before its JSON is complete: a closing ']}' "
+                                          "missing? (Expecting ',' delimiter)"),
+    # a cut-off string ended "Invalid control character at" (the newline), a dangling "at"
+    ('{"id": "g1", "image": "images/a.p', "column 23: the string that opens here is not closed before the line "
+                                         "ends (a missing '\"'?)"),
+    ('{"id": "g\t1"}', "column 10: a raw control character (U+0009) inside a string: write it as \\t"),
+    ('{"id": "g1"} {"id": "g2"}', "column 14: text after the JSON value has ended (one record per line)"),
+    ('{"id": "g1", "box": [4, 6, 40, 30], }', "column 37: Expecting property name enclosed in double quotes"),
+])
+@pytest.mark.parametrize("ending", ["\n", "\r\n", ""])
+def test_a_json_error_names_the_place_and_the_problem(folder, line, expected, ending):
+    """Where the error is, said in a user's words (issue 37 item 9), whatever the line ending."""
+    (folder / "bad.jsonl").write_text(json.dumps(grounding()) + "\n" + line + ending, newline="")
+    with pytest.raises(DatasetError) as err:
+        load_dataset(folder / "bad.jsonl")
+    assert str(err.value) == f"{folder / 'bad.jsonl'}:2: invalid JSON at {expected}"
 
 
 def test_a_deeply_nested_line_is_a_line_error_and_a_skip(folder):

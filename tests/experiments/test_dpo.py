@@ -177,3 +177,33 @@ def test_step_memory_measures_a_dpo_step_and_an_inference_forward(tmp_path, tiny
     assert res["inference"]["rows"] == res["dpo_step"]["rows"] == 4 and res["params"] > 0
     assert res["dpo_step"]["bytes"] > 0 and res["dpo_step"]["loaded_bytes"] > 0
     assert full_dpo_bytes(1e9, "float32")["master_weights"] == 0  # fp32 training keeps no second copy
+
+
+@pytest.mark.parametrize("first, seconds, shown", [
+    (1, 0.1, list(range(20, 201, 20))),  # fast steps: a line per tenth
+    (121, 0.1, [140, 160, 180, 200]),  # resumed from step 120: the same tenths, the rate of this run's steps
+    (181, 11.0, [183, 186, 189, 192, 195, 198, 200]),  # slow steps: a line per 30 s (and at the last tenth)
+])
+def test_a_log_gets_a_line_per_tenth_of_the_steps_or_per_30_s_not_per_step(tmp_path, monkeypatch, first, seconds,
+                                                                          shown):
+    """TRL logs every step, and vrh dpo wrote a line for each: 200 lines for 200 steps in a log, where the
+    README promises one per tenth of the work or per 30 s (issue 37 item 14). The file keeps every step."""
+    from types import SimpleNamespace
+
+    monkeypatch.delenv("VRH_NO_PROGRESS", raising=False)
+    now, lines = [0.0], []
+    log = tmp_path / "train_vrh" / dpo.TRAIN_LOG  # the run folder's name says which of vrh dpo's two trainings
+    log.parent.mkdir()
+    cb = dpo._log_callback(log, interactive=False, clock=lambda: now[0], write=lines.append)
+    cb.on_train_begin(None, SimpleNamespace(global_step=first - 1, max_steps=200), None)
+    for step in range(first, 201):
+        now[0] += seconds
+        state = SimpleNamespace(global_step=step, max_steps=200, epoch=step / 100)
+        cb.on_log(None, state, None, logs={"loss": 0.7, "rewards/margins": 0.01, "learning_rate": 1e-6})
+    cb.on_log(None, state, None, logs={"train_runtime": 9.0})  # the end-of-training summary: no line
+    assert len(runs.read_jsonl(log)) == 200 - first + 2
+    assert [int(ln.split()[2].split("/")[0]) for ln in lines] == shown, lines
+    assert lines[-1].startswith("dpo train_vrh: 200/200 steps (100%) ") and lines[-1].endswith(
+        "ETA 0:00:00; loss 0.7 margins 0.01 learning_rate 1e-06")
+    if first == 121:  # the rate counts this run's steps only
+        assert lines[0].startswith("dpo train_vrh: 140/200 steps (70%) 0:00:02 elapsed, 10/s, ETA 0:00:06"), lines[0]

@@ -44,7 +44,8 @@ class _Fake:
             out.append(rec)
         return out
 
-    def rows_call(self, lm, task, rows, *, batch_size, max_new_tokens, on_record, advance):
+    def rows_call(self, lm, task, rows, *, batch_size, max_new_tokens, on_record, advance, share_vision=True,
+                  share_prefix=True):
         self.calls.extend(sorted({(tuple(hs), "zero") for _, hs in rows}))
         out = []
         for i, (s, heads) in enumerate(rows):

@@ -104,20 +104,33 @@ def test_transfer_without_own_heads_has_no_own_bar(drawn):
     assert "own VRHs" in [t.get_text() for t in drawn[1].axes[0].get_legend().texts]
 
 
-def test_overlay_panels_share_one_colour_scale(drawn):
+def test_overlay_panels_each_readable_on_a_stated_scale_with_labels_inside_the_figure(drawn):
+    """One shared scale left "all heads" and "all but top-k" blank, and its colour-bar label ran off both ends
+    of the figure (issue 37 item 11): each panel now has its own scale, 0 to its peak, its own colour bar,
+    and a title that says how its peak compares with the top-k panel's."""
     L, H, V = 2, 4, 16
     att = np.full((L, H, V), 0.01)
     att[1, 2, 5] = att[0, 1, 5] = 1.0  # the two top heads look hard at token 5; the others barely look
+    att[0, 0, 9] = 0.1  # one other head looks at token 9 a little
     rects = np.array([[x, y, x + 8, y + 8] for y in range(0, 32, 8) for x in range(0, 32, 8)], dtype=float)
     overlay.attention_overlay(att, rects, [(1, 2), (0, 1)], image=None, gt_box=[8, 8, 16, 16], pred_box=None,
                               title="sample")
     fig = drawn[0]
+    fig.canvas.draw()
     panels = {ax.get_title().split("\n")[0]: ax for ax in fig.axes if ax.images}
-    top, rest = panels["top-2 VRHs"], panels["all but top-2"]
-    alpha = {name: ax.images[-1].get_array()[..., 3].max() for name, ax in (("top", top), ("rest", rest))}
-    assert alpha["top"] > 0.8 and alpha["rest"] < 0.2  # the weak panel looks weak, not as bright
-    cbar = next(ax for ax in fig.axes if not ax.images and ax.get_xlabel().startswith("mean attention"))
-    assert cbar.get_xlim() == pytest.approx((0.01, 1.0))  # lowest and highest head-mean over all panels
+    for name in ("all heads", "top-2 VRHs", "all but top-2"):
+        assert panels[name].images[-1].get_array()[..., 3].max() > 0.8, name  # its peak is dark in every panel
+    rest = panels["all but top-2"].get_title()
+    assert "peak 0.025 = 2.5% of the top-2's" in rest, rest  # token 9: (0.1 + 5 * 0.01) / 6 heads
+    bars = [ax for ax in fig.axes if ax.get_xlabel().startswith("mean attention")]
+    assert len(bars) == 3 and sorted(round(b.get_xlim()[1], 4) for b in bars) == [0.025, 0.2575, 1.0]
+    assert all(b.get_xlim()[0] == 0 for b in bars)
+    for b in bars:  # the label and every drawn tick label inside the PNG
+        box = b.get_tightbbox(fig.canvas.get_renderer())
+        assert box.x0 >= 0 and box.y0 >= 0 and box.x1 <= fig.bbox.width and box.y1 <= fig.bbox.height, box
+        assert _inside(b.xaxis.label, fig), b.get_xlabel()
+    sizes = {tuple(np.round(ax.get_position().size, 3)) for ax in fig.axes if ax.get_title()}
+    assert len(sizes) == 1  # the input and the three overlays keep one size (no bar takes a panel's space)
 
 
 def test_overlay_colours_carry_no_object_hue_and_each_panel_states_its_peak(drawn):
@@ -153,3 +166,58 @@ def test_curves_that_meet_are_marked_in_the_legend(drawn):
     assert any(lb.startswith("ocr_heads") and "on vera at k=3, 6" in lb for lb in labels)
     assert any(lb.startswith("localization_heads") and "on random at k=1, 6" in lb for lb in labels)
     assert next(lb for lb in labels if lb.startswith("vera")) == "vera"
+
+
+def _detect_with(folder, scores):
+    """A finished detection run whose primary score map is ``scores`` ``[L, H]``."""
+    from vrh import runs
+
+    L, H = scores.shape
+    ranking = [[int(i) // H, int(i) % H] for i in np.argsort(-scores.ravel(), kind="stable")]
+    with runs.RunFolder(folder) as run:
+        run.write_config({"command": "detect", "detect_ids": ["s0"]})
+        runs.write_head_scores(run, runs.HeadScores("out", L, H, 1, {"out": {"scores": scores.tolist(),
+                                                                             "ranking": ranking}}))
+        run.write_results({"n_scored": 1})
+    return folder
+
+
+@pytest.mark.parametrize("many, count_axis", [(False, "linear"), (True, "logarithmic")])
+def test_histogram_caption_says_what_the_plot_drew(tmp_path, drawn, many, count_axis):
+    """Every caption said "both axes logarithmic" while the count axis was linear (issue 37 item 1)."""
+    from vrh.report.build import build_sections
+    from vrh.report.document import figures
+    from vrh.report.load import load_runs
+
+    rng = np.random.default_rng(0)
+    scores = (np.concatenate([np.full(400, 1e-3), rng.random(112)]) if many else rng.random(32)).reshape(-1, 8 if not many else 32)
+    run = _detect_with(tmp_path / "det", scores)
+    fig = next(f for f in figures(build_sections(load_runs([run]), None)) if f.name.endswith("histogram"))
+    ax = next(f for f in drawn if f.axes and f.axes[0].get_xlabel().startswith("head score")).axes[0]
+    assert ax.get_yscale() == ("log" if many else "linear")
+    assert f"score axis logarithmic, count axis {count_axis}" in fig.caption
+    assert "both axes" not in fig.caption
+
+
+def test_stability_band_stays_in_range_and_the_reference_point_stands_apart(drawn):
+    """The +-1 std band ran past 100% and was clipped by the axes; the last point (n = the whole detection
+    set, the reference itself) ended the curve at 100 +- 0 and read as convergence (issue 37 item 13)."""
+    ns, mean, std = [1, 5, 20, 60], [0.3, 0.6, 0.9, 1.0], [0.4, 0.2, 0.15, 0.0]
+    plots.stability_curve(ns, mean, std, k=3, title="t", reference_n=60)
+    fig = drawn[0]
+    ax = fig.axes[0]
+    band = ax.collections[0].get_paths()[0].vertices
+    assert band[:, 1].min() >= 0 and band[:, 1].max() <= 1  # cut at 0 and 100 %, and the legend says so
+    labels = [t.get_text() for lg in fig.legends for t in lg.texts]
+    assert any("cut at 0 and 100%" in t for t in labels)
+    curve = next(line for line in ax.lines if line.get_label() == "mean overlap")
+    assert list(curve.get_xdata()) == [1, 5, 20]  # the curve ends at the last measured n
+    ref = next(c for c in ax.collections[1:] if "reference" in c.get_label())
+    assert ref.get_offsets().tolist() == [[60, 1.0]] and "100% by definition" in ref.get_label()
+    plots.stability_curve(ns, mean, std, k=3, title="t", reference_n=200)  # no n is the whole set: all measured
+    assert list(next(line for line in drawn[1].axes[0].lines).get_xdata()) == ns
+
+
+def test_split_reference_takes_out_only_the_whole_set():
+    assert plots.split_reference([1, 4], [0.5, 1.0], 6) == ([1, 4], [0.5, 1.0], [])
+    assert plots.split_reference([1, 6], [0.5, 1.0], None) == ([1, 6], [0.5, 1.0], [])

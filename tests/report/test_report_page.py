@@ -223,3 +223,21 @@ def test_compare_section_names_the_variant_of_each_method():
     text = _variant_lines({"ocr_heads": {"keys": "prompt", "row": "own"}, "out/sum/mean": {"m": 20}, "x": {}})
     assert text == "ocr_heads (keys=prompt, row=own); out/sum/mean (m=20)"
     assert _variant_lines(None) == ""
+
+
+def test_every_std_is_said_to_be_the_population_std(tmp_path):
+    """Runs record np.std (ddof 0); the page said "mean ± std over seeds" without saying which (issue 37
+    item 13)."""
+    demo = _demo(tmp_path / "demo")
+    md = build_report([demo], tmp_path / "out")["md"].read_text()
+    assert "mean ± population std (divided by the number of draws, not one less) over seeds" in md  # the table
+    assert "a ± after a mean over seeds or resamplings is their population std" in md  # the opening line
+
+
+def test_many_runs_of_one_k_are_counted_not_listed_as_its_source(tmp_path):
+    """Overlay captions named every run of the k as its source, eight folder names under each overlay
+    (issue 37 item 12)."""
+    evs = [_finished(tmp_path / f"ev{i}", {"command": "evaluate"},
+                     {"n": 4, "k": 3, "condition": {"kind": "top_k", "k": 3}}) for i in range(5)]
+    kc = report_k(load_runs([_detect(tmp_path / "det"), *evs]))
+    assert (kc.k, kc.source) == (3, "ev0, ev1, ev2 and 2 other runs")

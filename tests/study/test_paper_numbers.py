@@ -1,4 +1,4 @@
-"""The paper's reported numbers shipped as data (src/vrh/report/paper_numbers.py): every figure is
+"""The paper's reported numbers shipped as data (src/vrh/data/paper_numbers.py): every figure is
 checked against the paper's text (``../shared/paper``; skipped where it is absent) by finding the table
 row it was read from, and Tab. 3's differences in parentheses are checked against its own values."""
 

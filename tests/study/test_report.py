@@ -2,6 +2,7 @@
 where the study's model and benchmark are the paper's."""
 
 import json
+import re
 import shutil
 
 import numpy as np
@@ -163,6 +164,8 @@ def test_study_figures_read_at_a_glance(small_study, monkeypatch, tmp_path):
     assert [b.get_facecolor()[:3] for b in bars][::3] == [to_rgb(VRH_COLOR), to_rgb(RANDOM_COLOR)]
     stability = by_name["study_stability"].axes[0]
     assert [line.get_label() for line in stability.lines] == ["B / world, A / world (k = 2)"]  # none hidden
+    assert stability.get_ylabel().endswith("(%)") and stability.get_ylim()[1] > 100  # in %, as the run charts
+    assert max(stability.lines[0].get_ydata()) <= 100 and max(stability.lines[0].get_ydata()) > 1
     captions = [b.caption for s in sections for b in s.blocks if isinstance(b, Table)]
     assert any(c.startswith("the top 4 heads by descending score") for c in captions), captions  # 4 x 8 heads
 
@@ -180,3 +183,18 @@ def test_the_failure_table_has_one_column_per_outcome_whatever_cell_lacks_one(sm
     assert table.columns[3:] == ["correct", "mislocated", "parse_failure"]
     assert all(len(row) == len(table.columns) for row in table.rows), table.rows
     assert table.rows[0][:3] == ["A", "world", "VRH"] and table.rows[0][-1] == "–"
+
+
+def test_the_study_report_opens_with_the_studys_name_a_short_line_and_its_protocol_k(small_study, tmp_path):
+    """Issue 37 item 12: the title was the folder's name ("Study report: out"), the opening a wall of every
+    cell's folder, and each overlay caption named every single-k cell as the source of k."""
+    from vrh.commands.study import _report
+
+    _report(small_study[1], tmp_path / "report")
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert md.startswith("# Study report: small\n")  # the study file's name, not the folder's ("out")
+    opening = next(p for p in md.split("\n\n") if "run folders" in p)  # after the planted-heads caveats
+    assert opening.startswith("14 run folders: out (the study small), with 13 sub-runs (4 detect, 6 sweep, ")
+    assert "A/detect_world" not in opening and len(opening) < 400
+    captions = re.findall(r"\*Sample [^*]*\*", md)
+    assert captions and all("k = 2 from the protocol of the study small" in c for c in captions), captions[:1]

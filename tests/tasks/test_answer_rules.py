@@ -69,8 +69,16 @@ COUNTBENCH = [
     ("There are 3 dogs.", "wrong", "correct"), ("3 dogs", "wrong", "correct"), ("4", "wrong", "wrong"),
     ("", "parse_failure", "parse_failure"), ("3.0", "wrong", "correct"),
 ]
+# lmms-eval's second task on CountBenchQA (countbench/utils.py): answer and count lower-cased, a whole-answer
+# number word ("none", "zero" .. "twenty") mapped to digits, then compared whole; gold 3
+COUNTBENCH_WORDS = [
+    ("3", "correct", "correct"), (" 3 ", "correct", "correct"), ("three", "correct", "correct"),
+    ("Three", "correct", "correct"), (" THREE\n", "correct", "correct"), ("three.", "wrong", "correct"),
+    ("3.", "wrong", "correct"), ("There are 3 dogs.", "wrong", "correct"), ("4", "wrong", "wrong"),
+    ("four", "wrong", "wrong"), ("", "parse_failure", "parse_failure"),
+]
 TABLES = {"mmstar": (MMSTAR, "A", "choice"), "cvbench": (CVBENCH, "B", "choice"),
-          "countbenchqa": (COUNTBENCH, "3", "number")}
+          "countbenchqa": (COUNTBENCH, "3", "number"), "countbench": (COUNTBENCH_WORDS, "3", "number")}
 
 
 @pytest.mark.parametrize("bench, answer, official, lenient",
@@ -82,10 +90,21 @@ def test_answer_tables_scored_both_ways(bench, answer, official, lenient):
     assert outcome(answer, s, "lenient") == lenient
 
 
-@pytest.mark.parametrize("bench, n, disagree", [("mmstar", 28, 8), ("cvbench", 11, 4), ("countbenchqa", 9, 5)])
+@pytest.mark.parametrize("bench, n, disagree", [("mmstar", 28, 8), ("cvbench", 11, 4), ("countbenchqa", 9, 5),
+                                                 ("countbench", 11, 3)])
 def test_how_often_the_rules_disagree_on_the_tables(bench, n, disagree):
     rows = TABLES[bench][0]
     assert len(rows) == n and sum((o == "correct") != (v == "correct") for _, o, v in rows) == disagree
+
+
+def test_the_two_countbenchqa_rules_differ_only_on_number_words():
+    """lmms-eval holds both on the same data (issue 37 item 15); "none" is its word for 0."""
+    for answer, gold in (("three", "3"), ("Twenty", "20"), ("none", "0"), ("Zero", "0")):
+        assert outcome(answer, sample(gold, "number", "countbench")) == "correct"
+        assert outcome(answer, sample(gold, "number", "countbenchqa")) == "wrong"
+    for answer in ("3", "3.", "3 dogs", "twenty-one", "0"):
+        assert outcome(answer, sample("3", "number", "countbench")) == outcome(answer, sample("3", "number",
+                                                                                              "countbenchqa"))
 
 
 def test_the_record_names_the_rule_and_the_config_the_option():

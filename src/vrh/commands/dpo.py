@@ -13,14 +13,15 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from vrh.options import (DpoTrainOptions, GenerationOptions, MaskOptions, ModelOptions, PairOptions,
-                               RunOptions, names, option, optional_int)
+                               RunOptions, ShareOptions, names, option, optional_int)
 
 NAME = "dpo"
 HELP = "DPO with VRH negatives vs random-head negatives: pairs, both trainings, base/DPO evaluations (Fig. A3)"
 
 
 @dataclass(frozen=True, kw_only=True)
-class Config(ModelOptions, PairOptions, MaskOptions, DpoTrainOptions, GenerationOptions, RunOptions):
+class Config(ModelOptions, PairOptions, MaskOptions, DpoTrainOptions, GenerationOptions, ShareOptions,
+             RunOptions):
     COMMAND: ClassVar[str] = NAME  # named in a refused data-parallel launch (vrh.experiments.setup)
 
     benchmarks: tuple[str, ...] = option((), parse=names, metavar="DATA,DATA",
@@ -33,7 +34,7 @@ class Config(ModelOptions, PairOptions, MaskOptions, DpoTrainOptions, Generation
 def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
     import shlex
 
-    from vrh.experiments.setup import load
+    from vrh.experiments.setup import fit_random_pool, load
     from vrh.experiments import preference_pairs as pp
     from vrh.experiments.dpo import require_trl
     from vrh.experiments.dpo_comparison import run_comparison
@@ -43,6 +44,7 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
     require_trl()
     pp.training_samples(cfg.heads, cfg.data, cfg.train, cfg.n)  # bad --heads / --data fail before the model loads
     lm = load(cfg, lm)
+    cfg = fit_random_pool(cfg, lm)  # --random-from: a cross-attention model's pool
     res = run_comparison(lm, cfg, cfg.out, benchmarks=cfg.benchmarks, resume=cfg.resume, overwrite=cfg.overwrite,
                          config={"command": NAME, "config": config_record(cfg)})
     rows = []

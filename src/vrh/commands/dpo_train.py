@@ -22,6 +22,8 @@ HELP = "DPO-train a model on a dpo-pairs run's pairs with TRL (full parameters; 
 @dataclass(frozen=True, kw_only=True)
 class Config(ModelOptions, DpoTrainOptions, RunOptions):
     pairs: str = option(help="dpo-pairs run folder (or its pairs.jsonl) to train on")
+    # training reads the pairs' prompts and answers as dpo-pairs wrote them: no --answer-format here
+    answer_format: str | None = option(None, cli=False, help="not read: the pairs are text already")
 
 
 def run(cfg: Config, lm: Any = None) -> dict[str, Any]:

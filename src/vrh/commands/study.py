@@ -137,6 +137,6 @@ def _report(folder, out) -> int:
     from vrh.infra.console import console
     from vrh.report.build import build_report
 
-    paths = build_report([folder], out or Path(folder) / "report", title=f"Study report: {Path(folder).name}")
+    paths = build_report([folder], out or Path(folder) / "report")  # titled by the study's name
     console.print(f"report: {paths['html']}")
     return 0

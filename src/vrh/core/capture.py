@@ -19,6 +19,13 @@ Only the language model's config is switched to :data:`IMPL_NAME`; the vision en
 implementation. The matching mask function is transformers' own sdpa mask, so the model builds exactly
 the masks it would build for sdpa (padding, sliding windows, or ``None`` for plain causal).
 
+Key spaces: rows are laid out over ONE key axis. In a decoder-only VLM that is the text sequence (the visual
+tokens are positions of it). In a cross-attention VLM (Llama 3.2 Vision, :mod:`vrh.core.layout`) the visual
+tokens are the keys of the cross-attention layers, the vision states, while the other layers self-attend
+over the text. A capture reads one key space (``keys``; default: where the adapter's visual tokens are,
+:func:`vrh.core.layout.visual_key_space`); the rows of a layer whose module reads the other key space are
+zero, since it puts no weight on these keys (a self-attention head never sees a vision state).
+
 Capture is meant for ONE teacher-forced forward over prompt+answer: a second forward of the language
 model inside the block (e.g. ``generate()``) raises :class:`MultipleForwardsError`. To capture while
 generating, use :func:`capture_generation_rows` instead (:class:`GenerationRowCapture`): the prefill gives the
@@ -35,7 +42,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from vrh.core.layout import LanguageModelLayout
+from vrh.core.layout import KEY_SPACES, SEQUENCE, VISION, LanguageModelLayout, layer_key_space, visual_key_space
 from vrh.core.attention import (IMPL_NAME, AttentionCall, active_observers, allowed_keys, ensure_registered,
                            language_model_uses_vrh, observe_attention)
 
@@ -55,9 +62,10 @@ class RowCapture:
     """
 
     def __init__(self, query_positions: list[torch.Tensor], layers: list[int],
-                 module_to_layer: dict[int, int]):
+                 module_to_layer: dict[int, int], blank: frozenset[int] = frozenset()):
         self.query_positions = [torch.as_tensor(p, dtype=torch.long).reshape(-1).cpu() for p in query_positions]
         self.layers = layers  # vrh layer indices, in the order rows() stacks them
+        self._blank = blank  # layers reading the other key space: zero rows (see the module docstring)
         self.num_forwards = 0  # language-model forwards seen (a forward = layers called once each)
         self._slot = {layer: i for i, layer in enumerate(layers)}
         self._module_to_layer = module_to_layer  # id(attention module) -> vrh layer index
@@ -74,7 +82,8 @@ class RowCapture:
 
         S is the longest key length over the captured layers. It differs per layer only with a KV cache
         whose sliding-window layers keep just their last tokens; those rows are right-aligned (the cache
-        holds the most recent keys) and the evicted keys, outside the window, get weight 0.
+        holds the most recent keys) and the evicted keys, outside the window, get weight 0. Layers reading
+        the other key space have zero rows.
         """
         if self._parts is None:
             raise RuntimeError("no language-model forward ran inside capture_attention_rows")
@@ -84,10 +93,14 @@ class RowCapture:
         self.finish()
         if b not in self._rows:
             parts = self._parts[b]
-            kv_len = max(p.shape[-1] for p in parts)
-            out = torch.zeros(len(parts), *parts[0].shape[:2], kv_len, dtype=torch.float32)  # (L, H, Q_b, S)
+            stored = [p for p in parts if p is not None]
+            if not stored:
+                raise RuntimeError(f"none of the captured layers {self.layers} reads the key space asked for")
+            kv_len = max(p.shape[-1] for p in stored)
+            out = torch.zeros(len(parts), *stored[0].shape[:2], kv_len, dtype=torch.float32)  # (L, H, Q_b, S)
             for slot, part in enumerate(parts):
-                out[slot, :, :, kv_len - part.shape[-1]:] = part  # right-aligned (H, Q_b, S_layer)
+                if part is not None:  # None: a layer of the other key space, zero rows
+                    out[slot, :, :, kv_len - part.shape[-1]:] = part  # right-aligned (H, Q_b, S_layer)
             self._rows[b] = out
             self._parts[b] = []  # the assembled copy is now the only one
         return self._rows[b]
@@ -106,7 +119,13 @@ class RowCapture:
         if layer is None:
             return
         self._start_layer(layer)
-        if layer in self._slot:
+        if layer not in self._slot:
+            return
+        if self._parts is None:
+            self._check_inputs(call.query.shape[0], call.query.shape[2])  # query (B, H, N, D)
+        if layer in self._blank:
+            self._filled.add(layer)  # its rows stay zero
+        else:
             self._store(layer, call)
 
     def _start_layer(self, layer: int) -> None:
@@ -129,9 +148,6 @@ class RowCapture:
         self._parts = [[None] * len(self.layers) for _ in self.query_positions]
 
     def _store(self, layer: int, call: AttentionCall) -> None:
-        batch, _, q_len, _ = call.query.shape  # (B, H, N, D)
-        if self._parts is None:
-            self._check_inputs(batch, q_len)
         slot = self._slot[layer]
         # On the CPU the rows would sit in the same memory as the forward's activations until its end, at
         # its peak (e.g. the logits); the keys they come from are alive then anyway when a KV cache holds them.
@@ -228,9 +244,12 @@ class GenerationRowCapture:
     slots or a decode step of several tokens (assisted / speculative decoding) raise ``RuntimeError``.
     """
 
-    def __init__(self, prompt_positions: list[torch.Tensor], layers: list[int], module_to_layer: dict[int, int]):
+    def __init__(self, prompt_positions: list[torch.Tensor], layers: list[int], module_to_layer: dict[int, int],
+                 blank: frozenset[int] = frozenset(), keys: str = SEQUENCE):
         self.prompt_positions = [torch.as_tensor(p, dtype=torch.long).reshape(-1).cpu() for p in prompt_positions]
         self.layers = layers  # vrh layer indices, in the order rows() stacks them
+        self.keys = keys  # the key space of the rows (SEQUENCE: positions; VISION: the cross-attention keys)
+        self._blank = blank  # layers reading the other key space: zero rows (see the module docstring)
         self.num_forwards = 0  # language-model forwards seen: the prefill, then one per decode step
         self.prompt_len: int | None = None  # P, the prefill's query length
         self._slot = {layer: i for i, layer in enumerate(layers)}
@@ -250,7 +269,9 @@ class GenerationRowCapture:
         A position below ``P`` must be one of ``prompt_positions[b]``; position ``p >= P`` is the query of
         decode step ``p - P + 1`` (the row producing token ``p - P + 1``), which must have run. ``S`` is
         ``max(positions) + 1``: keys are the sequence positions of prompt + generated tokens, keys after a
-        query (and left padding) weigh 0, as in a teacher-forced capture of the same tokens.
+        query (and left padding) weigh 0, as in a teacher-forced capture of the same tokens. Over
+        :data:`~vrh.core.layout.VISION` keys ``S`` is the number of cross-attention keys, which every step reads
+        whole (they do not grow with the text).
         """
         if self.prompt_len is None:
             raise RuntimeError("no language-model forward ran inside capture_generation_rows")
@@ -264,10 +285,16 @@ class GenerationRowCapture:
         if bad:
             raise IndexError(f"sample {b}: positions {bad} were not captured: prompt positions "
                              f"{sorted(prompt_index)} and generated positions [{P}, {P + last_step - 1}] are")
-        kv_len = max(pos) + 1
-        out = torch.zeros(len(self.layers), self._prefill[b][0].shape[0], len(pos), kv_len)  # (L, H, Q, S)
+        stored = [part for part in self._prefill[b] if part is not None]
+        if not stored:
+            raise RuntimeError(f"none of the captured layers {self.layers} reads the key space asked for")
+        vision = self.keys == VISION
+        kv_len = max(part.shape[-1] for part in stored) if vision else max(pos) + 1
+        out = torch.zeros(len(self.layers), stored[0].shape[0], len(pos), kv_len)  # (L, H, Q, S)
         for i, p in enumerate(pos):
             for slot in range(len(self.layers)):
+                if self.layers[slot] in self._blank:
+                    continue  # the other key space: zero rows
                 if p < P:
                     row = self._prefill[b][slot][:, prompt_index[p]]  # (H, S_layer), keys ending at P - 1
                     end = P
@@ -277,6 +304,8 @@ class GenerationRowCapture:
                         raise RuntimeError(f"layer {self.layers[slot]} was not captured at decode step "
                                            f"{p - P + 1} (forward interrupted?)")
                     row, end = step[b], p + 1  # (H, S_layer), keys ending at the query itself
+                if vision:
+                    end = row.shape[-1]  # the cross-attention keys, the same at every step
                 out[slot, :, i, end - row.shape[-1]:end] = row  # right-aligned: the cache keeps the latest keys
         return out
 
@@ -298,13 +327,17 @@ class GenerationRowCapture:
         batch, _, q_len, _ = call.query.shape  # (B, H, N, D)
         slot, step = self._slot[layer], self.num_forwards - 1
         if step == 0:
-            self._store_prefill(slot, call, batch, q_len)
+            self._start_prefill(batch, q_len)
+            if layer not in self._blank:
+                self._store_prefill(slot, call)
             return
         kv_len = call.key.shape[2]  # (B, Hkv, S, D)
         if q_len != 1:
             raise RuntimeError(f"decode step {step} ran {q_len} query tokens; capture_generation_rows needs one new "
                                "token per step (no assisted, speculative or prompt-lookup decoding)")
-        if kv_len > self.prompt_len + step:
+        if layer in self._blank:
+            return
+        if self.keys == SEQUENCE and kv_len > self.prompt_len + step:
             raise RuntimeError(f"decode step {step} sees {kv_len} keys for {self.prompt_len + step} tokens: a static "
                                "or preallocated cache; capture_generation_rows needs the default dynamic cache")
         if self._zero.device != call.query.device:
@@ -317,7 +350,7 @@ class GenerationRowCapture:
             self._steps[step - 1][slot] = rows.to("cpu", torch.float32)  # (B, H, S_layer)
         self._pending = []
 
-    def _store_prefill(self, slot: int, call: AttentionCall, batch: int, q_len: int) -> None:
+    def _start_prefill(self, batch: int, q_len: int) -> None:
         if not self._prefill:
             if batch != len(self.prompt_positions):
                 raise ValueError(f"got {len(self.prompt_positions)} prompt_positions tensors for a batch of {batch}")
@@ -326,15 +359,18 @@ class GenerationRowCapture:
                     raise IndexError(f"sample {b}: prompt positions must lie in [0, {q_len}), got {pos.tolist()}")
             self.prompt_len = q_len
             self._prefill = [[None] * len(self.layers) for _ in self.prompt_positions]
+
+    def _store_prefill(self, slot: int, call: AttentionCall) -> None:
         for b, pos in enumerate(self.prompt_positions):
             rows = _softmax_rows(call, b, pos.to(call.query.device))  # (1, H, Q_b, S_layer)
             self._prefill[b][slot] = rows[0].to("cpu", torch.float32)  # (H, Q_b, S_layer)
 
 
 # --- the capture contexts ------------------------------------------------------------------------
-def _layer_map(model: nn.Module, adapter: LanguageModelLayout, layers: Sequence[int] | None
-               ) -> tuple[list[int], dict[int, int]]:
-    """(requested vrh layers, {id(attention module): vrh layer} over all layers); refuses a nested capture."""
+def _layer_map(model: nn.Module, adapter: LanguageModelLayout, layers: Sequence[int] | None, keys: str | None
+               ) -> tuple[list[int], dict[int, int], frozenset[int], str]:
+    """(requested vrh layers, {id(attention module): vrh layer} over all layers, the requested layers that read
+    the other key space, the key space); refuses a nested capture and an unknown key space."""
     if any(isinstance(observer, (RowCapture, GenerationRowCapture)) for observer in active_observers()):
         raise RuntimeError("a row capture is already active; nested captures are not supported")
     n_layers = adapter.num_layers(model)
@@ -342,22 +378,28 @@ def _layer_map(model: nn.Module, adapter: LanguageModelLayout, layers: Sequence[
     bad = [x for x in layer_list if not 0 <= x < n_layers]
     if bad or len(set(layer_list)) != len(layer_list):
         raise ValueError(f"layers must be distinct indices in [0, {n_layers}), got {layer_list}")
-    return layer_list, {id(adapter.attention_module(model, x)): x for x in range(n_layers)}
+    space = keys or visual_key_space(adapter, model)
+    if space not in KEY_SPACES:
+        raise ValueError(f"keys must be one of {KEY_SPACES}, got {keys!r}")
+    blank = frozenset(x for x in layer_list if layer_key_space(adapter, model, x) != space)
+    return layer_list, {id(adapter.attention_module(model, x)): x for x in range(n_layers)}, blank, space
 
 
 @contextmanager
 def capture_attention_rows(model: nn.Module, adapter: LanguageModelLayout, query_positions: list[torch.Tensor],
-                           layers: Sequence[int] | None = None) -> Iterator[RowCapture]:
+                           layers: Sequence[int] | None = None, keys: str | None = None) -> Iterator[RowCapture]:
     """Capture softmax rows of the language model for the given query positions during ONE forward.
 
     Inside the block run one ``model(**batch.inputs)``. ``query_positions[b]`` is a LongTensor [Q_b] of
     positions in sample b's (left-padded) input sequence, i.e. indices into this forward's tokens.
     ``layers`` (default: all) are vrh layer indices; ``rows(b)`` stacks them in the given order. The
     language model runs with :data:`IMPL_NAME` (sdpa output, same logits) and its previous
-    implementation is restored on exit; the vision encoder is never switched. Not re-entrant.
+    implementation is restored on exit; the vision encoder is never switched. Not re-entrant. ``keys``: the
+    key space of the rows (:data:`~vrh.core.layout.SEQUENCE` or :data:`~vrh.core.layout.VISION`; default:
+    where the adapter's visual tokens are); layers reading the other one have zero rows.
     """
-    layer_list, module_to_layer = _layer_map(model, adapter, layers)
-    capture = RowCapture(query_positions, layer_list, module_to_layer)
+    layer_list, module_to_layer, blank, _ = _layer_map(model, adapter, layers, keys)
+    capture = RowCapture(query_positions, layer_list, module_to_layer, blank)
     with language_model_uses_vrh(model, adapter), observe_attention(capture):
         yield capture
     capture.finish()  # the rows CPU layers deferred, now that the forward's activations are gone
@@ -365,15 +407,16 @@ def capture_attention_rows(model: nn.Module, adapter: LanguageModelLayout, query
 
 @contextmanager
 def capture_generation_rows(model: nn.Module, adapter: LanguageModelLayout, prompt_positions: list[torch.Tensor],
-                            layers: Sequence[int] | None = None) -> Iterator[GenerationRowCapture]:
+                            layers: Sequence[int] | None = None, keys: str | None = None
+                            ) -> Iterator[GenerationRowCapture]:
     """Capture softmax rows during ONE ``model.generate(...)`` (greedy or sampled, default dynamic cache).
 
     ``prompt_positions[b]``: positions in sample b's left-padded prompt whose rows the prefill keeps (e.g.
     the expression tokens and the last prompt token); the row of every generated position is kept from its
     decode step. Read them with ``rows(b, positions)``. Same switching and layers as
-    :func:`capture_attention_rows`; not re-entrant.
+    :func:`capture_attention_rows` (``keys`` too); not re-entrant.
     """
-    layer_list, module_to_layer = _layer_map(model, adapter, layers)
-    capture = GenerationRowCapture(prompt_positions, layer_list, module_to_layer)
+    layer_list, module_to_layer, blank, space = _layer_map(model, adapter, layers, keys)
+    capture = GenerationRowCapture(prompt_positions, layer_list, module_to_layer, blank, space)
     with language_model_uses_vrh(model, adapter), observe_attention(capture):
         yield capture

@@ -180,18 +180,29 @@ def _zero_heads_hook(head_idx: list[int], num_heads: int, head_dim: int, layer: 
     return hook
 
 
-def _zero_rows_hook(masked: torch.Tensor, head_dim: int, layer: int):
+@dataclass
+class RowSubset:
+    """Which of the batch's rows the forward call running now computes: ``rows`` (ascending row indices), or
+    every row (None). Set by whoever runs a layer on part of the batch (the shared prompt prefill,
+    :mod:`vrh.core.sharing`) so that :func:`mask_heads_per_row` masks each computed row with its own heads."""
+
+    rows: torch.Tensor | None = None  # LongTensor [B_computed]
+
+
+def _zero_rows_hook(masked: torch.Tensor, head_dim: int, layer: int, subset: RowSubset | None = None):
     """A ``with_kwargs`` pre-hook for ``o_proj`` zeroing, in batch row b, the heads where ``masked[b]`` is True.
 
-    ``masked``: bool ``[B, H]``. The batch dim of every call must be B: greedy ``generate`` keeps it through
-    its KV-cached decode steps (no beams, no expansion), and anything else is an error, not a silent
-    broadcast of one row's mask onto another."""
-    n_rows, num_heads = masked.shape
+    ``masked``: bool ``[B, H]``. The batch dim of every call must be B (or, while ``subset.rows`` is set, the
+    number of rows it names): greedy ``generate`` keeps it through its KV-cached decode steps (no beams, no
+    expansion), and anything else is an error, not a silent broadcast of one row's mask onto another."""
+    n_all, num_heads = masked.shape
     cache: dict[torch.device, torch.Tensor] = {}  # the mask per device, built once
 
     def hook(module: nn.Module, args: tuple, kwargs: dict[str, Any]):
         x, key = _o_proj_input(args, kwargs)
         _check_width(x, num_heads, head_dim, layer, "mask_heads_per_row")
+        rows = subset.rows if subset is not None else None
+        n_rows = n_all if rows is None else len(rows)
         if x.dim() != 3 or x.shape[0] != n_rows:
             raise RuntimeError(
                 f"mask_heads_per_row: o_proj input of layer {layer} has shape {tuple(x.shape)}, expected "
@@ -200,6 +211,8 @@ def _zero_rows_hook(masked: torch.Tensor, head_dim: int, layer: int):
         m = cache.get(x.device)
         if m is None:
             m = cache[x.device] = masked.to(x.device)[:, None, :, None]  # [B, H] -> [B, 1, H, 1]
+        if rows is not None:
+            m = m[rows.to(x.device)]  # [B, 1, H, 1] -> [B_computed, 1, H, 1]
         per_head = x.reshape(*x.shape[:-1], num_heads, head_dim)  # [B, S, H*d_head] -> [B, S, H, d_head]
         per_head = per_head.masked_fill(m, 0.0)  # exact zeros, like index_fill in mask_heads
         return _with_input(args, kwargs, key, per_head.reshape(x.shape))  # -> [B, S, H*d_head]
@@ -253,8 +266,8 @@ def _uniform_mask(model: nn.Module, adapter: LanguageModelLayout, heads: list[He
 
 
 @contextmanager
-def mask_heads_per_row(model: nn.Module, adapter: LanguageModelLayout, row_heads: Sequence[Iterable[Head]]
-                       ) -> Iterator[None]:
+def mask_heads_per_row(model: nn.Module, adapter: LanguageModelLayout, row_heads: Sequence[Iterable[Head]],
+                       subset: RowSubset | None = None) -> Iterator[None]:
     """Within the context, batch row ``b`` of every language-model forward has ``row_heads[b]`` zeroed.
 
     Why: several masking conditions (k values, detected vs random heads, seeds) can then share one
@@ -267,7 +280,8 @@ def mask_heads_per_row(model: nn.Module, adapter: LanguageModelLayout, row_heads
     attention function, which masks one head set per module for the whole batch, so uniform conditions run
     one head set at a time (:func:`vrh.experiments.runner.run_conditions` does that). Every row is validated before
     anything is installed; rows with no heads are left untouched; hooks are removed on exit, also on error;
-    it nests with :func:`mask_heads` (masks add up).
+    it nests with :func:`mask_heads` (masks add up). ``subset``: while its ``rows`` are set, a forward holds
+    only those rows of the batch, each masked with its own heads (:class:`RowSubset`).
 
     Example::
 
@@ -291,7 +305,7 @@ def mask_heads_per_row(model: nn.Module, adapter: LanguageModelLayout, row_heads
             if layer not in masked:
                 masked[layer] = torch.zeros(len(row_heads), num_heads, dtype=torch.bool)
             masked[layer][b, idx] = True
-    hooks = {layer: _zero_rows_hook(m, head_dim, layer) for layer, m in sorted(masked.items())}
+    hooks = {layer: _zero_rows_hook(m, head_dim, layer, subset) for layer, m in sorted(masked.items())}
     with _o_proj_pre_hooks(model, adapter, hooks):
         yield
 

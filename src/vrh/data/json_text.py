@@ -64,6 +64,61 @@ def loads(text: str, max_depth: int | None = MAX_DEPTH) -> Any:
         raise json.JSONDecodeError(f"nested too deeply to read, past {MAX_DEPTH} levels", text, at or 0) from None
 
 
+_ESCAPES = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
+
+
+def problem(e: json.JSONDecodeError, unit: str = "line") -> str:
+    r"""What is wrong at ``e``'s position, in a user's words (the caller adds where: ``e.colno``, ``e.lineno``).
+
+    Python's own messages mislead at a line's end: a missing closing ``}`` reads "Expecting ',' delimiter",
+    and a cut-off string "Invalid control character at" (the line's newline) with a dangling "at". ``unit``
+    names the text parsed (a dataset ``line``, a ``file``). Parse a JSONL line without its line ending, so
+    the position is on the line and a cut-off string is one.
+
+    >>> def err(text):
+    ...     try:
+    ...         json.loads(text)
+    ...     except json.JSONDecodeError as e:
+    ...         print(f"column {e.colno}: {problem(e)}")
+    >>> err('{"id": "a", "box": [1, 2, 3, 4]')
+    column 32: the line ends before its JSON is complete: a closing '}' missing? (Expecting ',' delimiter)
+    >>> err('{"id": "a", "image": "x.pn')
+    column 22: the string that opens here is not closed before the line ends (a missing '"'?)
+    >>> err('{"id": "a\tb"}')
+    column 10: a raw control character (U+0009) inside a string: write it as \t
+    >>> err('{"id": "a"} {"id": "b"}')
+    column 13: text after the JSON value has ended (one record per line)
+    """
+    msg = e.msg
+    if msg.startswith("Unterminated string"):
+        return f'the string that opens here is not closed before the {unit} ends (a missing \'"\'?)'
+    if msg.startswith("Invalid control character"):
+        c = e.doc[e.pos]
+        if c == "\n":
+            return "a string runs past the end of its line (a missing '\"', or a raw line break: write it as \\n)"
+        escaped = _ESCAPES.get(c) or "\\u%04x" % ord(c)
+        return f"a raw control character (U+{ord(c):04X}) inside a string: write it as {escaped}"
+    if msg.startswith("Extra data"):
+        return "text after the JSON value has ended" + (" (one record per line)" if unit == "line" else "")
+    if not e.doc[e.pos:].strip():  # the text ends where the parser wanted more
+        closers = _still_open(e.doc)
+        missing = f": a closing '{closers}' missing?" if closers else ""
+        return f"the {unit} ends before its JSON is complete{missing} ({msg})"
+    return msg.removesuffix(" at")
+
+
+def _still_open(text: str) -> str:
+    """The brackets that would close what ``text`` leaves open, innermost first (``'{"a": [1'`` -> ``']}'``)."""
+    stack: list[str] = []
+    for m in _TOKEN.finditer(text):
+        c = m.group()
+        if c in "[{":
+            stack.append("]" if c == "[" else "}")
+        elif c in "]}" and stack:
+            stack.pop()
+    return "".join(reversed(stack))
+
+
 def read_json(path: str | os.PathLike) -> Any:
     """A whole JSON file (UTF-8). Not UTF-8, not JSON, or nested deeper than the parser can read: a ValueError
     naming the file and the line (``x.json is not valid JSON (Expecting value at line 3, column 9)``)."""
@@ -78,4 +133,5 @@ def read_json(path: str | os.PathLike) -> Any:
     try:
         return loads(text, max_depth=None)
     except json.JSONDecodeError as e:
-        raise ValueError(f"{path} is not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+        raise ValueError(f"{path} is not valid JSON ({problem(e, 'file')} at line {e.lineno}, column {e.colno})"
+                         ) from None

@@ -384,10 +384,10 @@ def load_dataset(path: str | os.PathLike, *, limit: int | None = None, check_ima
                                      "JSONL files must be UTF-8") from None
                 if not line.strip():
                     continue
-                try:
-                    rec = json_text.loads(line)  # nesting deeper than json_text.MAX_DEPTH is invalid too
+                try:  # without its line ending: an error at the end of the line is placed there, not on "line 2"
+                    rec = json_text.loads(line.rstrip("\r\n"))  # nesting past json_text.MAX_DEPTH is invalid too
                 except json.JSONDecodeError as e:
-                    raise ValueError(f"invalid JSON at column {e.colno}: {e.msg}") from None
+                    raise ValueError(f"invalid JSON at column {e.colno}: {json_text.problem(e)}") from None
                 sample = _parse_line(rec, path.parent, check_images)
                 if sample.id in first_line:
                     raise ValueError(f"duplicate id {sample.id!r} (first on line {first_line[sample.id]})")

@@ -119,7 +119,7 @@ def run_compare(cfg: CompareSettings, lm: Any = None) -> CompareResults:
     from vrh.experiments.kcurves import conditions_table, random_control_report, sweep_conditions
     from vrh.experiments.runner import run_conditions
     from vrh.experiments.settings import DetectSettings, take
-    from vrh.experiments.setup import load
+    from vrh.experiments.setup import fit_random_pool, load
     from vrh.infra.console import console, warn
     from vrh.options import DEFAULT_K_RULE, config_record, default_k, default_ks
     from vrh.tasks import get_task
@@ -129,6 +129,7 @@ def run_compare(cfg: CompareSettings, lm: Any = None) -> CompareResults:
     # fail on a bad --data before loading the model
     _, data_id = load_task_samples(cfg.data, "grounding", hint=GROUNDING_HINT)
     lm = load(cfg, lm)
+    cfg = fit_random_pool(cfg, lm)  # --random-from: a cross-attention model's pool
     total = lm.num_layers * lm.num_heads
     ks = sorted({k for k in (cfg.ks if cfg.ks is not None else default_ks(default_k(lm.num_layers, lm.num_heads),
                                                                           lm.num_layers, lm.num_heads)) if k > 0})

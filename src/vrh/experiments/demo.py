@@ -38,7 +38,7 @@ def run_demo(cfg: DemoSettings, lm: Any = None) -> DemoResults:
     from vrh.experiments.heldout import select_eval_samples
     from vrh.experiments.kcurves import sweep_folder
     from vrh.experiments.settings import DetectSettings, SweepSettings
-    from vrh.experiments.setup import load
+    from vrh.experiments.setup import fit_random_pool, load
     from vrh.infra.console import console
     from vrh.options import DEFAULT_K_RULE, DetectOptions, config_record, default_k, default_ks
     from vrh.organism.world import write_split
@@ -51,6 +51,7 @@ def run_demo(cfg: DemoSettings, lm: Any = None) -> DemoResults:
         if getattr(cfg, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(cfg, name)}")
     lm = load(cfg, lm)
+    cfg = fit_random_pool(cfg, lm)  # --random-from: a cross-attention model's pool
     total = lm.num_layers * lm.num_heads
     k = cfg.k if cfg.k is not None else default_k(lm.num_layers, lm.num_heads)
     if k < 1:

@@ -51,6 +51,7 @@ from vrh.experiments.settings import DetectRunSettings, DetectSettings, take, wi
 from vrh.experiments.heldout import GROUNDING_HINT, load_task_samples
 from vrh.infra.oom import halving_on_oom
 from vrh.core.heads import rank_heads
+from vrh.core.layout import cross_layers
 from vrh.models.loading import LoadedModel
 from vrh.models.generation import fit_context
 from vrh.options import DetectOptions
@@ -160,7 +161,11 @@ def _combine(lm: LoadedModel, settings: DetectSettings, states: Sequence[BatchSt
     whole = BatchState.join([BatchState.empty(extra_passes(scorers)), *states])
     for name, st in whole.scorers.items():
         scorers[name].extend(st)
-    return _finish(lm, scorers, whole, elapsed, settings.capture)
+    found = _finish(lm, scorers, whole, elapsed, settings.capture)
+    cross = sorted(cross_layers(lm.adapter, lm.model))
+    if cross:  # which heads read the image: the report shows the two kinds (docs/adapters.md, Llama 3.2 Vision)
+        found.head_scores.extra["cross_attention_layers"] = cross
+    return found
 
 
 def _finish(lm, scorers, whole: BatchState, elapsed: float, capture: str = "teacher_forced") -> Detection:
@@ -299,6 +304,9 @@ def run_detect(cfg: DetectRunSettings, lm: LoadedModel | None = None) -> runs.He
     if settings.answer == "model":
         warn_if_never_correct(cfg.out, cfg.model)
     print_top_heads(hs)
+    from vrh.experiments.paper_agreement import paper_agreement, print_paper_agreement
+
+    print_paper_agreement(paper_agreement(hs.ranking(), hs.num_layers, hs.num_heads, cfg.model, cfg.data))
     return hs
 
 

@@ -22,6 +22,7 @@ import torch
 
 from vrh.core.capture import capture_attention_rows
 from vrh.core.generation_capture import GeneratedRows, generate_with_rows
+from vrh.core.layout import VISION, visual_key_space
 from vrh.core.regions import box_token_mask
 from vrh.data import Sample
 from vrh.models.generation import generate_answers
@@ -321,6 +322,8 @@ def _sample_info(lm: LoadedModel, answered: _Answered, main: _Capture, extra: di
     fields = dict(key_positions=vis[in_box], visual_positions=vis, grid=grid, queries=main.queries[b].as_query_dict(),
                   correct=rec.get("outcome") == "correct", iou=rec.get("iou"), index=answered.index[b],
                   **_answer_facts(lm, main.batch, b, s, answered.metas[b]))
+    if visual_key_space(lm.adapter, lm.model) == VISION:  # rows over the cross-attention keys have no text key
+        fields["prompt_positions"] = None  # (vrh.core.capture): a scorer reading prompt keys refuses
     for p, cap in extra.items():
         if not torch.equal(cap.batch.visual_rects[b], rects):  # same image -> same visual tokens expected
             raise RuntimeError(f"{s.id}: the {p} pass tokenized the image differently")

@@ -16,7 +16,8 @@ What vrh adds around TRL, and why:
 * **The trained model is a normal checkpoint folder** (``OUT/model``: weights, processor, and the
   checkpoint's ``vrh.json`` adapter settings copied over), so ``--model OUT/model`` loads it like the base.
 * **Progress**: every TRL log line (loss, rewards/margins, rewards/accuracies, learning rate) is appended
-  to ``OUT/train_log.jsonl`` as it comes and printed as one line.
+  to ``OUT/train_log.jsonl`` as it comes; a terminal shows each step's line, a log one per tenth of the
+  steps or per 30 s (the step's values, elapsed time and ETA: :class:`vrh.infra.console.LineProgress`).
 * **Resumable**: TRL checkpoints go to ``OUT/checkpoints`` every ``save_steps`` steps (the last one kept);
   ``resume`` continues from the newest *complete* one (:func:`latest_checkpoint`: a kill, Ctrl-C or a full
   disk while one is written leaves it without its ``trainer_state.json``, which TRL writes last), its weights
@@ -173,20 +174,35 @@ class TrainOutcome:
     peak_memory_kind: str
 
 
-def _log_callback(path: Path):
+def _log_callback(path: Path, *, interactive: bool | None = None, clock=time.monotonic, write=None):
+    """The Trainer callback that logs (``interactive``: a terminal, None: look at stderr; ``clock`` and
+    ``write`` feed the log's lines, for tests)."""
     from transformers import TrainerCallback
+
+    from vrh.infra.console import LineProgress, progress_enabled
 
     class LogToFile(TrainerCallback):
         """Each TRL log record appended to ``train_log.jsonl`` (flushed: a crash keeps what was logged) and
-        printed as one line."""
+        shown: every step on a terminal, in a log one line per tenth of the steps or per 30 s (TRL logs every
+        step: hundreds of lines would bury the rest of the log)."""
+
+        lines: LineProgress | None = None
+
+        def on_train_begin(self, args, state, control, **kw):  # a resumed run begins at its checkpoint's step
+            self.lines = LineProgress(state.max_steps, f"dpo {path.parent.name}", unit="steps", clock=clock,
+                                      initial=state.global_step, **({"write": write} if write else {}))
 
         def on_log(self, args, state, control, logs=None, **kw):
             rec = {"step": state.global_step, "epoch": state.epoch, **(logs or {})}
             with _saving(path), open(path, "a") as f:
                 f.write(json.dumps(rec) + "\n")
             shown = " ".join(f"{k.split('/')[-1]} {rec[k]:.4g}" for k in LOG_KEYS if isinstance(rec.get(k), float))
-            if shown:  # the end-of-training summary record has none of them
+            if not shown or not progress_enabled():  # the end-of-training summary record has none of them
+                return
+            if (console.is_terminal or console.is_jupyter) if interactive is None else interactive:
                 console.print(f"dpo step {state.global_step}/{state.max_steps}: {shown}")
+                return
+            self.lines.advance(state.global_step - self.lines.done, detail=shown)
 
     return LogToFile()
 

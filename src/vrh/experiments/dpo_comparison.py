@@ -186,7 +186,7 @@ def run_comparison(lm: Any, cfg: Any, out: str | os.PathLike, *, benchmarks: Seq
         for m in MODELS:
             s0 = time.time()
             model = lm if m == "base" else load_model(trained[m].model_dir, device=cfg.device, dtype=cfg.dtype,
-                                                      adapter=cfg.adapter)
+                                                      adapter=cfg.adapter, answer_format=getattr(cfg, "answer_format", None))
             for name, samples, info in evals:
                 sub = runs.RunFolder(out / f"eval_{name}_{m}", resume=resume)
                 sub.write_config({"command": "evaluate", **part, "model": model.describe(), "data": info,

@@ -18,7 +18,8 @@ from vrh.data import Sample
 from vrh.core.heads import Head
 from vrh.models.loading import LoadedModel
 from vrh.models.generation import generate_answers
-from vrh.core.masking import mask_heads, mask_heads_per_row, validate_heads
+from vrh.core.masking import RowSubset, mask_heads, mask_heads_per_row, validate_heads
+from vrh.core.sharing import shared_prefill
 from vrh.tasks import Task
 
 
@@ -64,7 +65,8 @@ def evaluate_samples(lm: LoadedModel, task: Task, samples: Sequence[Sample], hea
 def evaluate_rows(lm: LoadedModel, task: Task, rows: Sequence[tuple[Sample, Sequence[Head]]], *,
                   batch_size: int = 16, max_new_tokens: int = 64,
                   on_record: Callable[[int, dict[str, Any]], None] | None = None,
-                  advance: Callable[[int], None] | None = None) -> list[dict[str, Any]]:
+                  advance: Callable[[int], None] | None = None, share_vision: bool = True,
+                  share_prefix: bool = True) -> list[dict[str, Any]]:
     """Answer every ``(sample, heads)`` row with its own ``heads`` zeroed, ``batch_size`` rows per batch.
 
     Why: the rows of several masking conditions (the same sample under k = 1, 2, 4, random seeds, ...)
@@ -73,6 +75,10 @@ def evaluate_rows(lm: LoadedModel, task: Task, rows: Sequence[tuple[Sample, Sequ
     only (see :func:`vrh.core.masking.mask_heads_per_row`). Returns one record per row, in ``rows`` order, and
     hands each to ``on_record(row index, record)`` as its batch is judged; ``advance`` counts rows. Every
     head set is validated before anything is generated.
+
+    ``share_vision`` / ``share_prefix``: the rows of one sample in a batch compute its vision features / the
+    prompt below each row's first masked layer once (:mod:`vrh.core.sharing`); exact, so the records are the
+    same with them off.
     """
     wrong = [s.id for s, _ in rows if s.task != task.name]
     if wrong:
@@ -86,7 +92,10 @@ def evaluate_rows(lm: LoadedModel, task: Task, rows: Sequence[tuple[Sample, Sequ
         chunk = rows[start:start + batch_size]
 
         def answer(part: Sequence[tuple[Sample, Sequence[Head]]]) -> list[dict[str, Any]]:
-            with mask_heads_per_row(lm.model, lm.adapter, [hs for _, hs in part]):
+            heads, subset = [list(hs) for _, hs in part], RowSubset()
+            with mask_heads_per_row(lm.model, lm.adapter, heads, subset=subset), \
+                    shared_prefill(lm.model, lm.adapter, [s.id for s, _ in part], heads, subset,
+                                   vision=share_vision, prefix=share_prefix):
                 return answer_and_judge(lm, task, [s for s, _ in part], max_new_tokens)
 
         recs = [r for piece in halving_on_oom(answer, chunk, "evaluate") for r in piece]

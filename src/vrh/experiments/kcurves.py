@@ -141,7 +141,7 @@ def run_sweep(cfg: SweepSettings, lm: Any = None) -> SweepResults:
     from vrh.core.heads import check_grid
     from vrh.experiments.conditions import head_source
     from vrh.experiments.heldout import select_eval_samples
-    from vrh.experiments.setup import load
+    from vrh.experiments.setup import fit_random_pool, load
     from vrh.infra.console import console
     from vrh.options import DEFAULT_K_RULE, config_record, default_k, default_ks
     from vrh.tasks import task_from_settings
@@ -153,6 +153,7 @@ def run_sweep(cfg: SweepSettings, lm: Any = None) -> SweepResults:
                                 "not a head list")
     samples, data_info = select_eval_samples(cfg.data, cfg.task, cfg.n, [cfg.heads], cfg.disjoint)
     lm = load(cfg, lm)
+    cfg = fit_random_pool(cfg, lm)  # --random-from: a cross-attention model's pool
     check_grid(src.scores.shape, lm.num_layers, lm.num_heads, f"--heads {cfg.heads}")
     ks = cfg.ks if cfg.ks is not None else default_ks(default_k(lm.num_layers, lm.num_heads), lm.num_layers,
                                                        lm.num_heads)

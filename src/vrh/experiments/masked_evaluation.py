@@ -68,7 +68,7 @@ def run_evaluate(cfg: EvaluateSettings, lm: Any = None) -> EvaluateResults:
     from vrh import runs
     from vrh.experiments.heldout import select_eval_samples
     from vrh.experiments.runner import run_conditions
-    from vrh.experiments.setup import load
+    from vrh.experiments.setup import fit_random_pool, load
     from vrh.infra.console import console, print_result
     from vrh.options import DEFAULT_K_RULE, config_record
     from vrh.runs import TaskSummary
@@ -81,6 +81,7 @@ def run_evaluate(cfg: EvaluateSettings, lm: Any = None) -> EvaluateResults:
     src = cond.head_source(cfg.mask_heads, cfg.scorer)  # a missing run folder or a bad head list fails before loading
     check_k(cfg, src.kind)
     lm = load(cfg, lm)
+    cfg = fit_random_pool(cfg, lm)  # --random-from: a cross-attention model's pool
     condition, head_info = resolve_condition(cfg, lm.num_layers, lm.num_heads)
     if condition.kind in ("top_k", "random"):
         rule = "" if cfg.k is not None else f" (--k default: {DEFAULT_K_RULE})"

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import partial
 from typing import Any
 
@@ -50,11 +50,12 @@ from vrh.experiments.settings import take, with_options
 from vrh.models.loading import LoadedModel
 from vrh.models.generation import fit_context
 from vrh.core.masking import get_mask_mode
-from vrh.options import GenerationOptions
+from vrh.options import GenerationOptions, ShareOptions
 from vrh.runs import RunFolder, SampleRecord
 from vrh.tasks import Task
 
 _TAG_KEYS = ("condition", "kind", "method", "k", "seed", "mask_mode")
+_SHARE_FIELDS = tuple(f.name for f in fields(ShareOptions))  # accepted as run_conditions keywords too
 
 
 @dataclass
@@ -136,20 +137,29 @@ def run_conditions(lm: LoadedModel, task: Task, samples: Sequence[Sample], condi
 
     ``batch_conditions``: head sets of a batchable mask mode (zero) share batches, ``batch_size`` (sample,
     head set) rows each (see the module docstring); ``False`` evaluates one head set at a time,
-    ``batch_size`` samples per batch.
+    ``batch_size`` samples per batch. Within a batch, a sample's rows share its vision features and the prompt
+    below each row's first masked layer (:mod:`vrh.core.sharing`; ``share_vision`` / ``share_prefix``, from
+    ``settings`` or as keywords, turn them off); the records are the same either way.
     The progress bar counts rows either way.
     """
+    share = with_options(sharing(settings), {k: options.pop(k) for k in _SHARE_FIELDS if k in options},
+                         "run_conditions")
     settings = with_options(generation(settings), options, "run_conditions")
     plan = plan_conditions(lm, task, samples, conditions, run, settings, description=description, subsets=subsets,
                            batch_conditions=batch_conditions)
     with progress_shown(progress):
-        return execute_plan(lm, task, plan, run, settings, description=description)
+        return execute_plan(lm, task, plan, run, settings, description=description, share=share)
 
 
 def generation(settings: GenerationOptions | None) -> GenerationOptions:
     """The generation options of ``settings`` (any value carrying them, e.g. a command's settings), or the
     defaults."""
     return GenerationOptions() if settings is None else take(GenerationOptions, settings)
+
+
+def sharing(settings: Any) -> ShareOptions:
+    """The work-sharing options of ``settings`` (a command's settings carry them), or the defaults (both on)."""
+    return take(ShareOptions, settings) if isinstance(settings, ShareOptions) else ShareOptions()
 
 
 def plan_conditions(lm: LoadedModel, task: Task, samples: Sequence[Sample], conditions: Sequence[Condition],
@@ -191,9 +201,12 @@ def plan_conditions(lm: LoadedModel, task: Task, samples: Sequence[Sample], cond
 
 
 def execute_plan(lm: LoadedModel, task: Task, plan: ConditionPlan, run: RunFolder | None = None,
-                 settings: GenerationOptions | None = None, *, description: str = "evaluate") -> ConditionResults:
+                 settings: GenerationOptions | None = None, *, description: str = "evaluate",
+                 share: ShareOptions | None = None) -> ConditionResults:
     """Generate this rank's share of ``plan`` (each record appended to ``run`` as it is judged), gather every
-    rank's records, and return the results of every condition (on every rank alike)."""
+    rank's records, and return the results of every condition (on every rank alike). ``share``: what a batch's
+    rows of one sample compute once (default: ``settings``' own, or both shares on); the records are the same."""
+    share = sharing(settings) if share is None else share
     settings = generation(settings)
     gen = dict(batch_size=settings.batch_size, max_new_tokens=settings.max_new_tokens)
     dp = world()
@@ -201,7 +214,8 @@ def execute_plan(lm: LoadedModel, task: Task, plan: ConditionPlan, run: RunFolde
     with progress_bar(plan.n_rank_generations, description, unit="generations") as advance:
         if plan.rank_rows:
             evaluate_rows(lm, task, [(s, plan.groups[i].lead.heads) for i, s in plan.rank_rows],
-                          on_record=lambda j, rec: new.add(plan.rank_rows[j][0], rec), advance=advance, **gen)
+                          on_record=lambda j, rec: new.add(plan.rank_rows[j][0], rec), advance=advance,
+                          share_vision=share.share_vision, share_prefix=share.share_prefix, **gen)
         for i, part in plan.rank_samples.items():
             lead = plan.groups[i].lead
             evaluate_samples(lm, task, part, lead.heads, mask_mode=lead.mask_mode, on_record=partial(new.add, i),

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 from vrh.options import (DEFAULT_K_RULE, DataOptions, DetectOptions, EvalOptions, GenerationOptions, MaskOptions,
-                         ModelOptions, PairOptions, RunOptions, ints, names, option, optional_int, redefault)
+                         ModelOptions, PairOptions, RunOptions, ShareOptions, ints, names, option, optional_int,
+                         redefault)
 
 
 def take(cls: type, source: Any, **overrides: Any) -> Any:
@@ -67,15 +68,17 @@ class DetectRunSettings(ModelOptions, DataOptions, DetectOptions, GenerationOpti
 
 # --- masked evaluations -------------------------------------------------------------------------------
 @dataclass(frozen=True, kw_only=True)
-class EvaluateSettings(ModelOptions, DataOptions, EvalOptions, MaskOptions, GenerationOptions, RunOptions):
+class EvaluateSettings(ModelOptions, DataOptions, EvalOptions, MaskOptions, GenerationOptions,
+                       ShareOptions, RunOptions):
     """``vrh evaluate``: :func:`vrh.experiments.masked_evaluation.run_evaluate`."""
 
     COMMAND: ClassVar[str] = "evaluate"
     DATA_PARALLEL: ClassVar[bool] = True
 
     mask_heads: str | None = option(None, metavar="RUN|L:H,...",
-                                    help="detection run folder (its top --k heads) or a head list LAYER:HEAD,...; "
-                                         "omit for no masking")
+                                    help="detection run folder (its top --k heads), a head list LAYER:HEAD,... or "
+                                         "paper:MODEL/BENCHMARK (the paper's top-20 list, App. D, e.g. "
+                                         "paper:Qwen2.5-VL-7B/RefCOCO); omit for no masking")
     k: int | None = option(None, parse=optional_int,
                            help="how many top heads of the detection run --mask-heads to mask (or random heads to "
                                 f"draw with --random) (default: {DEFAULT_K_RULE})")
@@ -84,7 +87,7 @@ class EvaluateSettings(ModelOptions, DataOptions, EvalOptions, MaskOptions, Gene
 
 
 @dataclass(frozen=True, kw_only=True)
-class SweepSettings(ModelOptions, DataOptions, EvalOptions, MaskOptions, GenerationOptions, RunOptions):
+class SweepSettings(ModelOptions, DataOptions, EvalOptions, MaskOptions, GenerationOptions, ShareOptions, RunOptions):
     """``vrh sweep`` (and a study's sweep and crosstask cells): :func:`vrh.experiments.kcurves.run_sweep`."""
 
     COMMAND: ClassVar[str] = "sweep"
@@ -115,7 +118,8 @@ def default_methods() -> tuple[str, ...]:
 
 
 @dataclass(frozen=True, kw_only=True)
-class CompareSettings(ModelOptions, DataOptions, DetectOptions, MaskOptions, GenerationOptions, RunOptions):
+class CompareSettings(ModelOptions, DataOptions, DetectOptions, MaskOptions, GenerationOptions,
+                      ShareOptions, RunOptions):
     """``vrh compare``: :func:`vrh.experiments.compare.run_compare`."""
 
     COMMAND: ClassVar[str] = "compare"
@@ -157,7 +161,8 @@ class CompareSettings(ModelOptions, DataOptions, DetectOptions, MaskOptions, Gen
 
 # --- transfer, stability, preference pairs ------------------------------------------------------------
 @dataclass(frozen=True, kw_only=True)
-class TransferSettings(ModelOptions, DataOptions, EvalOptions, MaskOptions, GenerationOptions, RunOptions):
+class TransferSettings(ModelOptions, DataOptions, EvalOptions, MaskOptions, GenerationOptions,
+                       ShareOptions, RunOptions):
     """``vrh transfer``: :func:`vrh.experiments.transfer.run_transfer`."""
 
     COMMAND: ClassVar[str] = "transfer"
@@ -180,7 +185,7 @@ class TransferSettings(ModelOptions, DataOptions, EvalOptions, MaskOptions, Gene
 
 
 @dataclass(frozen=True, kw_only=True)
-class StabilitySettings(ModelOptions, MaskOptions, GenerationOptions, RunOptions):
+class StabilitySettings(ModelOptions, MaskOptions, GenerationOptions, ShareOptions, RunOptions):
     """``vrh stability``: :func:`vrh.experiments.stability.run_stability`."""
 
     COMMAND: ClassVar[str] = "stability"
@@ -218,7 +223,7 @@ class StabilitySettings(ModelOptions, MaskOptions, GenerationOptions, RunOptions
 
 
 @dataclass(frozen=True, kw_only=True)
-class PairsSettings(ModelOptions, PairOptions, MaskOptions, GenerationOptions, RunOptions):
+class PairsSettings(ModelOptions, PairOptions, MaskOptions, GenerationOptions, ShareOptions, RunOptions):
     """``vrh dpo-pairs``: :func:`vrh.experiments.preference_pairs.run_pairs`."""
 
     COMMAND: ClassVar[str] = "dpo-pairs"
@@ -227,12 +232,38 @@ class PairsSettings(ModelOptions, PairOptions, MaskOptions, GenerationOptions, R
                                                 "for every sample, instead of the detected heads")
 
 
+# --- the answer-format probe --------------------------------------------------------------------------
+def _variants_help() -> str:
+    """``--variants``' help, with the box writings registered now (no torch: answer_formats reads text only)."""
+    from vrh.models.answer_formats import box_writings
+
+    return ('JSON file of variants of your own to try as well: a list of {"name", "prompt" (with one {expression}), '
+            '"box" (a box writing: ' + ", ".join(box_writings()) + '), "about"}; prompt or box left out = the '
+            "family's own (default: none)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProbeFormatSettings(ModelOptions, DataOptions, GenerationOptions):
+    """``vrh probe-format``: :func:`vrh.experiments.format_probe.run_probe_format`."""
+
+    COMMAND: ClassVar[str] = "probe-format"
+
+    # every variant is probed: --answer-format (which one a run uses) is no option here
+    answer_format: str | None = option(None, cli=False, help="not read: the probe tries every variant")
+    n: int = option(20, help="grounding samples each variant answers: the first N of --data")
+    variants: str | None = option(None, metavar="FILE", help=_variants_help)
+    shared: bool = option(False, help="also try every shared variant the family does not declare")
+    tau: float = option(0.5, help="IoU threshold for a correct box")
+    json_out: str | None = option(None, flag="--json", metavar="FILE",
+                                  help="also write the table as JSON to FILE (default: stdout only)")
+
+
 # --- the demo -----------------------------------------------------------------------------------------
 DEMO_WORLD_SEED = 20_000  # disjoint from the organism's training streams and its held-out seed
 
 
 @dataclass(frozen=True, kw_only=True)
-class DemoSettings(ModelOptions, MaskOptions, GenerationOptions, RunOptions):
+class DemoSettings(ModelOptions, MaskOptions, GenerationOptions, ShareOptions, RunOptions):
     """``vrh demo``: :func:`vrh.experiments.demo.run_demo`."""
 
     COMMAND: ClassVar[str] = "demo"
@@ -256,3 +287,67 @@ class DemoSettings(ModelOptions, MaskOptions, GenerationOptions, RunOptions):
     sparsity_thresholds: tuple[float, ...] = option((1e-3, 5e-3), cli=False,  # sparsity.DEFAULT_THRESHOLDS
                                                     help="score thresholds of the sparsity figure (the paper's "
                                                          "Fig. 5 ones: 0.001 non-negligible, 0.005 high)")
+
+
+# --- text retrieval heads -----------------------------------------------------------------------------
+def floats(text: str) -> tuple[float, ...]:
+    """``"0,0.5,1"`` -> ``(0.0, 0.5, 1.0)``."""
+    import argparse
+
+    try:
+        return tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TextHeadsSettings(ModelOptions, RunOptions):
+    """``vrh text-heads``: :func:`vrh.experiments.text_heads.run_text_heads`."""
+
+    COMMAND: ClassVar[str] = "text-heads"
+
+    haystack: str = option("sentences", choices=("sentences", "items"),
+                           help="haystack style: 'sentences' (generated English about coloured shapes, the needle a "
+                                "secret code of random numbers) or 'items' (the item lists organism C read, the "
+                                "needle one item's box; the organisms' vocabulary)")
+    contexts: tuple[int, ...] | None = option(None, parse=ints, metavar="T,T",
+                                              help="prompt lengths in tokens (default: a quarter, a half and all of "
+                                                   "the model's context less --max-new-tokens, at most 4096)")
+    depths: tuple[float, ...] = option((0.0, 0.25, 0.5, 0.75, 1.0), parse=floats, metavar="D,D",
+                                       help="needle depths, fractions of the haystack before the needle")
+    needle_lengths: tuple[int, ...] = option((4,), parse=ints, metavar="N,N",
+                                             help="numbers in the needle (an 'items' needle is always 4)")
+    needles: int = option(4, help="tests per (context, depth, length) cell, each with its own needle")
+    seed: int = option(0, help="seed of the generated prompts")
+    max_new_tokens: int = redefault(GenerationOptions, "max_new_tokens", 32)
+    k: int | None = option(None, parse=optional_int,
+                           help=f"heads masked in the causal test (default: {DEFAULT_K_RULE})")
+    seeds: tuple[int, ...] = option((0, 1, 2), parse=ints, metavar="S,S",
+                                    help="random-head seeds: one random control of k heads per seed")
+    cross_heads: str | None = option(None, metavar="RUN|L:H,...",
+                                     help="also mask the top --k heads of this head set on the needle test: a "
+                                          "detection run (e.g. the VRHs), a head list or paper:MODEL/BENCHMARK "
+                                          "(default: none)")
+    mask_mode: str = redefault(MaskOptions, "mask_mode", "zero")
+    exclude_layers: tuple[int, ...] = redefault(MaskOptions, "exclude_layers", ())
+    scorer: str | None = redefault(MaskOptions, "scorer", None)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompareHeadsSettings(ModelOptions, EvalOptions, MaskOptions, GenerationOptions, ShareOptions, RunOptions):
+    """``vrh compare-heads``: :func:`vrh.experiments.head_comparison.run_compare_heads`."""
+
+    COMMAND: ClassVar[str] = "compare-heads"
+
+    heads: str = option(metavar="A", help="head set A: a detection or text-heads run folder, a head list LAYER:HEAD,... "
+                                          "(in rank order) or paper:MODEL/BENCHMARK")
+    heads_b: str = option(metavar="B", help="head set B, as --heads")
+    model: str | None = redefault(ModelOptions, "model", None)
+    data: str | None = option(None, help="grounding dataset (with --model): the cross-masking matrix's grounding "
+                                         "column (default: none)")
+    k: int | None = option(None, parse=optional_int,
+                           help=f"heads masked in the cross-masking matrix (default: {DEFAULT_K_RULE})")
+    overlap_ks: tuple[int, ...] = option((5, 10, 20), parse=ints, metavar="K,K",
+                                         help="k of the top-k overlap figures (capped by the shorter set)")
+    seeds: tuple[int, ...] = option((0, 1, 2), parse=ints, metavar="S,S",
+                                    help="random-head seeds of the cross-masking matrix")

@@ -53,22 +53,44 @@ def check_out(cfg: Any) -> None:
 
 def load(cfg: Any, lm: Any = None, model: str | None = None):
     """The caller's loaded model, or ``cfg.model`` (or ``model``) loaded through its adapter, after
-    :func:`check_out`; says on stderr which model runs (its adapter and head grid).
+    :func:`check_out`, answering in ``cfg.answer_format`` (the family's first when None); says on stderr which
+    model runs (its adapter, head grid and answer format).
 
     In a data-parallel run a run that does not support it is refused here (every model-loading run passes
     through), and ``--device cuda`` means this rank's GPU."""
     check_data_parallel(cfg)
     check_out(cfg)
-    if lm is not None:
-        return lm
+    answer_format = getattr(cfg, "answer_format", None)
+    if lm is not None:  # the run's own answer format (a study's cached model may come from another cell)
+        return lm.with_answer_format(answer_format) if hasattr(lm, "with_answer_format") else lm
     from vrh.infra.console import console
     from vrh.infra.distributed import rank_device, world
     from vrh.models.loading import load_model
 
     configure_threads(cfg)
     lm = load_model(model or cfg.model, device=rank_device(cfg.device), dtype=cfg.dtype,
-                    adapter=getattr(cfg, "adapter", None), device_map=getattr(cfg, "device_map", None))
+                    adapter=getattr(cfg, "adapter", None), device_map=getattr(cfg, "device_map", None),
+                    answer_format=answer_format)
     if world().is_main:  # once per run, not once per data-parallel process
-        console.print(f"model: {lm.path} (adapter {lm.adapter.name}, {lm.num_layers} layers x {lm.num_heads} heads)",
-                      markup=False, highlight=False)
+        console.print(f"model: {lm.path} (adapter {lm.adapter.name}, {lm.num_layers} layers x {lm.num_heads} heads, "
+                      f"answer format {lm.adapter.answer_format.name})", markup=False, highlight=False)
     return lm
+
+
+def fit_random_pool(cfg: Any, lm: Any) -> Any:
+    """``cfg`` with ``exclude_layers`` completed for ``lm``'s random controls: under ``--random-from visual`` (the
+    default) a cross-attention model's self-attention layers join it, since their heads never see the image (a
+    control drawn from them would be a weaker control than the detected cross-attention heads). Returned
+    unchanged for a model without cross-attention layers, for ``--random-from all`` and for settings without
+    the option; the completed value is what ``config.json`` records."""
+    import dataclasses
+
+    from vrh.core.layout import cross_layers
+
+    if getattr(cfg, "random_from", "all") != "visual":
+        return cfg
+    cross = cross_layers(lm.adapter, lm.model)
+    if not cross:
+        return cfg
+    others = [layer for layer in range(lm.num_layers) if layer not in cross]
+    return dataclasses.replace(cfg, exclude_layers=tuple(sorted({*cfg.exclude_layers, *others})))

@@ -237,7 +237,7 @@ def run_stability(cfg: StabilitySettings, lm: Any = None) -> runs.StabilityResul
     ``lm`` is used only when ``cfg.model`` is set."""
     from vrh.core.heads import check_grid
     from vrh.experiments.heldout import select_eval_samples
-    from vrh.experiments.setup import check_out, load
+    from vrh.experiments.setup import check_out, fit_random_pool, load
     from vrh.infra.console import console, print_result
     from vrh.options import DEFAULT_K_RULE, config_record, default_k
     from vrh.tasks import get_task
@@ -256,6 +256,7 @@ def run_stability(cfg: StabilitySettings, lm: Any = None) -> runs.StabilityResul
         data = cfg.data or runs.read_detection_split(cfg.heads).data_path
         samples, data_info = select_eval_samples(data, task.name, cfg.n_eval, [cfg.heads], disjoint=True)
         lm = load(cfg, lm)
+        cfg = fit_random_pool(cfg, lm)  # --random-from: a cross-attention model's pool
         check_grid(study.per_sample.shape[1:], lm.num_layers, lm.num_heads, f"--heads {cfg.heads}",
                    f"--model {cfg.model}")
         conditions, control = stability_conditions(study, cfg.seeds, cfg.accuracy_draws,

@@ -71,9 +71,10 @@ def run_transfer(cfg: TransferSettings, lm: Any = None) -> TransferResults:
     from vrh.experiments.kcurves import conditions_table, random_control_report
     from vrh.experiments.method_comparison import finite_or_none, map_similarity
     from vrh.experiments.runner import run_conditions
-    from vrh.experiments.setup import load
+    from vrh.experiments.setup import fit_random_pool, load
     from vrh.infra.console import console, print_result, warn
     from vrh.options import DEFAULT_K_RULE, config_record, default_k
+    from vrh.report.load import model_pair
     from vrh.tasks import task_from_settings
 
     t0 = time.time()
@@ -83,6 +84,7 @@ def run_transfer(cfg: TransferSettings, lm: Any = None) -> TransferResults:
     samples, data_info = select_eval_samples(cfg.data, cfg.task, cfg.n,
                                              [p for p in (cfg.heads_b, cfg.heads) if p], cfg.disjoint)
     lm = load(cfg, lm)
+    cfg = fit_random_pool(cfg, lm)  # --random-from: a cross-attention model's pool
     L, H = lm.num_layers, lm.num_heads
     k = cfg.k if cfg.k is not None else default_k(L, H)
     if cfg.k is None:
@@ -127,7 +129,9 @@ def run_transfer(cfg: TransferSettings, lm: Any = None) -> TransferResults:
             elapsed_seconds=time.time() - t0)
         run.write_results(result.to_json())
     own = result.own_heads_accuracy
-    print_result(f"transfer: B unmasked {result.baseline_accuracy:.3f}, A's top-{k} "  # the result: stdout
+    # the models by name: "A" and "B" would read as the organisms of those names
+    name_a, name_b = model_pair(model_a or "model A", lm.path)
+    print_result(f"transfer: {name_b} unmasked {result.baseline_accuracy:.3f}, {name_a}'s top-{k} "  # stdout
                  f"{result.transferred_heads_accuracy:.3f}, own {'-' if own is None else f'{own:.3f}'}, "
                  f"random {result.random_accuracy_mean:.3f} -> {cfg.out}")
     return result

@@ -66,14 +66,18 @@ class LineProgress:
     by :meth:`close` unless the last line already showed the final count::
 
         sweep grounding: 120/400 generations (30%) 0:00:12 elapsed, 10/s, ETA 0:00:28
+
+    ``initial``: the count already done when this run started (a resumed run), left out of rate and ETA;
+    ``advance(n, detail)``: ``detail`` ends the line (a training step's loss).
     """
 
     def __init__(self, total: int, description: str, *, unit: str = "samples",
                  clock: Callable[[], float] = time.monotonic, write: Callable[[str], None] = _stderr_line,
-                 every_s: float = LOG_EVERY_S):
+                 every_s: float = LOG_EVERY_S, initial: int = 0):
         self.total, self.description, self.unit = total, description, unit
         self.clock, self.write, self.every_s = clock, write, every_s
-        self.done = 0
+        self.done = self.initial = initial
+        self.detail = ""
         self.start = self.last_time = clock()
         self.last_done: int | None = None  # done count of the last line written
 
@@ -84,21 +88,22 @@ class LineProgress:
         elapsed = self.clock() - self.start
         total, done = self.total, self.done
         pct = min(100, int(100 * done / total)) if total > 0 else 100
+        ran = done - self.initial  # in this run
         if done >= total:
             eta = "0:00:00"
-        elif done > 0:
-            eta = _clock_text(elapsed / done * (total - done))
+        elif ran > 0:
+            eta = _clock_text(elapsed / ran * (total - done))
         else:
             eta = "?"
         return (f"{self.description}: {done}/{total} {self.unit} ({pct}%) {_clock_text(elapsed)} elapsed, "
-                f"{rate_text(done, elapsed)}, ETA {eta}")
+                f"{rate_text(ran, elapsed)}, ETA {eta}" + (f"; {self.detail}" if self.detail else ""))
 
     def _emit(self) -> None:
         self.write(self.line())
         self.last_done, self.last_time = self.done, self.clock()
 
-    def advance(self, n: int = 1) -> None:
-        before, self.done = self.done, self.done + n
+    def advance(self, n: int = 1, detail: str = "") -> None:
+        before, self.done, self.detail = self.done, self.done + n, detail
         crossed = self._tenths(self.done) > self._tenths(before)
         if crossed or self.clock() - self.last_time >= self.every_s:
             self._emit()

@@ -63,6 +63,9 @@ class Inspection:
     attention_classes: list[str]  # class name per layer
     parameters: int  # counted on the meta build
     visual: list[VisualCount] = field(default_factory=list)
+    # layers whose attention is a cross-attention over the vision states (Llama 3.2 Vision): only their heads
+    # read the image, and the visual tokens counted are their keys
+    cross_attention_layers: list[int] = field(default_factory=list)
 
     @property
     def total_heads(self) -> int:
@@ -84,6 +87,11 @@ class Inspection:
                 ("attention", f"{_module_pattern(self.attention_modules)}: "
                               f"{', '.join(sorted(set(self.attention_classes)))}"),
                 ("parameters", params)]
+        if self.cross_attention_layers:
+            n = len(self.cross_attention_layers)
+            rows.insert(4, ("cross-attention", f"layers {', '.join(map(str, self.cross_attention_layers))}: {n} x "
+                                               f"{self.num_heads} = {n * self.num_heads:,} heads read the image; the "
+                                               "visual tokens are their keys, not text positions"))
         for v in self.visual:
             rows.append((f"image {v.width}x{v.height}",
                          f"{v.tokens:,} visual tokens, {v.cells:,} of them cells" + (f" ({v.note})" if v.note else "")
@@ -149,16 +157,21 @@ def inspect_checkpoint(checkpoint: str, *, image_sizes: tuple[tuple[int, int], .
     from transformers import AutoConfig, PretrainedConfig
 
     from vrh.models.adapters import get_adapter
+    from vrh.models.composed import ComposedAdapter
 
     path = resolve_local(checkpoint, revision)
     raw, _ = PretrainedConfig.get_config_dict(str(path))
     chosen = get_adapter(raw.get("model_type", ""), adapter=adapter)  # refuses remote-code families first
-    if not chosen.model_class:
-        raise ValueError(f"adapter {type(chosen).__name__} names no model_class; inspect cannot build the model")
-    config = AutoConfig.from_pretrained(str(path))
-    cls = getattr(importlib.import_module("transformers"), chosen.model_class)
-    with torch.device("meta"):  # parameters get shapes and no storage
-        model = cls._from_config(config)
+    if isinstance(chosen, ComposedAdapter):  # a family transformers has no class for: vrh builds its modules
+        with torch.device("meta"):
+            model = chosen.build_model(raw)
+    else:
+        if not chosen.model_class:
+            raise ValueError(f"adapter {type(chosen).__name__} names no model_class; inspect cannot build the model")
+        config = AutoConfig.from_pretrained(str(path))
+        cls = getattr(importlib.import_module("transformers"), chosen.model_class)
+        with torch.device("meta"):  # parameters get shapes and no storage
+            model = cls._from_config(config)
     names = {id(m): n for n, m in model.named_modules()}
     layers = range(chosen.num_layers(model))
     attn = [chosen.attention_module(model, layer) for layer in layers]
@@ -169,12 +182,13 @@ def inspect_checkpoint(checkpoint: str, *, image_sizes: tuple[tuple[int, int], .
                          "cannot split this model's o_proj input into heads")
     text = chosen.text_config(model)
     visual = count_visual_tokens(chosen, model, path, tuple(image_sizes), stand_in)
-    return Inspection(checkpoint=checkpoint, path=str(path), model_type=config.model_type, adapter=chosen.name,
-                      model_class=chosen.model_class, num_layers=len(layers), num_heads=heads,
+    return Inspection(checkpoint=checkpoint, path=str(path), model_type=raw.get("model_type", ""),
+                      adapter=chosen.name, model_class=chosen.model_class or type(model).__name__, num_layers=len(layers), num_heads=heads,
                       num_kv_heads=int(getattr(text, "num_key_value_heads", None) or heads), head_dim=head_dim,
                       o_proj_in_features=o_in.pop(), attention_modules=[names[id(a)] for a in attn],
                       attention_classes=[type(a).__name__ for a in attn],
-                      parameters=sum(p.numel() for p in model.parameters()), visual=visual)
+                      parameters=sum(p.numel() for p in model.parameters()), visual=visual,
+                      cross_attention_layers=list(chosen.cross_attention_layers(model)))
 
 
 def count_visual_tokens(chosen: Any, model: Any, path: Path, sizes: tuple[tuple[int, int], ...],

@@ -11,13 +11,14 @@ import json
 import os
 import pickle
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+from vrh.models import answer_formats
 from vrh.models.adapters import Adapter, get_adapter
 from vrh.infra.console import quiet_library_progress
 
@@ -87,7 +88,14 @@ class LoadedModel:
     def describe(self) -> dict[str, Any]:
         return {"path": self.path, "revision": self.revision, "adapter": self.adapter.name,
                 "model_type": self.model.config.model_type, "num_layers": self.num_layers,
-                "num_heads": self.num_heads, "dtype": str(next(self.model.parameters()).dtype)}
+                "num_heads": self.num_heads, "dtype": str(next(self.model.parameters()).dtype),
+                "answer_format": answer_formats.record(self.adapter)}
+
+    def with_answer_format(self, spec: str | answer_formats.AnswerFormat | None) -> LoadedModel:
+        """This model answering in the variant ``spec`` names (:func:`vrh.models.answer_formats.resolve`; None:
+        the family's first); the same weights, a copy of the adapter (this one is not changed)."""
+        fmt = answer_formats.resolve(spec, self.adapter)
+        return replace(self, adapter=answer_formats.apply(self.adapter, fmt))
 
 
 def input_device(model: nn.Module) -> torch.device:
@@ -188,9 +196,12 @@ def check_device(device: str) -> None:
 
 
 def load_model(model: str, *, device: str = "cpu", dtype: str = "float32", revision: str | None = None,
-               adapter: str | None = None, device_map: str | dict | None = None) -> LoadedModel:
+               adapter: str | None = None, device_map: str | dict | None = None,
+               answer_format: str | answer_formats.AnswerFormat | None = None) -> LoadedModel:
     """Load a checkpoint (local folder, hub id, or the ``organism`` alias) through its adapter: ``adapter``
-    (a registered name or ``package.module:Class``, see docs/adapters.md) or the one its model type picks.
+    (a registered name or ``package.module:Class``, see docs/adapters.md) or the one its model type picks,
+    answering in the variant ``answer_format`` names (:mod:`vrh.models.answer_formats`; None: the family's
+    first, checked before the weights load).
 
     ``device_map`` (see :func:`resolve_device_map`; needs ``accelerate``) spreads a model too big for one
     GPU over several; ``device`` is then not used and inputs go to :func:`input_device`. Tensor parallelism
@@ -222,6 +233,7 @@ def load_model(model: str, *, device: str = "cpu", dtype: str = "float32", revis
     kwargs = {"revision": revision} if revision else {}
     config, _ = PretrainedConfig.get_config_dict(path, **kwargs)
     chosen = get_adapter(config.get("model_type", ""), adapter=adapter)
+    fmt = answer_formats.resolve(answer_format, chosen)  # a bad name fails before the weights load
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; choose from {sorted(DTYPES)}")
     placement = {} if device_map is None else {"device_map": device_map}  # custom adapters may predate it
@@ -232,7 +244,7 @@ def load_model(model: str, *, device: str = "cpu", dtype: str = "float32", revis
     if (getattr(m, "tp_size", None) or 1) > 1:  # a checkpoint whose config asks for a TP plan under torchrun
         _refuse_tensor_parallel(f"model {path} was loaded tensor-parallel (tp_size={m.tp_size})")
     m.eval()
-    return LoadedModel(m, processor, chosen, path, revision)
+    return LoadedModel(m, processor, answer_formats.apply(chosen, fmt), path, revision)
 
 
 class UnsafeCheckpoint(ValueError):

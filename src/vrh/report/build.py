@@ -45,16 +45,19 @@ runs" until a renderer is added here.
 from __future__ import annotations
 
 import argparse
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import matplotlib
 
-from vrh.report import characterize, dpo, emergence, pairs, sections, study
+from vrh.report import characterize, dpo, emergence, head_comparison, pairs, sections, study
 from vrh.report.document import Section, Text, figures, render_html, render_markdown
 from vrh.report.kchoice import KChoice, report_k
 from vrh.report.load import load_runs
+from vrh.report.model_cards import planted_notices
 from vrh.report.notes import report_notices
+from vrh.report.plots import STD_WORDS
 from vrh.report.style import PLAIN_TEXT
 from vrh.runs import written
 
@@ -72,15 +75,46 @@ def build_sections(runs, k: int | KChoice | None) -> list[Section]:
                  sections.scores_section(runs, kc),
                  sections.kcurve_section(runs), sections.outcome_section(runs), sections.overlay_section(runs, kc),
                  characterize.transfer_section(runs), characterize.stability_section(runs),
-                 characterize.compare_section(runs), emergence.emergence_section(runs), pairs.dpo_section(runs),
+                 characterize.compare_section(runs), head_comparison.head_comparison_section(runs),
+                 emergence.emergence_section(runs), pairs.dpo_section(runs),
                  dpo.dpo_section(runs),
                  characterize.other_section([r for r in runs if not study.is_study(r)])]  # bookkeeping, no run
     return [p for p in parts if p is not None]
 
 
+DEFAULT_TITLE = "Visual Retrieval Heads report"
+MAX_LISTED = 6  # run folders the opening line names one by one; beyond, it counts them by command
+
+
+def default_title(runs) -> str:
+    """``Study report: NAME`` (the name the study file gives, not its folder's) for one study, else
+    :data:`DEFAULT_TITLE`."""
+    studies = [r for r in runs if study.is_study(r)]
+    if len(studies) == 1:
+        return f"Study report: {studies[0].config.get('name') or studies[0].name}"
+    return DEFAULT_TITLE
+
+
+def runs_line(runs) -> str:
+    """The page's opening line on what it covers: a few run folders by name, many (a study's cells) counted
+    by command, since the Summary table lists every one."""
+    if len(runs) <= MAX_LISTED:
+        return f"{len(runs)} run folder(s): " + ", ".join(
+            f"{r.name} ({r.command}" + (f", part of {r.part_of})" if r.part_of else ")") for r in runs) + ". "
+    tops = [r for r in runs if not r.part_of]
+    counts = Counter(r.command for r in runs if r.part_of)
+    parts = ", ".join(f"{n} {cmd}" for cmd, n in counts.items())
+    head = ", ".join(f"{r.name} (" + (f"the study {r.config.get('name')}" if study.is_study(r) and r.config.get("name")
+                                       else r.command) + ")" for r in tops[:MAX_LISTED])
+    more = f" and {len(tops) - MAX_LISTED} more" if len(tops) > MAX_LISTED else ""
+    return (f"{len(runs)} run folders: {head}{more}" + (f", with {sum(counts.values())} sub-runs ({parts})"
+                                                        if counts else "") + "; the Summary table lists each. ")
+
+
 def build_report(run_dirs: Sequence[str | Path], out_dir: str | Path, *, k: int | None = None,
-                 title: str = "Visual Retrieval Heads report") -> dict[str, Path]:
-    """Write ``report.html`` and ``report.md`` (+ ``figures/``) for ``run_dirs`` into ``out_dir``.
+                 title: str | None = None) -> dict[str, Path]:
+    """Write ``report.html`` and ``report.md`` (+ ``figures/``) for ``run_dirs`` into ``out_dir``, titled
+    ``title`` (default: :func:`default_title`).
 
     ``k`` is the number of top heads marked on heat maps and averaged in overlays (default: the k the runs
     were made with, :func:`vrh.report.kchoice.report_k`; 20, capped at an eighth of a small model's heads,
@@ -101,12 +135,13 @@ def build_report(run_dirs: Sequence[str | Path], out_dir: str | Path, *, k: int 
                                                                    for r in runs)
                          + " -- a run is finished once it has written its results; wait for it or --resume it")
     kc = report_k(runs, k)
+    title = title or default_title(runs)
     secs = build_sections(runs, kc)
     intro = [*characterize.headline_lines(runs),  # the finding first, then what the page covers
-             Text(f"{len(runs)} run folder(s): " + ", ".join(f"{r.name} ({r.command}"
-                                                           + (f", part of {r.part_of})" if r.part_of else ")")
-                                                           for r in runs) + ". "
-                  "Heads are LAYER:HEAD, 0-based (as the CLI writes them). Accuracies in %."), *report_notices(runs), *k_notice(kc, runs)]
+             *planted_notices(runs),  # and at once, what kind of finding it is on a model with planted heads
+             Text(runs_line(runs) + "Heads are LAYER:HEAD, 0-based (as the CLI writes them). Accuracies in %; "
+                  f"a ± after a mean over seeds or resamplings is their {STD_WORDS}."),
+             *report_notices(runs), *k_notice(kc, runs)]
     html_path, md_path, fig_dir = out_dir / HTML_NAME, out_dir / MD_NAME, out_dir / FIG_DIR
     md, figs = render_markdown(title, intro, secs, FIG_DIR)
     files = {**{fig_dir / name: png for name, png in figs.items()}, md_path: md.encode("utf-8"),
@@ -190,8 +225,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--k", type=int, default=None,
                    help="top heads to mark and to average in attention overlays (default: the k the runs were made "
                         "with; 20, fewer on tiny models, when no run records one)")
-    p.add_argument("--title", default="Visual Retrieval Heads report",
-                   help="the report's title, shown as plain text (default: %(default)s)")
+    p.add_argument("--title", default=None,
+                   help=f"the report's title, shown as plain text (default: 'Study report: NAME' for a study folder, "
+                        f"else '{DEFAULT_TITLE}')")
 
 
 def report_main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
@@ -202,8 +238,7 @@ def report_main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
         p = argparse.ArgumentParser(prog="vrh report", description="Build an HTML + Markdown report from run folders")
         add_arguments(p)
         args = p.parse_args(None if args is None else list(args))
-    paths = build_report(args.runs, args.out, k=getattr(args, "k", None),
-                         title=getattr(args, "title", None) or "Visual Retrieval Heads report")
+    paths = build_report(args.runs, args.out, k=getattr(args, "k", None), title=getattr(args, "title", None))
     from vrh.infra.console import console
 
     console.print(f"report: {paths['html']} (self-contained), {paths['md']} + {paths['figures']}/")

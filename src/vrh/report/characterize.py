@@ -24,7 +24,7 @@ from vrh.scoring.sparsity import sparsity_summary
 ACCURACY_KEYS = ("baseline_accuracy", "random_accuracy_mean", "own_heads_accuracy", "transferred_heads_accuracy")
 
 KNOWN = {"detect", "evaluate", "sweep", "transfer", "stability", "compare", "demo", "emergence", "dpo-pairs",
-         "dpo", "dpo-train"}
+         "dpo", "dpo-train", "text-heads", "compare-heads"}  # the last two: vrh.report.head_comparison
 
 
 def headline_lines(runs: list[Run]) -> list[Text]:
@@ -59,7 +59,7 @@ def demo_section(runs: list[Run]) -> Section | None:
                  f"parse failures {pct(r.vrh_parse_failure_rate)} %"],
                 [f"grounding, {k} random heads masked", pm(r.random_masked_accuracy_mean,
                                                           r.random_masked_accuracy_std),
-                 f"mean ± std over seeds {r.random_seeds}"],
+                 f"mean ± {plots.STD_WORDS} over seeds {r.random_seeds}"],
                 ["VQA, unmasked", pct(vqa.baseline_accuracy), ""],
                 [f"VQA, top-{k} VRHs masked", pct(vqa.vrh_masked_accuracy), ""],
                 [f"VQA, {k} random heads masked", pct(vqa.random_masked_accuracy_mean), ""]]
@@ -167,22 +167,25 @@ def stability_section(runs: list[Run]) -> Section | None:
         return None
     s = Section("Stability")
     s.add(Text("How many scoring samples detection needs (Fig. 8c): overlap of the top-k heads found with n "
-               "samples with the reference top-k, mean ± std over resamplings; and which output tokens to "
-               "score (Fig. 8b)."))
+               f"samples with the reference top-k (that of the whole detection set), mean ± {plots.STD_WORDS} "
+               "over resamplings; and which output tokens to score (Fig. 8b)."))
     for run in sts:
         r = run.res  # a StabilityResults
         sub = Section(run.name, level=3)
         n_values, mean = r.n_values or [], r.topk_overlap_mean or []
         if n_values and mean:
+            ref = r.n_total if r.n_total in n_values else None
             sub.add(Fig(f"{slug(run.name)}-stability", plots.stability_curve(
-                n_values, mean, r.topk_overlap_std, k=r.k, title=run.title()),
-                "Top-k overlap vs number of scoring samples."))
+                n_values, mean, r.topk_overlap_std, k=r.k, title=run.title(), reference_n=ref),
+                "Top-k overlap vs number of scoring samples; band: ±1 std (population) over resamplings"
+                + (f"; hollow marker: n = {ref}, the whole detection set, which is the reference (100 % by "
+                   "definition, not a measurement)." if ref is not None else ".")))
             std = r.topk_overlap_std or []
             acc = r.accuracy_mean or []
             sub.add(Table(["n", f"top-{or_missing(r.k, 'k')} overlap (%) mean ± std"]
                           + (["accuracy (%)"] if acc else []),
-                          [[str(n), pm(at(mean, i), at(std, i))] + ([pct(at(acc, i))] if acc else [])
-                           for i, n in enumerate(n_values)]))
+                          [[f"{n} (all: the reference)" if n == ref else str(n), pm(at(mean, i), at(std, i))]
+                           + ([pct(at(acc, i))] if acc else []) for i, n in enumerate(n_values)]))
         tc = r.token_choice
         if tc is not None and not tc.is_empty():
             labels = ["VRHs from one\nrandom output token", "VRHs from all\noutput tokens", "random heads"]

@@ -122,8 +122,19 @@ def _comparison(run: Run) -> Section:
                      warn=True))
     settings = r.settings if isinstance(r.settings, dict) else {}
     if settings:
-        sub.add(Text("Training: " + ", ".join(f"{k} {v}" for k, v in settings.items()) + ".", muted=True))
+        sub.add(Text("Training: " + ", ".join(_setting(k, v) for k, v in settings.items()) + ".", muted=True))
     return sub
+
+
+def _setting(key: str, value: Any) -> str:
+    """One training setting in words: TRL's ``max_steps -1`` means no step limit, the epochs decide.
+
+    >>> _setting("max_steps", -1), _setting("max_steps", 40), _setting("lr", 1e-05)
+    ('no step limit (the epochs decide)', 'max_steps 40', 'lr 1e-05')
+    """
+    if key == "max_steps" and is_num(value) and value <= 0:
+        return "no step limit (the epochs decide)"
+    return f"{key} {value}"
 
 
 def _training(run: Run) -> Section:

@@ -5,6 +5,8 @@ heads shows a head set nobody evaluated. So the report takes k from what its run
 
 * ``--k`` when the user gives one;
 * else a demo's headline ``k`` (the report's headline);
+* else a study's protocol k (:func:`study_k`: its cross-task, transfer or stability k, else its sweep's
+  largest), the k every figure of the study's own sections uses;
 * else the single-k runs (``evaluate``'s masked top-k, ``transfer``, ``stability``): their most common k;
 * else the sweeps (``sweep``, ``compare``; ``k`` is a list there): the largest k they masked, whose
   top-k contains every smaller top-k;
@@ -79,6 +81,29 @@ def run_k(run: Run) -> int | list[int] | None:
     return None
 
 
+def study_k(config: dict) -> int | None:
+    """The k a study's figures mark: its cross-task, transfer or stability table's k (the first that has
+    one), else the largest k its sweep masks; None when its protocol records none."""
+    prot = config.get("protocol") if isinstance(config.get("protocol"), dict) else {}
+    for table in ("crosstask", "transfer", "stability"):
+        k = _int_k((prot.get(table) or {}).get("k"))
+        if k is not None:
+            return k
+    ks = [k for k in map(_int_k, (prot.get("sweep") or {}).get("ks") or []) if k is not None]
+    return max(ks) if ks else None
+
+
+MAX_NAMED = 3  # runs a caption names as the source of k; more are counted ("and 5 other runs")
+
+
+def _named(names: list[str]) -> str:
+    """``a, b, c and 5 other runs``: a caption under every overlay must not be a wall of folder names."""
+    if len(names) <= MAX_NAMED:
+        return ", ".join(names)
+    rest = len(names) - MAX_NAMED
+    return f"{', '.join(names[:MAX_NAMED])} and {rest} other run{'s' if rest > 1 else ''}"
+
+
 def report_k(runs: list[Run], k: int | None = None) -> KChoice:
     """The report's k (see the module docstring for the order of precedence); ``others`` lists what runs
     recorded a different k, so the page can say that their head sets differ from the marked one."""
@@ -96,10 +121,15 @@ def report_k(runs: list[Run], k: int | None = None) -> KChoice:
     demos = [(run, kk) for run, kk in scalar if run.command == "demo"]
     if demos:
         return choice(demos[0][1], f"the demo run {demos[0][0].name}")
+    studies = [(run, study_k(run.config)) for run in runs if run.command == "study" and run.finished]
+    studies = [(run, kk) for run, kk in studies if kk is not None]
+    if studies:
+        run, value = studies[0]
+        return choice(value, f"the protocol of the study {run.config.get('name') or run.name}")
     if scalar:
         counts = Counter(kk for _, kk in scalar)
         value = next(kk for _, kk in scalar if counts[kk] == max(counts.values()))  # ties: the first run given
-        return choice(value, ", ".join(run.name for run, kk in scalar if kk == value))
+        return choice(value, _named([run.name for run, kk in scalar if kk == value]))
     if lists:
         run, value = max(lists, key=lambda e: e[1])
         return choice(value, f"the largest k of {run.name}")

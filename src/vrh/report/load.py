@@ -62,6 +62,7 @@ class Run:
     finished: bool = True
     part_of: str | None = None  # name of the run that named this one as a sub-run
     times_given: int = 1  # how often the user passed this folder (reported once)
+    model_label: str | None = None  # set by load_runs for a model another run made (a DPO training's checkpoint)
     _typed: tuple[Any, runs.RunResults] | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -101,7 +102,7 @@ class Run:
 
     @property
     def model(self) -> str:
-        return describe_model(self.config.get("model"))
+        return self.model_label or describe_model(self.config.get("model"))
 
     @property
     def data(self) -> str:
@@ -295,7 +296,27 @@ def load_runs(paths: list[str | Path]) -> list[Run]:
     for key, parent in parents.items():
         if key in out and parent in out:
             out[key].part_of = out[parent].name
+    _label_trained_models(list(out.values()))
     return [*out.values()]
+
+
+def _model_path(model: Any) -> str | None:
+    path = model.get("path") if isinstance(model, dict) else model
+    return str(Path(str(path))) if path else None
+
+
+def _label_trained_models(loaded: list[Run]) -> None:
+    """Runs whose model a ``dpo-train`` run among ``loaded`` wrote are labelled ``BASE + DPO (TRAIN RUN)``:
+    its checkpoint folder is ``<train run>/model``, which :func:`describe_model` calls ``model``."""
+    made = {}
+    for run in loaded:
+        if run.command == "dpo-train" and _model_path(run.res.model_dir):
+            base = describe_model(run.res.base_model or run.config.get("model"))
+            made[_model_path(run.res.model_dir)] = f"{base} + DPO ({run.name})"
+    for run in loaded:
+        label = made.get(_model_path(run.config.get("model")))
+        if label:
+            run.model_label = label
 
 
 def _inside(path: Path, root: Path) -> bool:

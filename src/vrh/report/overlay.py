@@ -3,12 +3,16 @@
 Detection stores, for its first few samples, every head's mean attention from the output-token queries
 onto the visual tokens (``[L, H, V]``) and the original-image pixel cell of each visual token (``[V, 4]``).
 Painting head-averaged attention back onto those cells shows the paper's qualitative claim directly: the
-top-k VRHs concentrate on the referred object, the other heads do not. The panels of one sample share one
-colour scale (the lowest to the highest head-averaged attention over all its panels, printed on the
-colour bar), so a panel whose heads attend weakly looks faint: normalising each panel to its own peak made
-"all but the top-k" look as bright as the top-k. Low attention is faded out so the image stays visible;
-each title gives the panel's peak value and the share of attention that falls on visual tokens whose cell
-centre lies inside the ground-truth box. Which image a sample's overlay may show is decided by the
+top-k VRHs concentrate on the referred object, the other heads do not.
+
+Each attention panel has its own colour scale, from 0 to its own peak, with its own colour bar under it,
+so that where a panel's heads look is readable in every panel. One scale shared by all panels (tried
+before) left "all heads" and "all but top-k" blank next to the top-k's peak, their pattern visible only
+in numbers; a panel normalised to its peak *without saying so* (tried before that) read as bright as the
+top-k. So the scales are stated: each title says how the panel's peak compares with the top-k panel's
+(``peak 0.0198 = 12% of the top-3's``), and the colour bars carry the values. Low attention is faded out
+so the image stays visible; each title also gives the share of attention that falls on visual tokens
+whose cell centre lies inside the ground-truth box. Which image a sample's overlay may show is decided by the
 report (:func:`vrh.report.sections.overlay_image`); this module draws the array it is given, or an
 "image not found" panel.
 """
@@ -23,6 +27,7 @@ import numpy as np
 from matplotlib import colormaps
 from matplotlib.cm import ScalarMappable
 from matplotlib.colors import Normalize
+from matplotlib.ticker import MaxNLocator
 from PIL import Image
 
 from vrh.report.style import BASELINE_COLOR, TITLE_SIZE, new_figure, to_png, wrap_title
@@ -82,11 +87,29 @@ def head_means(att: np.ndarray, top: Sequence[Sequence[int]]) -> dict[str, np.nd
     return out
 
 
-def shared_range(panels: dict[str, np.ndarray]) -> tuple[float, float]:
-    """``(lo, hi)``: the colour scale shared by every panel of one sample, over their finite values."""
-    vals = np.concatenate([np.ravel(v) for v in panels.values()]) if panels else np.zeros(0)
+def panel_range(values: np.ndarray) -> tuple[float, float]:
+    """``(0, peak)``: one panel's colour scale, from no attention to its highest finite value (``(0, 1)``
+    when it has none above 0), so that darkness is proportional to attention within the panel."""
+    vals = np.ravel(values)
     vals = vals[np.isfinite(vals)]
-    return (float(vals.min()), float(vals.max())) if vals.size else (0.0, 1.0)
+    peak = float(vals.max()) if vals.size else 0.0
+    return (0.0, peak) if peak > 0 else (0.0, 1.0)
+
+
+def peak_words(name: str, peak: float, top_name: str | None, top_peak: float | None) -> str:
+    """A panel's peak, and how it compares with the top-k panel's (whose scale it is not on).
+
+    >>> print(peak_words("all heads", 0.0198, "top-3 VRHs", 0.167))
+    peak 0.0198 = 12% of the top-3's
+    >>> print(peak_words("top-3 VRHs", 0.167, "top-3 VRHs", 0.167))
+    peak 0.167
+    """
+    text = f"peak {peak:.3g}"
+    if top_name is None or name == top_name or not top_peak or top_peak <= 0:
+        return text
+    ratio = peak / top_peak
+    rel = f"{100 * ratio:.2g}%" if ratio < 1 else f"{ratio:.2g}x"
+    return f"{text} = {rel} of the {top_name.split(' ')[0]}'s"
 
 
 def scaled_rgba(r: np.ndarray, cmap, lo: float, hi: float) -> np.ndarray:
@@ -130,9 +153,14 @@ def attention_overlay(att: np.ndarray, rects: np.ndarray, top: Sequence[Sequence
     cols = 2 if n == 4 else n  # 2 x 2 stays legible in a 700-px page; 4 in a row shrinks text to ~4 pt
     rows = math.ceil(n / cols)
     fig_w = 3.3 * cols
-    fig = new_figure(fig_w, rows * (3.3 * height / max(width, 1.0) + 0.5) + 1.2)
-    axes = fig.subplots(rows, cols, squeeze=False).ravel()
-    for ax in axes[n:]:
+    panel_h, bar_h = 3.0 * height / max(width, 1.0), 0.12  # inches: an image (~3 in wide), its colour bar
+    fig = new_figure(fig_w, rows * (panel_h + bar_h + 1.0) + 1.2)
+    # a grid row of colour bars under each row of panels: laid out with the panels, so no label is cut or
+    # drawn over the next title, and every panel (the input, which has no bar, too) keeps one size
+    grid = fig.add_gridspec(2 * rows, cols, height_ratios=[panel_h, bar_h] * rows)
+    axes = [fig.add_subplot(grid[2 * (i // cols), i % cols]) for i in range(rows * cols)]
+    bar_axes = [fig.add_subplot(grid[2 * (i // cols) + 1, i % cols]) for i in range(rows * cols)]
+    for ax in [*axes[n:], *bar_axes[n:], bar_axes[0]]:
         ax.set_axis_off()
     axes = axes[:n]
     extent = (0, width, height, 0)
@@ -145,6 +173,8 @@ def attention_overlay(att: np.ndarray, rects: np.ndarray, top: Sequence[Sequence
             ax.text(width / 2, height / 2, "image not found", ha="center", va="center", color=BASELINE_COLOR)
         ax.set_xlim(0, width)
         ax.set_ylim(height, 0)
+        ax.set_aspect("equal")  # pixels square in every panel, the "image not found" one too
+        ax.set_anchor("S")  # on its colour bar, whatever room the aspect leaves above
         ax.set_xticks([])
         ax.set_yticks([])
         ax.set_title(subtitle, fontsize=9)
@@ -155,17 +185,20 @@ def attention_overlay(att: np.ndarray, rects: np.ndarray, top: Sequence[Sequence
 
     base(axes[0], "input")
     cmap = colormaps[OVERLAY_CMAP]
-    lo, hi = shared_range(panels)
-    for ax, (name, vals) in zip(axes[1:], panels.items()):
+    top_name = next((name for name in panels if name.startswith("top-")), None)
+    top_peak = panel_range(panels[top_name])[1] if top_name else None
+    for ax, cax, (name, vals) in zip(axes[1:], bar_axes[1:], panels.items()):
+        lo, hi = panel_range(vals)
         r = raster(vals, rects, width, height, scale)
         share = mass_in_box(np.clip(vals, 0, None), rects, gt_box)
-        base(ax, name + f"\npeak {np.nanmax(vals):.3g}" +
-             (f", {100 * share:.0f}% in GT box" if share is not None else ""))
+        base(ax, name + "\n" + peak_words(name, hi, top_name, top_peak) +
+             (f"\n{100 * share:.0f}% of it in the GT box" if share is not None else ""))
         ax.imshow(scaled_rgba(r, cmap, lo, hi), extent=extent, interpolation="nearest")
-    fig.colorbar(ScalarMappable(Normalize(lo, hi), cmap), ax=list(axes), orientation="horizontal",
-                 fraction=0.05, shrink=0.5, aspect=40, pad=0.02,
-                 label="mean attention per visual token, one scale for all panels (darker = more; each "
-                       "panel's peak in its title)")
+        bar = fig.colorbar(ScalarMappable(Normalize(lo, hi), cmap), cax=cax, orientation="horizontal",
+                           label="mean attention, this panel's scale (0 to its peak)")
+        bar.ax.xaxis.set_major_locator(MaxNLocator(4))
+        bar.ax.tick_params(labelsize=7)
+        bar.ax.xaxis.label.set_fontsize(8)
     if axes[0].get_legend_handles_labels()[0]:
         axes[0].legend(loc="lower left", fontsize=7, framealpha=0.85)
     fig.suptitle(wrap_title(title, fig_w - 0.2), fontsize=TITLE_SIZE)

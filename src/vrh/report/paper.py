@@ -1,4 +1,4 @@
-"""The paper's reported numbers, shipped as data (:mod:`vrh.report.paper_numbers`, transcribed
+"""The paper's reported numbers, shipped as data (:mod:`vrh.data.paper_numbers`, transcribed
 from the paper's tables and checked against its text by ``tests/study/test_paper_numbers.py``), and the
 rules that match a study's models and benchmarks to the paper's.
 
@@ -22,7 +22,7 @@ from typing import Any
 
 @lru_cache(maxsize=1)
 def _numbers() -> dict[str, Any]:
-    from vrh.report.paper_numbers import NUMBERS
+    from vrh.data.paper_numbers import NUMBERS
 
     return NUMBERS
 
@@ -38,12 +38,9 @@ def paper_model(model: str | None) -> str | None:
     >>> paper_model("qwen/qwen2.5-vl-7b-instruct"), paper_model("organism:organism_a")
     ('Qwen2.5-VL-7B', None)
     """
-    if not model:
-        return None
-    for name, ids in paper_numbers()["hub_ids"].items():
-        if model.lower() in (i.lower() for i in ids):
-            return name
-    return None
+    from vrh.data.paper_heads import paper_model_name
+
+    return paper_model_name(model)
 
 
 def paper_benchmark(dataset: dict[str, Any] | None) -> str | None:
@@ -53,9 +50,8 @@ def paper_benchmark(dataset: dict[str, Any] | None) -> str | None:
     >>> paper_benchmark({"kind": "source", "source": "refcoco", "split": "val"})
     'RefCOCO'
     """
+    from vrh.data.paper_heads import benchmark_of_source
+
     if not dataset or dataset.get("kind") != "source":
         return None
-    for name, (source, split) in paper_numbers()["benchmark_sources"].items():
-        if dataset.get("source") == source and (split is None or dataset.get("split") in (None, split)):
-            return name
-    return None
+    return benchmark_of_source(dataset.get("source"), dataset.get("split"))

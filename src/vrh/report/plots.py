@@ -12,9 +12,11 @@ outcomes are green (correct), amber (mislocated / wrong) and purple (parse failu
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from vrh.report.load import is_num
@@ -66,9 +68,24 @@ LOG_COUNTS_FROM = 50  # a histogram's count axis is logarithmic only when a bar 
 
 
 def score_histogram(scores, *, title: str, thresholds: Sequence[float] = DEFAULT_THRESHOLDS, bins: int = 40) -> bytes:
+    """:func:`score_histogram_figure` as PNG bytes."""
+    return to_png(score_histogram_figure(scores, title=title, thresholds=thresholds, bins=bins))
+
+
+def axis_scales(ax, x: str = "score", y: str = "count") -> str:
+    """What ``ax``'s two axes are, read from the drawn axes (so a caption cannot disagree with its plot):
+    ``"score axis logarithmic, count axis linear"``."""
+    words = {"log": "logarithmic", "symlog": "symmetric-logarithmic"}
+    return ", ".join(f"{name} axis {words.get(scale, scale)}"
+                     for name, scale in ((x, ax.get_xscale()), (y, ax.get_yscale())))
+
+
+def score_histogram_figure(scores, *, title: str, thresholds: Sequence[float] = DEFAULT_THRESHOLDS,
+                           bins: int = 40) -> Figure:
     """Distribution of head scores (Fig. 5) on a log score axis, with the sparsity thresholds drawn and
     labelled with the share of heads above each; the count axis is logarithmic only when a bar holds
-    :data:`LOG_COUNTS_FROM` heads or more (else linear, so a bar of one head is not a stub).
+    :data:`LOG_COUNTS_FROM` heads or more (else linear, so a bar of one head is not a stub). The figure is
+    returned undrawn so that a caption can say what its axes are (:func:`axis_scales`).
 
     The score axis is logarithmic because the thresholds (1e-3, 5e-3) sit two decades below the largest
     scores: on a linear axis both lines fall on the first bar and cannot be told apart. Heads scoring 0 or
@@ -109,7 +126,7 @@ def score_histogram(scores, *, title: str, thresholds: Sequence[float] = DEFAULT
     ax.set_ylabel("number of heads" + (" (log)" if ax.get_yscale() == "log" else ""))
     ax.set_title(wrap_title(title, 6.0), fontsize=TITLE_SIZE)
     fig.legend(loc="outside lower center", fontsize=8, frameon=False)
-    return to_png(fig)
+    return fig
 
 
 # --- masking effects ----------------------------------------------------------------------------------
@@ -162,14 +179,52 @@ def k_curve(ks: Sequence[int], vrh: Sequence[float | None], random_runs: Sequenc
     return to_png(fig)
 
 
+def wrap_label(text: str, chars: int) -> str:
+    r"""Each line of ``text`` broken into lines of at most ``chars`` characters, after a ``_``, ``-``, ``/`` or
+    blank where it can (run names are snake_case), anywhere where a piece alone is longer.
+
+    >>> print(wrap_label("eval_grounding_dpo-random\nno masking", 16))
+    eval_grounding_
+    dpo-random
+    no masking
+    """
+    out = []
+    for line in text.split("\n"):
+        cur = ""
+        for piece in re.findall(r"[^_/ -]*[_/ -]?", line):
+            while len(piece) > chars:  # a piece longer than a line: cut it
+                if cur:
+                    out.append(cur.rstrip())
+                    cur = ""
+                out.append(piece[:chars])
+                piece = piece[chars:]
+            if cur and len(cur) + len(piece.rstrip()) > chars:
+                out.append(cur.rstrip())
+                cur = ""
+            cur += piece
+        out.append(cur.rstrip())
+    return "\n".join(out)
+
+
+LABEL_CHAR_IN = 0.56 * 8 / 72  # inches per character of an 8-pt tick label (sans-serif, ~0.56 em)
+MAX_SLOT_IN = 1.8  # widest slot a bar's label gets before it wraps
+
+
 def outcome_bars(labels: Sequence[str], fractions: Sequence[Mapping[str, float] | None], *, title: str,
                  reference: float | None = None) -> bytes:
     """Stacked outcome fractions per condition (Fig. 8a): correct / mislocated (or wrong) / parse failure.
     ``reference``: the unmasked accuracy, drawn as a dashed line across the bars (correct is the bottom
-    segment, so each bar's drop is the gap below the line)."""
+    segment, so each bar's drop is the gap below the line). Up to four labels stand upright under their
+    bars, each bar given the width its longest label line needs (at most :data:`MAX_SLOT_IN`, wrapped
+    beyond); more are slanted."""
     order = [o for o in OUTCOME_COLORS if any(f and o in f for f in fractions)]
     order += sorted({k for f in fractions if f for k in f} - set(order))
-    fig = new_figure(max(4.5, 1.2 + 0.55 * len(labels)), 4.2)
+    upright = len(labels) <= 4
+    longest = max((len(line) for lb in labels for line in str(lb).split("\n")), default=1)
+    slot = min(MAX_SLOT_IN, max(0.55, LABEL_CHAR_IN * longest + 0.15))
+    if upright:
+        labels = [wrap_label(str(lb), int((slot - 0.15) / LABEL_CHAR_IN)) for lb in labels]
+    fig = new_figure(max(4.5, 3.0 + slot * len(labels)) if upright else max(4.5, 1.2 + 0.55 * len(labels)), 4.2)
     ax = fig.add_subplot()
     x = np.arange(len(labels))
     bottom = np.zeros(len(labels))
@@ -180,8 +235,7 @@ def outcome_bars(labels: Sequence[str], fractions: Sequence[Mapping[str, float] 
         bottom += vals
     if is_num(reference):
         ax.axhline(reference, color=BASELINE_COLOR, linestyle="--", linewidth=1, label="unmasked accuracy")
-    ax.set_xticks(x, labels, rotation=35 if len(labels) > 4 else 0, ha="right" if len(labels) > 4 else "center",
-                  fontsize=8)
+    ax.set_xticks(x, labels, rotation=0 if upright else 35, ha="center" if upright else "right", fontsize=8)
     _pct_axis(ax, "share of samples (%)")
     ax.set_title(wrap_title(title, fig.get_figwidth() - 2.0), fontsize=TITLE_SIZE)
     if ax.get_legend_handles_labels()[0]:
@@ -293,26 +347,54 @@ def curve_family(ks: Sequence, curves: Mapping[str, Sequence[float | None]], *, 
     return to_png(fig)
 
 
+STD_WORDS = "population std (divided by the number of draws, not one less)"  # what every run's std is (np.std)
+
+
+def split_reference(n_values: Sequence, values: Sequence, reference_n) -> tuple[list, list, list]:
+    """``(ns, values, reference ns)``: the points of a stability curve with those at ``n = reference_n`` (the
+    whole detection set, the reference itself, 100 % by construction) taken out, so that a curve is drawn
+    only where it measures something and the reference is shown as what it is.
+
+    >>> split_reference([1, 4, 8], [0.3, 0.7, 1.0], 8)
+    ([1, 4], [0.3, 0.7], [8])
+    """
+    keep = [i for i, n in enumerate(n_values) if not (is_num(reference_n) and n == reference_n)]
+    return ([n_values[i] for i in keep], [values[i] if i < len(values) else None for i in keep],
+            [n for n in n_values if is_num(reference_n) and n == reference_n])
+
+
 def stability_curve(n_values: Sequence[int], mean: Sequence[float | None], std: Sequence[float | None] | None, *,
-                    k: int | None, title: str) -> bytes:
-    """Top-k overlap with the full detection vs number of scoring samples n (Fig. 8c), mean with a
-    +-1 std band over resamplings."""
-    x = np.asarray(n_values, dtype=float)
-    m = np.array([_num(v) for v in mean], dtype=float)[:len(x)]
-    fig = new_figure(6.0, 3.6)
+                    k: int | None, title: str, reference_n: int | None = None) -> bytes:
+    """Top-k overlap with the full detection vs number of scoring samples n (Fig. 8c), mean with a +-1 std
+    band over resamplings (:data:`STD_WORDS`), cut at 0 and 100 % where it would run past them (an
+    overlap never does). The point at ``n = reference_n`` (the whole detection set) is the reference
+    itself: it is drawn apart, as a hollow marker, not as the end of the curve (it would read as
+    convergence)."""
+    ns, m_vals, ref = split_reference(list(n_values), list(mean), reference_n)
+    x = np.asarray(ns, dtype=float)
+    m = np.array([_num(v) for v in m_vals], dtype=float)
+    fig = new_figure(6.0, 3.8)
     ax = fig.add_subplot()
     if std is not None and len(std):
-        s = np.array([_num(v) for v in std], dtype=float)[:len(x)]
-        ax.fill_between(x, m - s, m + s, color=VRH_COLOR, alpha=0.2, linewidth=0, label="+-1 std")
+        s = np.array([_num(v) for v in split_reference(list(n_values), list(std), reference_n)[1]], dtype=float)
+        lo, hi = m - s, m + s
+        cut = bool(np.nanmin(lo, initial=0) < 0 or np.nanmax(hi, initial=1) > 1)
+        ax.fill_between(x, np.clip(lo, 0, 1), np.clip(hi, 0, 1), color=VRH_COLOR, alpha=0.2, linewidth=0,
+                        label="±1 std over resamplings" + (" (cut at 0 and 100%)" if cut else ""))
     ax.plot(x, m, color=VRH_COLOR, marker="o", linewidth=2.2, label="mean overlap")
-    if len(x) and x.min() > 0 and x.max() / x.min() >= 8:
+    if ref:
+        ax.scatter(ref, [1.0] * len(ref), s=55, facecolors="white", edgecolors=BASELINE_COLOR, linewidths=1.4,
+                   zorder=5, clip_on=False, label=f"n = {ref[0]}: the whole detection set, the reference (100% by definition)")
+    every = sorted({float(v) for v in [*ns, *ref]})
+    if every and every[0] > 0 and every[-1] / every[0] >= 8:
         ax.set_xscale("log")
-        ax.set_xticks(x, [f"{int(v)}" for v in x])
         ax.minorticks_off()
-    ax.set_xlabel("scoring samples n")
+    if every:
+        ax.set_xticks(every, [f"{v:g}" for v in every])
+    ax.set_xlabel("scoring samples n" + (" (log scale)" if ax.get_xscale() == "log" else ""))
     _pct_axis(ax, f"top-{k if k is not None else 'k'} overlap with the reference (%)")
     ax.set_title(wrap_title(title, 5.6), fontsize=TITLE_SIZE)
-    ax.legend(fontsize=8, loc="lower right")
+    fig.legend(loc="outside lower center", fontsize=8, frameon=False)
     return to_png(fig)
 
 
@@ -335,5 +417,6 @@ def labelled_bars(labels: Sequence[str], values: Sequence[float | None], colors:
     ax.set_title(wrap_title(title, fig.get_figwidth() - 0.6), fontsize=TITLE_SIZE)
     return to_png(fig)
 
-__all__ = ["score_heatmap", "score_histogram", "k_curve", "outcome_bars", "transfer_bars", "curve_family",
-           "stability_curve", "labelled_bars", "attention_overlay", "to_png", "new_figure"]
+__all__ = ["score_heatmap", "score_histogram", "score_histogram_figure", "axis_scales", "k_curve", "outcome_bars",
+           "wrap_label", "transfer_bars", "curve_family", "stability_curve", "split_reference", "STD_WORDS", "labelled_bars",
+           "attention_overlay", "to_png", "new_figure"]

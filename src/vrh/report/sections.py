@@ -162,8 +162,12 @@ def summary_row(run: Run) -> list[str]:
         note = (f"training log ({'; '.join(spans)}); accuracy unmasked at {final.get('phase')} step "
                 f"{final.get('step')} ({'text jobs' if final.get('task') == 'text' else final.get('task')})")
     task = run.config.get("task") if isinstance(run.config.get("task"), dict) else {}
-    if task.get("answer_rule"):  # which rule scored the VQA answers (vrh.tasks.answer_rules)
-        note = (note + "; " if note else "") + f"answer rule: {task['answer_rule']}"
+    if task.get("answer_rule"):  # which rule scored the VQA answers (vrh.tasks.answer_rules), each by name
+        res = run.results if isinstance(run.results, dict) else {}
+        used = sorted({rule for d in [res, *(res.get("conditions") or [])] if isinstance(d, dict)
+                       for rule in (d.get("answer_rules") or {})})  # e.g. countbench or countbenchqa
+        note = (note + "; " if note else "") + f"answer rule: {task['answer_rule']}" + (
+            f" ({', '.join(used)})" if used and used != [task["answer_rule"]] else "")
     rc = run.random_control
     if rc and rc.warnings:
         note = ((note + "; " if note else "")
@@ -208,6 +212,21 @@ def _overlap(a: list, b: list, k: int) -> float | None:
     return len({tuple(h) for h in a[:k]} & {tuple(h) for h in b[:k]}) / k
 
 
+def cross_attention_note(cross: list[int], top: list, num_heads: int) -> str:
+    """What a cross-attention model's head scores mean (its ``head_scores.json`` lists the cross-attention layers).
+
+    >>> cross_attention_note([1, 3], [(3, 0), (0, 2)], 4).endswith("1 of the top 2 heads are cross-attention heads.")
+    True
+    """
+    layers = set(cross)
+    n_cross = sum(1 for layer, _ in top if layer in layers)
+    return (f"Cross-attention model: layers {', '.join(map(str, cross))} ({len(cross) * num_heads} heads) read the "
+            "image; the other layers' heads self-attend over the text, never see a visual token and score 0 by "
+            "construction. Scores are masses over the visual keys alone (a cross-attention row sums to 1 over "
+            f"them), not comparable with a decoder-only model's. {n_cross} of the top {len(top)} heads are "
+            "cross-attention heads.")
+
+
 def scores_section(runs: list[Run], kc: KChoice) -> Section | None:
     dets = [r for r in runs if r.command == "detect" and r.head_scores is not None and r.head_scores.score_map()]
     if not dets:
@@ -228,8 +247,9 @@ def scores_section(runs: list[Run], kc: KChoice) -> Section | None:
         sub = Section(run.name, level=3)
         sub.add(Fig(f"{slug(run.name)}-heatmap", plots.score_heatmap(scores, title=title, top=ranking[:kk]),
                     f"Layer x head VRH scores; ringed: the {kc.caption(scores.size)}."))
-        sub.add(Fig(f"{slug(run.name)}-histogram", plots.score_histogram(scores, title=title, thresholds=th.values),
-                    "Distribution of head scores, both axes logarithmic; vertical lines: the sparsity "
+        hist = plots.score_histogram_figure(scores, title=title, thresholds=th.values)
+        sub.add(Fig(f"{slug(run.name)}-histogram", plots.to_png(hist),
+                    f"Distribution of head scores ({plots.axis_scales(hist.axes[0])}); vertical lines: the sparsity "
                     f"{th.describe()}."))
         sp = sparsity_summary(scores, th.values)
         rows = [[f"heads above {t:g}", f"{pct(sp['fraction_above'][t])} %", str(sp["count_above"][t])]
@@ -240,6 +260,9 @@ def scores_section(runs: list[Run], kc: KChoice) -> Section | None:
                       f"{sp['num_layers']} layers x {sp['num_heads']} heads; {th.describe()}"))
         if ranking:
             sub.add(Text(f"Top-{kk} heads (LAYER:HEAD): " + heads_text(ranking[:kk])))
+        cross = hs.extra.get("cross_attention_layers")
+        if cross:
+            sub.add(Text(cross_attention_note(cross, ranking[:kk], hs.num_heads)))
         variants = hs.variants or {}
         if len(variants) > 1:
             vrows = []
@@ -318,14 +341,23 @@ def outcome_section(runs: list[Run]) -> Section | None:
     if evals:
         unmasked = [r for r in evals if _mask_label(r) == "no masking"]
         evals = unmasked + [r for r in evals if r not in unmasked]  # the reference bar first
-        ref, ref_from = _unmasked_reference(evals, runs)
-        labels = [f"{r.name}\n{_mask_label(r)}" for r in evals]
+        masked = len(evals) - len(unmasked)
+        # a reference line only where something was masked: under unmasked bars alone it is one of them
+        ref, ref_from = _unmasked_reference(evals, runs) if masked else (None, "")
+        models = {r.model for r in evals}
+        labels = [f"{r.name}\n{_mask_label(r)}" + (f"\n{r.model}" if len(models) > 1 else "") for r in evals]
         fracs = [r.res.summary.outcome_fractions() for r in evals]  # EvaluateResults
+        title = ("Masked evaluations" if not unmasked else "Unmasked evaluations" if not masked
+                 else "Evaluations, unmasked and masked")
+        if not masked:
+            note = "; nothing is masked: the bars compare " + ("models." if len(models) > 1 else "runs.")
+        elif ref is not None:
+            note = f"; dashed line: unmasked accuracy {pct(ref)} % ({ref_from})."
+        else:
+            note = "; no unmasked run of the same model and data to compare with."
         if any(fracs):
-            s.add(Fig("evaluate-outcomes", plots.outcome_bars(labels, fracs, title="Masked evaluations", reference=ref),
-                      "One bar per evaluate run" + (f"; dashed line: unmasked accuracy {pct(ref)} % ({ref_from})."
-                                                    if ref is not None else
-                                                    "; no unmasked run of the same model and data to compare with.")))
+            s.add(Fig("evaluate-outcomes", plots.outcome_bars(labels, fracs, title=title, reference=ref),
+                      "One bar per evaluate run" + note))
         s.add(Table(["run", "masked", "n", "accuracy (%)", "mislocated / wrong (%)", "parse failure (%)", "mean IoU"],
                     [_evaluate_row(r) for r in evals]))
     return s if len(s.blocks) > 1 else None
@@ -434,8 +466,9 @@ def overlay_section(runs: list[Run], kc: KChoice) -> Section | None:
             png = plots.attention_overlay(att, rects, ranking[:kk], image=image, gt_box=rec.get("gt_box"),
                                           pred_box=rec.get("pred_box"), title=title)
             s.add(Fig(f"{slug(run.name)}-overlay-{i}-{slug(sid)}", png,  # the index: ids may share a slug
-                      f"Sample {sid}; {kc.caption(att.shape[0] * att.shape[1])} of {run.name}. The three "
-                      "attention panels share one colour scale."))
+                      f"Sample {sid}; {kc.caption(att.shape[0] * att.shape[1])} of {run.name}. Each attention "
+                      "panel has its own colour scale, from 0 to its peak (its colour bar); each title compares "
+                      "the panel's peak with the top-k panel's."))
     if left_out:
         s.add(Text(f"{len(left_out)} overlay image(s) not embedded: " + "; ".join(left_out) + ".", muted=True))
     return s if len(s.blocks) > 1 else None

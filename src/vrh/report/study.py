@@ -19,9 +19,10 @@ import numpy as np
 from matplotlib.ticker import MaxNLocator
 
 from vrh.report.document import Fig, Section, Table, Text, slug
+from vrh.report.kchoice import study_k
 from vrh.report.load import Run, is_num, pct
 from vrh.report.paper import paper_benchmark, paper_model, paper_numbers
-from vrh.report.plots import curve_family, k_axis, labelled_bars, outcome_bars, transfer_bars
+from vrh.report.plots import curve_family, k_axis, labelled_bars, outcome_bars, split_reference, transfer_bars
 from vrh.report.style import (BASELINE_COLOR, OTHER_COLORS, RANDOM_COLOR, TITLE_SIZE, VRH_COLOR, curve_style,
                               new_figure, plain_log_ticks, to_png)
 
@@ -95,7 +96,7 @@ def study_sections(runs: list[Run]) -> list[Section]:
         sec.add(Text("Paper models among them (by hub id): " + ", ".join(paper) + ". " + _protocol_note(v)
                      if paper else "No model of this study is one of the paper's (matched by hub id), so no "
                      "measured figure has a paper figure beside it; the paper's tables ship in "
-                     "vrh/report/paper_numbers.py.", muted=not paper))
+                     "vrh/data/paper_numbers.py.", muted=not paper))
         grids = st.config.get("grids") or {}
         a7 = paper_numbers()["models_A7"]
         heads = [f"{m}: {grids[m][0]} x {grids[m][1]} = {grids[m][0] * grids[m][1]} heads (paper Tab. A7: "
@@ -171,12 +172,7 @@ def _grid(v: StudyView):
 
 # --- Fig. 6 / Tab. A12: all models at one k -----------------------------------------------------------
 def _report_k(v: StudyView) -> int | None:
-    prot = v.config.get("protocol") or {}
-    for table in ("crosstask", "transfer", "stability"):
-        if table in prot and is_num(prot[table].get("k")):
-            return int(prot[table]["k"])
-    ks = [k for k in (prot.get("sweep") or {}).get("ks") or [] if k > 0]
-    return max(ks) if ks else None
+    return study_k(v.config)
 
 
 def _one_k(v: StudyView):
@@ -426,32 +422,39 @@ def _stability(v: StudyView):
     rows = []
     for m, b, r in v.of("stability"):
         res = r.res
-        curve = ", ".join(f"n={n}: {o:.2f}" for n, o in zip(res.n_values or [], res.topk_overlap_mean or [])
-                          if is_num(o))
+        curve = ", ".join(f"n={n}: {pct(o)}" + (" (all: the reference)" if n == res.n_total else "")
+                          for n, o in zip(res.n_values or [], res.topk_overlap_mean or []) if is_num(o))
         tc = res.token_choice
         rows.append([m, b, str(res.k), curve, *(pct(getattr(tc, key)) if tc else "–" for key in
                                                 ("baseline_accuracy", "rand1_accuracy", "out_accuracy",
                                                  "random_accuracy"))])
     if not rows:
         return []
-    fig = new_figure(6.0, 3.4)
+    fig = new_figure(6.0, 3.8)
     ax = fig.add_subplot()
     curves: dict[tuple, list[str]] = {}  # identical curves drawn once, named together (one would hide another)
+    refs: set = set()
     for m, b, r in v.of("stability"):
-        ns, ys = r.res.n_values or [], [round(o, 9) if is_num(o) else np.nan for o in r.res.topk_overlap_mean or []]
+        ns, ys, ref = split_reference(r.res.n_values or [], r.res.topk_overlap_mean or [], r.res.n_total)
+        refs.update(ref)
+        ys = [round(100 * o, 7) if is_num(o) else np.nan for o in ys]  # %, as the run's own chart
         curves.setdefault((tuple(ns[:len(ys)]), tuple(ys[:len(ns)]), r.res.k), []).append(f"{m} / {b}")
     for i, ((ns, ys, k), names) in enumerate(curves.items()):
         ax.plot(ns, ys, label=f"{', '.join(names)} (k = {k})", **curve_style(i))
+    if refs:
+        ax.scatter(sorted(refs), [100] * len(refs), s=55, facecolors="white", edgecolors=BASELINE_COLOR,
+                   linewidths=1.4, zorder=5, clip_on=False, label="n = the whole detection set: the reference (100% by definition)")
     ax.set_xscale("log")
     plain_log_ticks(ax.xaxis)
-    ax.set_ylim(-0.02, 1.05)
+    ax.set_ylim(-2, 105)
     ax.set_xlabel("scoring samples n (log scale)", fontsize=8)
-    ax.set_ylabel("top-k overlap with the full detection", fontsize=8)
+    ax.set_ylabel("top-k overlap with the full detection (%)", fontsize=8)
     ax.set_title("how many samples find the heads (mean over bootstrap draws)", fontsize=TITLE_SIZE)
-    ax.legend(fontsize=7)
+    fig.legend(loc="outside lower center", fontsize=7, frameon=False)
     return [Section("Stability (Fig. 8b-c)"), Fig("study_stability", to_png(fig)),
-            Table(["model", "benchmark", "k", "top-k overlap with the full set, by scoring-set size", "unmasked",
+            Table(["model", "benchmark", "k", "top-k overlap (%) with the full set, by scoring-set size", "unmasked",
                    "top-k of rand1", "top-k of out", "random"], rows,
-                  "overlap of the top-k found from n scoring samples with the full detection's (the paper's Fig. 8c "
-                  "plots the accuracy with those heads masked instead: vrh stability --accuracy-draws); Fig. 8b: "
-                  "accuracy (%) with the top-k of one random answer token (rand1) vs all of them (out) masked")]
+                  "overlap of the top-k found from n scoring samples with the full detection's (at n = all, the "
+                  "reference itself; the paper's Fig. 8c plots the accuracy with those heads masked instead: vrh "
+                  "stability --accuracy-draws); Fig. 8b: accuracy (%) with the top-k of one random answer token "
+                  "(rand1) vs all of them (out) masked")]

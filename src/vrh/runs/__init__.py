@@ -46,7 +46,8 @@ line), and :mod:`vrh.runs.results` with :mod:`vrh.runs.results_characterize` and
 their order, ``to_json`` for the command writing it and ``from_json`` for the report reading it).
 """
 
-from vrh.runs.artefacts import (read_config, read_results, read_samples, is_finished, DetectionSplit,
+from vrh.runs.artefacts import (read_config, read_results, read_samples, is_finished, MODEL_CARD, read_model_card,
+    DetectionSplit,
     read_detection_split, HeadScores, write_head_scores, read_head_scores, NPZ_FORMAT, write_sample_scores,
     read_sample_scores, write_overlays, read_overlays, write_emergence, read_emergence, EMERGENCE_TASKS,
     emergence_causal_task, iter_runs, write_batch_state, read_batch_states, load_torch_file,
@@ -67,14 +68,14 @@ __all__ = ["ARTEFACTS", "COMMAND_FILES", "CONFIG", "CompareRandom", "CompareResu
            "DemoKCurve", "DemoResults", "DemoVqa", "DetectResults", "DetectionSplit", "DpoPairsResults",
            "DpoResults", "DpoTrainResults", "EMERGENCE",
            "EMERGENCE_TASKS", "ENVELOPE", "EmergenceResults", "EvaluateResults", "HEAD_SCORES", "HeadScores",
-           "KCurves", "LOCK", "MethodCurve", "NPZ_FORMAT", "OVERLAYS", "PAIRS", "RESULTS", "RUN_FORMAT", "RUN_MARK",
+           "KCurves", "LOCK", "MODEL_CARD", "MethodCurve", "NPZ_FORMAT", "OVERLAYS", "PAIRS", "RESULTS", "RUN_FORMAT", "RUN_MARK",
            "RandomControlReport", "RandomCurve", "RunFolder", "RunFolderInUse", "RunResults", "SAMPLES",
            "SAMPLE_SCORES", "SCHEMA_VERSION", "SHARD_GLOB", "SampleRecord", "StabilityResults", "SweepResults",
            "TaskSummary", "TokenChoice", "TransferResults", "VrhCurve", "clear_batch_states", "clear_run_folder",
            "config_differences",
            "emergence_causal_task", "environment", "git_hash", "is_finished", "is_run_folder", "iter_runs",
            "load_torch_file", "read_batch_states", "read_config", "read_detection_split", "read_emergence",
-           "read_head_scores", "read_json", "read_jsonl", "read_overlays", "read_results",
+           "read_head_scores", "read_json", "read_jsonl", "read_model_card", "read_overlays", "read_results",
            "read_sample_scores", "read_samples", "results_from_json", "results_type", "run_folder_contents",
            "shard_name", "write_batch_state", "write_emergence", "write_head_scores", "write_json", "write_jsonl",
            "write_overlays", "write_sample_scores"]

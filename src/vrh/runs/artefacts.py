@@ -39,6 +39,20 @@ def is_finished(run_dir: str | os.PathLike) -> bool:
     return (Path(run_dir) / RESULTS).is_file()
 
 
+MODEL_CARD = "vrh_organism.json"  # an organism checkpoint's card, beside its config.json (the lab's export)
+
+
+def read_model_card(checkpoint: str | os.PathLike) -> dict[str, Any] | None:
+    """The card of the checkpoint folder a run's config names (``model.path``): its training config and
+    command (docs/organism.md); None where there is none (a real checkpoint, a hub id, a folder this machine
+    does not have) or it is unreadable or not a JSON object."""
+    try:
+        card = read_json(Path(checkpoint) / MODEL_CARD)
+    except (OSError, ValueError):
+        return None
+    return card if isinstance(card, dict) else None
+
+
 @dataclass
 class DetectionSplit:
     """Which samples of which dataset a detection run scored, and which it held out for evaluation."""

@@ -31,10 +31,12 @@ DETECT_STATE = "detect_state"  # detection, while unfinished: one torch.save fil
 SHARD_GLOB = "samples.rank*-of-*.jsonl"  # data-parallel runs, while unfinished: one samples file per rank
 ARTEFACTS = (CONFIG, SAMPLES, RESULTS, HEAD_SCORES, SAMPLE_SCORES, OVERLAYS, PAIRS, EMERGENCE)
 LOCK = ".vrh-lock"  # the writer's lock file (pid inside), present while a run holds the folder
+MAX_DIFFERENCES = 20  # lines a resume refusal lists (a k-sweep's conditions can all differ)
 RUN_MARK = "vrh_run"  # config.json key only RunFolder.write_config writes: how a folder proves it is a vrh run
 RUN_FORMAT = 1  # RUN_MARK's value; bump when the folder layout changes
 # What a command writes into its run folder beyond ARTEFACTS and sub-runs (removed by --overwrite)
 COMMAND_FILES = {"demo": ("data", "report"), "compare": ("compare.md", "compare.png"),
+                 "compare-heads": ("compare_heads.md", "compare_heads.png"),  # vrh.experiments.head_comparison
                  "dpo-train": ("model", "checkpoints", "train_log.jsonl")}  # vrh.experiments.dpo
 
 # results.json / head_scores.json carry this; bump when a key changes meaning or moves.
@@ -160,7 +162,7 @@ class RunFolder:
         # the lock comes first: no other process may change the folder between this look and the config write
         self._lock = self._take_lock()
         try:
-            non_empty = check_out(self.path, resume=resume, overwrite=overwrite)  # again, now under the lock
+            non_empty = check_out(self.path, resume=resume, overwrite=overwrite, locked=True)  # again, under the lock
             self.world.barrier()  # every rank has looked at the folder before rank 0 changes it
             if self.world.is_main and non_empty and overwrite:
                 clear_run_folder(self.path)
@@ -210,13 +212,15 @@ class RunFolder:
         if (self.path / CONFIG).exists():
             old = read_json(self.path / CONFIG)
             mine = _jsonable({k: v for k, v in full.items() if k not in ("environment", RUN_MARK)})
-            theirs = {k: v for k, v in old.items() if k not in ("environment", RUN_MARK)}
+            theirs = _as_recorded_now({k: v for k, v in old.items() if k not in ("environment", RUN_MARK)}, mine)
             diffs = config_differences(theirs, mine)
             if diffs:  # the user's own settings (config.*) first, one per line
                 diffs.sort(key=lambda d: not d.startswith("config."))
+                shown = diffs if len(diffs) <= MAX_DIFFERENCES else \
+                    [*diffs[:MAX_DIFFERENCES - 1], f"... and {len(diffs) - MAX_DIFFERENCES + 1} more"]
                 raise ValueError(f"cannot resume {self.path}: {len(diffs)} setting(s) differ from the interrupted "
                                  "run's (rerun with the same settings, or --overwrite to start over):\n  "
-                                 + "\n  ".join(diffs))
+                                 + "\n  ".join(shown))
         if self.world.is_main:
             write_json(self.path / CONFIG, full)
         return full
@@ -358,10 +362,9 @@ class _Lock:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
-                holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+                holder = _pid_in(fd)
                 os.close(fd)
-                raise RunFolderInUse(f"run folder {folder} is in use by another vrh process (pid {holder}); wait "
-                                     "for it to finish or stop it, or choose another --out") from None
+                raise RunFolderInUse(_in_use(folder, holder)) from None
             try:
                 same = os.stat(path).st_ino == os.fstat(fd).st_ino
             except FileNotFoundError:
@@ -373,6 +376,24 @@ class _Lock:
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         cls._held[key] = lock = cls(key, path, fd)
         return lock
+
+    @classmethod
+    def holder(cls, folder: Path) -> str | None:
+        """The pid of another process that holds ``folder``'s lock, None when none does; takes no lock (it
+        tries the lock and lets go at once): :func:`check_out` asks before a model loads."""
+        if fcntl is None or os.path.realpath(folder) in cls._held:  # this process's own lock is no refusal
+            return None
+        try:
+            fd = os.open(folder / LOCK, os.O_RDONLY)
+        except OSError:  # no lock file: no holder
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            return _pid_in(fd)
+        finally:
+            os.close(fd)  # and with it the shared lock taken here, if any
+        return None
 
     def release(self) -> None:
         self.count -= 1
@@ -387,15 +408,30 @@ class _Lock:
         self.fd = -1
 
 
-def check_out(path: str | os.PathLike, *, resume: bool = False, overwrite: bool = False) -> bool:
+def _pid_in(fd: int) -> str:
+    return os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+
+
+def _in_use(folder: Path, holder: str) -> str:
+    return (f"run folder {folder} is in use by another vrh process (pid {holder}); wait for it to finish or stop "
+            "it, or choose another --out")
+
+
+def check_out(path: str | os.PathLike, *, resume: bool = False, overwrite: bool = False, locked: bool = False) -> bool:
     """Refuse a run folder :class:`RunFolder` would refuse with these flags (FileExistsError / ValueError with
-    the same message), taking no lock and changing nothing; return whether it is non-empty. Commands call it
-    before loading the model (minutes on a 7B), :class:`RunFolder` again under its lock."""
+    the same message, :class:`RunFolderInUse` while another process holds it), taking no lock and changing
+    nothing; return whether it is non-empty. Commands call it before loading the model (minutes on a 7B),
+    :class:`RunFolder` again under its lock (``locked``: the run holds it, so its holder is not asked about).
+    In a data-parallel run rank 0 alone asks who holds the lock (the others' lock is rank 0's: the run's own);
+    a refused rank 0 ends the launch."""
     if resume and overwrite:
         raise ValueError("--resume and --overwrite exclude each other: resume keeps the run, overwrite deletes it")
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise FileExistsError(f"--out {path} is a file, not a folder")
+    holder = _Lock.holder(path) if path.is_dir() and not locked and world().is_main else None
+    if holder is not None:  # first: a folder another run is writing is no case for --overwrite or --resume
+        raise RunFolderInUse(_in_use(path, holder))
     # a run killed before its config.json was in place left only the lock and that file's temporary: not a run yet
     non_empty = path.is_dir() and any(not (c.name == LOCK or (c.name == CONFIG + ".tmp" and c.is_file()
                                                               and not c.is_symlink())) for c in path.iterdir())
@@ -518,19 +554,88 @@ def _remove_empty(folder: Path) -> None:
     folder.rmdir()
 
 
+NOT_RECORDED = "(the family's own, not recorded)"
+
+
+def _as_recorded_now(old: dict[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """An interrupted run's config as today's vrh would have written it. A run started before ``model.answer_format``
+    was recorded ran its family's own format (the ``native`` variant, vrh.models.answer_formats): it reads as that,
+    so it resumes with the default and a resume with another variant is refused by name."""
+    was, now = old.get("model"), new.get("model")
+    if not (isinstance(was, Mapping) and isinstance(now, Mapping) and isinstance(now.get("answer_format"), Mapping)) \
+            or "answer_format" in was:
+        return old
+    fmt = now["answer_format"]
+    prompt = fmt.get("prompt") if fmt.get("name") == "native" else NOT_RECORDED  # the family's, whatever it is now
+    return {**old, "model": {**was, "answer_format": {"name": "native", "prompt": prompt, "box": "native"}}}
+
+
 def config_differences(old: Mapping[str, Any], new: Mapping[str, Any], prefix: str = "") -> list[str]:
     """Human-readable differences between two JSON configs: ``"config.k: 3 -> 5"`` per differing leaf.
 
+    Objects are compared key by key and lists of objects (the ``conditions``) item by item, so a difference
+    names the one field that differs; a long value is abbreviated between its items, never inside one
+    (:func:`short_json`).
+
     >>> config_differences({"a": 1, "b": {"c": 2}}, {"a": 1, "b": {"c": 3}, "d": 0})
     ['b.c: 2 -> 3', 'd: (absent) -> 0']
+    >>> config_differences({"conditions": [{"label": "none"}, {"label": "top_k", "heads": [[0, 1], [1, 2]]}]},
+    ...                    {"conditions": [{"label": "none"}, {"label": "top_k", "heads": [[0, 1], [1, 3]]}]})
+    ['conditions[1].heads: [[0, 1], [1, 2]] -> [[0, 1], [1, 3]]']
     """
     out = []
     for key in sorted(set(old) | set(new), key=str):
-        a, b = old.get(key, "(absent)"), new.get(key, "(absent)")
-        name = f"{prefix}{key}"
-        if isinstance(a, Mapping) and isinstance(b, Mapping):
-            out += config_differences(a, b, name + ".")
-        elif a != b:
-            short = lambda v: (json.dumps(v) if not isinstance(v, str) else v)[:80]  # noqa: E731
-            out.append(f"{name}: {short(a)} -> {short(b)}")
+        out += _differences(old.get(key, _ABSENT), new.get(key, _ABSENT), f"{prefix}{key}")
     return out
+
+
+_ABSENT = "(absent)"
+
+
+def _differences(a: Any, b: Any, name: str) -> list[str]:
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return config_differences(a, b, name + ".")
+    records = lambda v: isinstance(v, list) and v and all(isinstance(x, Mapping) for x in v)  # noqa: E731
+    if records(a) and records(b):  # the conditions: item by item, extra items whole
+        out = []
+        for i in range(max(len(a), len(b))):
+            out += _differences(a[i] if i < len(a) else _ABSENT, b[i] if i < len(b) else _ABSENT, f"{name}[{i}]")
+        return out
+    return [] if a == b else [f"{name}: {short_json(a)} -> {short_json(b)}"]
+
+
+def short_json(value: Any, limit: int = 100) -> str:
+    """``value`` as JSON (a string as itself) in about ``limit`` characters: a longer list or object keeps its
+    first items whole and says how many it leaves out, a longer string its start and its length.
+
+    >>> short_json([[0, 1], [2, 3], [4, 5]], limit=16)
+    '[[0, 1], [2, 3], ... 1 more]'
+    >>> short_json({"label": "top_k", "heads": [[0, 1]] * 30}, limit=40)
+    '{"label": "top_k", ... 1 more}'
+    >>> short_json("x" * 200, limit=20)
+    'xxxxxxxxxxxxxxxxxxxx... (200 characters)'
+    """
+    if isinstance(value, str):  # as itself (a path, a model id, "(absent)")
+        return value if len(value) <= limit else f"{value[:limit]}... ({len(value)} characters)"
+    return _short(value, limit)
+
+
+def _short(value: Any, limit: int) -> str:
+    text = json.dumps(value)
+    if len(text) <= limit:
+        return text
+    if isinstance(value, str):
+        return f"{json.dumps(value[:limit] + '...')} ({len(value)} characters)"
+    if isinstance(value, (list, Mapping)):
+        pairs = list(value.items()) if isinstance(value, Mapping) else [(None, v) for v in value]
+        item = lambda k, v, n: _short(v, n) if k is None else f"{json.dumps(k)}: {_short(v, n)}"  # noqa: E731
+        kept = [item(*pairs[0], limit)]  # at least one item, itself abbreviated if it is long
+        for k, v in pairs[1:]:
+            whole = item(k, v, 10 ** 9)
+            if len(", ".join(kept + [whole])) > limit:
+                break
+            kept.append(whole)
+        o, c = ("{", "}") if isinstance(value, Mapping) else ("[", "]")
+        more = f", ... {len(pairs) - len(kept)} more" if len(kept) < len(pairs) else ""
+        return f"{o}{', '.join(kept)}{more}{c}"
+    return text

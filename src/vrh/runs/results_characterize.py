@@ -1,5 +1,5 @@
-"""``results.json`` of the characterisation commands: ``compare``, ``transfer``, ``stability`` (the rules every
-kind follows, and the other kinds, are in :mod:`vrh.runs.results`)."""
+"""``results.json`` of the characterisation commands: ``compare``, ``transfer``, ``stability``, ``text-heads``,
+``compare-heads`` (the rules every kind follows, and the other kinds, are in :mod:`vrh.runs.results`)."""
 
 from __future__ import annotations
 
@@ -191,3 +191,62 @@ class StabilityResults(RunResults):
 
 
 __all__ = ["CompareRandom", "CompareResults", "MethodCurve", "StabilityResults", "TokenChoice", "TransferResults"]
+
+
+# --- text retrieval heads and head-set comparison -------------------------------------------------------
+@results_kind
+@dataclass(frozen=True, kw_only=True)
+class TextHeadsResults(RunResults):
+    """``vrh text-heads`` (:mod:`vrh.experiments.text_heads`): Retrieval Heads on text only::
+
+        {"model": "...", "scorer": "copy_paste", "k": 3, "n": 90, "n_correct": 11,
+         "recall": 0.12,                        # needles recalled exactly, unmasked
+         "recall_by_depth": {"0.0": 0.22, ...}, "recall_by_context": {...}, "recall_by_length": {...},
+         "text_heads_recall": 0.0,              # the top-k text heads masked
+         "cross_heads_recall": 0.01,            # the top-k of --cross-heads masked (null without it)
+         "random_recall_mean": 0.04, ...}"""
+
+    COMMAND: ClassVar[str] = "text-heads"
+    model: str | None
+    scorer: str | None
+    k: int | None
+    n: int | None
+    n_correct: int | None
+    recall: float | None
+    recall_chance: float | None  # a random item's values copied (items), a guessed code (sentences)
+    copied_other_item: float | None  # unmasked answers that are another item's values
+    recall_by_depth: dict[str, float] | None
+    recall_by_context: dict[str, float] | None
+    recall_by_length: dict[str, float] | None
+    text_heads_recall: float | None
+    cross_heads_recall: float | None  # null without --cross-heads
+    cross_heads: str | None
+    random_recall: list[float] | None  # per seed
+    random_recall_mean: float | None
+    random_recall_std: float | None
+    conditions: list[ConditionEntry] | None  # each with its "recall"
+    top_heads: HeadList | None
+    random_warnings: list[str] | None
+    elapsed_seconds: float | None
+
+
+@results_kind
+@dataclass(frozen=True, kw_only=True)
+class CompareHeadsResults(RunResults):
+    """``vrh compare-heads`` (:mod:`vrh.experiments.head_comparison`): two head sets' overlap with chance levels
+    (``overlap``: per k, :meth:`vrh.scoring.head_overlap.TopKOverlap.to_json`), rank correlations with their
+    null spread (null when a side is a list), each side (``name``, ``kind``, ``ranking``, ``map``, ``map_kind``)
+    and, with ``--model``, the cross-masking ``matrix`` (``k``, ``seeds``, ``mask_mode``, ``conditions``,
+    ``grounding`` and/or ``needle``: ``none``, ``a``, ``b``, ``random``, ``random_mean``, ``random_std``, ``n``)."""
+
+    COMMAND: ClassVar[str] = "compare-heads"
+    num_layers: int | None
+    num_heads: int | None
+    n_heads: int | None
+    overlap: list[JsonObject] | None
+    rank_correlation: dict[str, float | None] | None
+    warnings: list[str] | None
+    a: JsonObject | None
+    b: JsonObject | None
+    matrix: JsonObject | None  # null without --model
+    elapsed_seconds: float | None

@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from vrh.options import ShareOptions
+
 OUT = "@out/"  # prefix of a path inside the study folder, in a cell's settings
 STATE_DIR = ".study"
 STATES = ("done", "partial", "changed", "missing")
@@ -159,6 +161,12 @@ class CellKind:
         for key, value in resolve(cell.settings, out).items():
             if value is None:
                 continue
+            if isinstance(value, bool):  # a switch: its flag when off a True default (--no-share-vision) or on
+                field = next(f for f in dataclasses.fields(self.settings) if f.name == key)
+                if value != field.default:
+                    meta = field.metadata["vrh_option"]
+                    args.append(meta["negate"] if field.default else meta["flag"] or "--" + key.replace("_", "-"))
+                continue
             args += ["--" + key.replace("_", "-"),
                      ",".join(map(str, value)) if isinstance(value, tuple) else str(value)]
         return args + ["--out", str(out / cell.folder)]
@@ -205,7 +213,13 @@ def study_tables() -> dict[str, CellKind]:
     return {k.table: k for k in _KINDS.values() if k.table is not None}
 
 
+# settings that change how a cell computes, never what (vrh.options.ShareOptions): not in its fingerprint, so
+# turning them off or on does not make a finished cell run again
+NOT_FINGERPRINTED = tuple(f.name for f in dataclasses.fields(ShareOptions))
+
+
 def fingerprint(kind: str, settings: dict[str, Any], dep_prints: list[str]) -> str:
+    settings = {k: v for k, v in settings.items() if k not in NOT_FINGERPRINTED}
     blob = json.dumps({"kind": kind, "settings": settings, "deps": dep_prints}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

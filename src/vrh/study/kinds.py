@@ -13,6 +13,7 @@ writes.
 
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import Any
 
 from vrh.experiments import settings as s
@@ -22,6 +23,7 @@ from vrh.experiments.kcurves import run_sweep
 from vrh.experiments.preference_pairs import run_pairs
 from vrh.experiments.stability import run_stability
 from vrh.experiments.transfer import run_transfer
+from vrh.options import ShareOptions
 from vrh.study import values as v
 from vrh.study.cells import OUT, Cell, CellKind, cell_kinds, check_unique, fingerprint, register_cell_kind
 from vrh.study.datasets import DatasetKind
@@ -32,8 +34,16 @@ TRANSFER_SEPARATOR = "_to_"  # transfer/A_to_B_BENCH (vrh.study.checks refuses p
 
 def _model_opts(study: Any, name: str) -> dict[str, Any]:
     m, run = study.model(name), study.run
+    # answer_format only when the study sets it: the cells of earlier studies keep their settings (and fingerprints)
+    fmt = {"answer_format": m.answer_format} if m.answer_format is not None else {}
     return {"model": m.model, "adapter": m.adapter, "device": run.device, "dtype": run.dtype,
-            "threads": run.threads, "batch_size": run.batch_size, "max_new_tokens": run.max_new_tokens}
+            "threads": run.threads, "batch_size": run.batch_size, "max_new_tokens": run.max_new_tokens, **fmt}
+
+
+def _share_opts(study: Any) -> dict[str, Any]:
+    """The masking cells' work sharing, only where the study turns a share off: the cells of other studies keep
+    their settings (the shares are exact and never in a fingerprint, :data:`vrh.study.cells.NOT_FINGERPRINTED`)."""
+    return {f.name: False for f in fields(ShareOptions) if not getattr(study.run, f.name)}
 
 
 def data_ref(study: Any, name: str) -> str:
@@ -89,7 +99,8 @@ def sweep_cells(study: Any) -> list[Cell]:
     sw = study.protocol["sweep"]
     benches = sw.benchmarks or [b.name for b in study.benchmarks]
     return [Cell(f"sweep/{m}/{b}", "sweep", m, f"{m}/sweep_{b}",
-                 {**_model_opts(study, m), "data": data_ref(study, b), "heads": OUT + detect_folder(m, b),
+                 {**_model_opts(study, m), **_share_opts(study),
+                  "data": data_ref(study, b), "heads": OUT + detect_folder(m, b),
                   "task": "grounding", "ks": list(sw.ks), "seeds": list(sw.seeds),
                   "mask_mode": sw.mask_mode, "n": sw.n},
                  (*data_deps(study, b), f"detect/{m}/{b}"), benchmark=b)
@@ -102,7 +113,8 @@ def crosstask_cells(study: Any) -> list[Cell]:
     ct, b = study.protocol["crosstask"], _benchmark(study, "crosstask")
     mask_mode = study.protocol["sweep"].mask_mode if "sweep" in study.protocol else "zero"
     return [Cell(f"crosstask/{m}/{vq.name}", "crosstask", m, f"{m}/crosstask_{vq.name}",
-                 {**_model_opts(study, m), "data": data_ref(study, vq.name), "heads": OUT + detect_folder(m, b),
+                 {**_model_opts(study, m), **_share_opts(study),
+                  "data": data_ref(study, vq.name), "heads": OUT + detect_folder(m, b),
                   "task": "vqa", "ks": [0, ct.k], "seeds": list(ct.seeds), "mask_mode": mask_mode},
                  (*data_deps(study, vq.name), f"detect/{m}/{b}"), benchmark=vq.name)
             for m in _models(study, "crosstask") for vq in study.vqa]
@@ -115,7 +127,8 @@ def compare_cells(study: Any) -> list[Cell]:
     det = study.protocol["detection"]
     extra = {"methods": list(cp.methods)} if cp.methods is not None else {}
     return [Cell(f"compare/{m}/{b}", "compare", m, f"{m}/compare_{b}",
-                 {**_model_opts(study, m), "data": data_ref(study, b), "n": cp.n, "n_eval": det.n_eval,
+                 {**_model_opts(study, m), **_share_opts(study),
+                  "data": data_ref(study, b), "n": cp.n, "n_eval": det.n_eval,
                   "seed": det.seed, "ks": list(cp.ks), "seeds": list(cp.seeds), **extra},
                  data_deps(study, b), benchmark=b)
             for m in _models(study, "compare")]
@@ -128,7 +141,8 @@ def stability_cells(study: Any) -> list[Cell]:
     n_det = study.protocol["detection"].n
     n_values = [n for n in st.n_values if n <= n_det] or [n_det]  # no draw is larger than what was scored
     return [Cell(f"stability/{m}/{b}", "stability", m, f"{m}/stability_{b}",
-                 {**_model_opts(study, m), "heads": OUT + detect_folder(m, b), "data": data_ref(study, b),
+                 {**_model_opts(study, m), **_share_opts(study),
+                  "heads": OUT + detect_folder(m, b), "data": data_ref(study, b),
                   "k": st.k, "n_values": n_values, "bootstrap": st.bootstrap},
                  (*data_deps(study, b), f"detect/{m}/{b}"), benchmark=b)
             for m in _models(study, "stability")]
@@ -139,7 +153,8 @@ def transfer_cells(study: Any) -> list[Cell]:
         return []
     tr, b = study.protocol["transfer"], _benchmark(study, "transfer")
     return [Cell(f"transfer/{a}{TRANSFER_SEPARATOR}{t}/{b}", "transfer", t, f"transfer/{a}{TRANSFER_SEPARATOR}{t}_{b}",
-                 {**_model_opts(study, t), "data": data_ref(study, b), "heads": OUT + detect_folder(a, b),
+                 {**_model_opts(study, t), **_share_opts(study),
+                  "data": data_ref(study, b), "heads": OUT + detect_folder(a, b),
                   "heads_b": OUT + detect_folder(t, b), "k": tr.k, "seeds": list(tr.seeds)},
                  (*data_deps(study, b), f"detect/{a}/{b}", f"detect/{t}/{b}"), benchmark=b, source=a)
             for a, t in study.pairs]
@@ -150,7 +165,8 @@ def dpo_pairs_cells(study: Any) -> list[Cell]:
         return []
     dp, b = study.protocol["dpo_pairs"], _benchmark(study, "dpo_pairs")
     return [Cell(f"dpo_pairs/{m}/{b}", "dpo_pairs", m, f"{m}/dpo_pairs_{b}",
-                 {**_model_opts(study, m), "heads": OUT + detect_folder(m, b), "k": dp.k, "n": dp.n},
+                 {**_model_opts(study, m), **_share_opts(study),
+                  "heads": OUT + detect_folder(m, b), "k": dp.k, "n": dp.n},
                  (*data_deps(study, b), f"detect/{m}/{b}"), benchmark=b)
             for m in _models(study, "dpo_pairs")]
 

@@ -3,8 +3,9 @@ x protocol), read into frozen values and checked before any model loads.
 
 Grammar (every table and key; anything else is refused with its line)::
 
-    [study]          name, device, dtype, batch_size, max_new_tokens, threads
-    [models]         NAME = "hub id | local folder | organism:NAME"   or   NAME = { model = ..., adapter = ... }
+    [study]          name, device, dtype, batch_size, max_new_tokens, threads, share_vision, share_prefix
+    [models]         NAME = "hub id | local folder | organism:NAME"   or   NAME = { model = ..., adapter = ...,
+                                                                                 answer_format = ... }
     [benchmarks.NAME]  one of: data = "converted.jsonl"
                              | source = "refcoco", snapshot = "folder", split = "val", limit = N
                              | world = "grounding", n = N, seed = S [, layout = "refcoco"]
@@ -47,15 +48,16 @@ from pathlib import Path
 from typing import Any
 
 from vrh.infra.console import printable
-from vrh.options import GenerationOptions, ModelOptions
+from vrh.options import GenerationOptions, ModelOptions, ShareOptions
 from vrh.study import kinds as _kinds  # noqa: F401  (registers the built-in cell kinds)
 from vrh.study.cells import STUDY_ENTRIES, Table, study_tables
 from vrh.study.datasets import DatasetSpec
 from vrh.study.values import RULES
 
 BASE_SECTIONS = ("study", "models", "benchmarks", "vqa")  # then one protocol table per cell kind that has one
-STUDY_KEYS = {"name": str, "device": str, "dtype": str, "batch_size": int, "max_new_tokens": int, "threads": int}
-MODEL_KEYS = {"model": str, "adapter": str}
+STUDY_KEYS = {"name": str, "device": str, "dtype": str, "batch_size": int, "max_new_tokens": int, "threads": int,
+              "share_vision": bool, "share_prefix": bool}
+MODEL_KEYS = {"model": str, "adapter": str, "answer_format": str}
 DATASET_KEYS = {"data": str, "source": str, "snapshot": str, "split": str, "limit": int, "world": str, "n": int,
                 "seed": int, "layout": str}
 WORLD_LAYOUTS = ("refcoco",)  # published layouts the synthetic world can be written in (vrh.study.datasets)
@@ -78,6 +80,7 @@ class ModelSpec:
     name: str
     model: str  # hub id, absolute local folder, or organism:NAME
     adapter: str | None = None
+    answer_format: str | None = None  # --answer-format of every cell of this model (None: the family's first)
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,8 @@ class RunSettings:
     batch_size: int = GenerationOptions.batch_size
     max_new_tokens: int = GenerationOptions.max_new_tokens
     threads: int | None = ModelOptions.threads
+    share_vision: bool = ShareOptions.share_vision  # the masking cells' work sharing (exact; not fingerprinted)
+    share_prefix: bool = ShareOptions.share_prefix
 
 
 @dataclass(frozen=True)
@@ -347,7 +352,7 @@ def _models(r: _Reader, raw: dict[str, Any]) -> tuple[ModelSpec, ...]:
         if "model" not in value:
             raise r.fail(keys, f"[models.{name}] needs model = \"hub id, local folder or organism:NAME\"")
         out.append(ModelSpec(name=name, model=_model_ref(r, value["model"], (*keys, "model")),
-                             adapter=value.get("adapter")))
+                             adapter=value.get("adapter"), answer_format=value.get("answer_format")))
     return tuple(out)
 
 

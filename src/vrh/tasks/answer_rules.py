@@ -238,7 +238,8 @@ def _cvbench(pred: str, gold: Gold) -> Verdict:
 @register_answer_rule("countbenchqa", benchmark="CountBenchQA")
 def _countbenchqa(pred: str, gold: Gold) -> Verdict:
     """lmms-eval ``lmms_eval/tasks/countbenchqa/utils.py`` (@ 75571cf, lines 14-18): the stripped answer
-    equals the count's digits. ``"3."`` and ``"There are 3 dogs."`` are wrong.
+    equals the count's digits. ``"3."``, ``"three"`` and ``"There are 3 dogs."`` are wrong (lmms-eval's
+    ``countbench`` task reads the words: :func:`_countbench`).
 
     >>> [_countbenchqa(p, Gold("3", "number")).outcome for p in [" 3 ", "3.", "There are 3 dogs.", ""]]
     ['correct', 'wrong', 'wrong', 'parse_failure']
@@ -247,6 +248,31 @@ def _countbenchqa(pred: str, gold: Gold) -> Verdict:
     if not p:
         return Verdict(PARSE_FAILURE)
     return Verdict(CORRECT if p == gold.answer.strip() else WRONG, p)
+
+
+def _count_word(text: str) -> str:
+    """lmms-eval countbench's normalising of an answer or a gold count (``utils.py`` @ 9c25ff5, lines 27-29):
+    stripped and lower-cased, then a whole answer that is a number word from ``none`` / ``zero`` to ``twenty``
+    (its table, lines 1-24) becomes its digits."""
+    t = text.strip().lower()
+    return "0" if t == "none" else str(_NUMBER_WORDS.index(t)) if t in _NUMBER_WORDS else t
+
+
+@register_answer_rule("countbench", benchmark="CountBenchQA as lmms-eval's countbench task")
+def _countbench(pred: str, gold: Gold) -> Verdict:
+    """lmms-eval ``lmms_eval/tasks/countbench/utils.py`` (@ 9c25ff5, lines 48-51), its second task on the same
+    data: answer and count both normalised (:func:`_count_word`), then compared whole; so ``"Three"`` and
+    ``" 3 "`` are right, ``"3."``, ``"three."`` and ``"There are 3 dogs."`` wrong, as under ``countbenchqa``.
+
+    >>> [_countbench(p, Gold("3", "number")).outcome for p in ["Three", " 3 ", "3.", "three.", "There are 3.", ""]]
+    ['correct', 'correct', 'wrong', 'wrong', 'wrong', 'parse_failure']
+    >>> _countbench("None", Gold("0", "number")).outcome
+    'correct'
+    """
+    p = _count_word(pred)
+    if not p:
+        return Verdict(PARSE_FAILURE)
+    return Verdict(CORRECT if p == _count_word(gold.answer) else WRONG, p)
 
 
 def edit_distance(a: str, b: str) -> int:

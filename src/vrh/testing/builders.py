@@ -7,14 +7,18 @@ and config helpers: collecting them here keeps the imports one-way.
 
 from typing import Any
 
+from vrh.testing.tiny_deepseek_vl2 import tiny_deepseek_vl2
 from vrh.testing.tiny_gemma3 import tiny_gemma3
 from vrh.testing.tiny_glm4v import tiny_glm4v
 from vrh.testing.tiny_idefics3 import tiny_idefics3
 from vrh.testing.tiny_internvl import tiny_internvl
 from vrh.testing.tiny_llava_next import tiny_llava_next
 from vrh.testing.tiny_llava_onevision import tiny_llava_onevision
+from vrh.testing.tiny_mllama import tiny_mllama
+from vrh.testing.tiny_magma import tiny_magma
 from vrh.testing.tiny_models import tiny_llava, tiny_qwen2_5_vl, tiny_qwen2_vl, tiny_qwen3_vl
 from vrh.testing.tiny_paligemma import tiny_paligemma
+from vrh.testing.tiny_phi4_vision import tiny_phi4_vision
 
 TINY_BUILDERS = {
     "qwen2_vl": tiny_qwen2_vl,
@@ -28,6 +32,10 @@ TINY_BUILDERS = {
     "llava_onevision": tiny_llava_onevision,
     "paligemma": tiny_paligemma,
     "gemma3": tiny_gemma3,
+    "phi4_reasoning_vision": tiny_phi4_vision,
+    "deepseek_vl2": tiny_deepseek_vl2,
+    "mllama": tiny_mllama,
+    "magma": tiny_magma,
 }
 
 

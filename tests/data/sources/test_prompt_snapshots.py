@@ -53,6 +53,7 @@ def rows(folder):
         "mmstar": {"index": 1, "image": image, "question": "Which is on the table?\nOptions: A: a cup, B: a pen",
                    "answer": "A"},
         "countbenchqa": {"image": image, "question": "How many cats are there?", "number": 3},
+        "countbench": {"image": image, "question": "How many cats are there?", "number": 3},
         "spatial457": {"image": image, "question": "What color is the small cube?", "answer": "red"},
         "mathvista": {"pid": "1", "question": "What is the measure of angle B?", "choices": ["30°", "60°"],
                       "answer": "60°", "question_type": "multi_choice", "decoded_image": image, "metadata": {}},
@@ -89,6 +90,8 @@ SNAPSHOTS = {
     "mmstar": ("Which is on the table?\nOptions: A: a cup, B: a pen\n"
                "Answer with the option's letter from the given choices directly."),
     "countbenchqa": "How many cats are there?\nAnswer with a single number.",  # lmms-eval's post-prompt
+    "countbench": ("Look at the image carefully and count the objects. Answer with just a number, without any "
+                   "additional text. How many cats are there?"),  # lmms-eval countbench's pre-prompt
     "spatial457": "What color is the small cube?",
     "mathvista": ("What is the measure of angle B?\nChoices:\n(A) 30°\n(B) 60°\n"
                   "Answer with the option's letter from the given choices directly."),

@@ -82,6 +82,12 @@ def test_countbenchqa(tmp_path, write_parquet):
     assert judge_answer("I see three.", s.answer, s.answer_type) == "correct"
     reasons = skipped(tmp_path / "out")
     assert "whole count" in reasons["countbenchqa-test-1"] and reasons["countbenchqa-test-2"] == "missing image bytes"
+    # lmms-eval's other task on the same rows: its pre-prompt, and number words read (issue 37 item 15)
+    rep = convert("countbench", tmp_path, tmp_path / "words", progress=False)
+    w = load_dataset(tmp_path / "words" / "data.jsonl")[0]
+    assert rep.n_samples == 2 and w.id == "countbench-test-0" and (w.answer, w.answer_rule) == ("3", "countbench")
+    assert w.question == ("Look at the image carefully and count the objects. Answer with just a number, without "
+                          "any additional text. How many dogs are in the image?")
 
 
 def test_spatial457(tmp_path, write_parquet):

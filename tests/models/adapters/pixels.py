@@ -15,9 +15,12 @@ from collections.abc import Callable
 import numpy as np
 from PIL import Image
 
+from vrh.testing.tiny_deepseek_vl2 import deepseek_vl2_pixels
 from vrh.testing.tiny_idefics3 import idefics3_pixels
 from vrh.testing.tiny_llava_onevision import llava_onevision_pixels
 from vrh.testing.tiny_llava_next import llava_next_pixels
+from vrh.testing.tiny_mllama import mllama_pixels
+from vrh.testing.tiny_magma import magma_pixels
 
 
 def coord_image(width: int, height: int) -> Image.Image:
@@ -80,6 +83,15 @@ def internvl_pixels(batch, b: int, processor) -> list[np.ndarray | None]:
     return out
 
 
+def naflex_pixels(batch, b: int, processor) -> list[np.ndarray | None]:
+    """SigLIP2 NaFlex (Phi-4-RV): ``pixel_values`` [B, N, P*P*C], the first h*w rows (``spatial_shapes[b]`` = (h, w))
+    the resized image's patches row-major, each a flattened (P, P, C) square; one token per patch."""
+    p = processor.image_processor.patch_size
+    h, w = batch.inputs["spatial_shapes"][b].tolist()
+    rows = batch.inputs["pixel_values"][b, :h * w].double().numpy().reshape(h * w, p, p, 3)  # [V, P, P, C]
+    return [_unnormalize(processor, r) for r in rows]
+
+
 # adapter name -> reader
 READERS: dict[str, Callable] = {
     "qwen2_vl": qwen_pixels, "qwen2_5_vl": qwen_pixels, "qwen3_vl": qwen_pixels, "glm4v": qwen_pixels,
@@ -90,6 +102,10 @@ READERS: dict[str, Callable] = {
     "gemma3": internvl_pixels,  # views (image, crops) of n x n row-major pooled cells (test_gemma3.py)
     "idefics3": idefics3_pixels,  # 5-D pixel_values: tiles then the global frame (its tiny builder's module)
     "llava_onevision": llava_onevision_pixels,  # like llava_next; refuses a bilinearly shrunk grid
+    "phi4_reasoning_vision": naflex_pixels,
+    "deepseek_vl2": deepseek_vl2_pixels,  # global view, separator, stitched local tiles (its builder's module)
+    "mllama": mllama_pixels,  # cross-attention keys: CLS (None) + patches per tile, padding cut off
+    "magma": magma_pixels,  # 5-D crops stitched by the model's own stitch(), None for row separators
 }
 
 

@@ -5,6 +5,10 @@ coordinates goes through the real processor, and every visual token's pixels in 
 fill the rectangle ``visual_rects`` claims. The others: token positions checked by decoding them, the
 cell-token contract, capture == eager attention and masking == zeroed ``o_proj`` columns on a left-padded
 two-image batch, and the box format round trip.
+
+A cross-attention family (Llama 3.2 Vision) runs the same tests: its visual tokens are the cross-attention keys
+(:func:`vrh.core.layout.visual_key_space`), so where a test reads visual tokens as text positions it reads
+them as keys instead (:func:`_visual_tokens_in_text`, the capture compared per key space).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from PIL import Image
 import vrh.models.adapters as adapters_pkg
 from vrh.models.adapters import get_adapter, registered_adapters
 from vrh.core.capture import capture_attention_rows
+from vrh.core.layout import KEY_SPACES, VISION, layer_key_space, visual_key_space
 from vrh.core.masking import mask_heads
 from vrh.testing import TINY_BUILDERS, save_tiny
 
@@ -65,6 +70,18 @@ def test_every_adapter_file_registers_and_has_a_tiny_builder():
             assert isinstance(get_adapter(t), cls)
 
 
+def _visual_tokens_in_text(adapter, model) -> bool:
+    """Whether the family's visual tokens are positions of the text sequence (else: cross-attention keys)."""
+    return visual_key_space(adapter, model) != VISION
+
+
+def _image_token_position(processor, batch, b: int) -> int:
+    """A cross-attention family's one image token in sample ``b``'s text."""
+    found = (batch.inputs["input_ids"][b] == processor.image_token_id).nonzero().flatten()
+    assert len(found) == 1
+    return int(found[0])
+
+
 # --- structure ---------------------------------------------------------------------------------
 
 def test_every_adapter_is_what_the_mechanisms_take():
@@ -96,7 +113,8 @@ def test_build_batch_tokens(family):
     ids, mask = batch.inputs["input_ids"], batch.inputs["attention_mask"]
     assert ids.shape == mask.shape == (2, batch.seq_len) and batch.batch_size == 2
     assert batch.image_sizes == [im.size for im in IMAGES]
-    image_id = adapter.feature_token_id(processor)  # the token carrying a visual feature
+    in_text = _visual_tokens_in_text(adapter, model)
+    image_id = adapter.feature_token_id(processor) if in_text else None  # the token carrying a visual feature
     lengths = mask.sum(1)
     assert lengths[0] != lengths[1], "test needs unequal lengths to see padding"
     for b in range(2):
@@ -106,7 +124,13 @@ def test_build_batch_tokens(family):
         assert (ids[b, :n_pad] == tok.pad_token_id).all()
         # visual tokens: exactly the feature tokens, one rectangle each, inside the image
         vis = batch.visual_positions[b]
-        assert torch.equal(vis, (ids[b] == image_id).nonzero().flatten())
+        if in_text:
+            assert torch.equal(vis, (ids[b] == image_id).nonzero().flatten())
+            last_visual = int(vis.max())
+        else:  # every cross-attention key, in key order; the text holds the image token
+            assert torch.equal(vis, torch.arange(len(vis)))
+            assert len(vis) == batch.inputs["pixel_values"][b].shape[:2].numel() * model.model.vision_model.num_patches
+            last_visual = _image_token_position(processor, batch, b)
         assert batch.visual_rects[b].shape == (len(vis), 4) and len(vis) > 0
         w, h = IMAGES[b].size
         r = batch.visual_rects[b]
@@ -122,7 +146,7 @@ def test_build_batch_tokens(family):
         # expression: the tokens of the referring expression, before the answer and after the image
         expr = batch.expression_positions[b]
         assert tok.decode(ids[b, expr], skip_special_tokens=False).strip() == EXPRESSIONS[b]
-        assert expr.min() > vis.max() and expr.max() < ans.min()
+        assert expr.min() > last_visual and expr.max() < ans.min()
     # without answers/expressions: no answer positions, empty expression positions
     plain = adapter.build_batch(processor, IMAGES[:1], [adapter.grounding_prompt("red ball")])
     assert plain.answer_positions is None and plain.expression_positions[0].numel() == 0
@@ -187,18 +211,30 @@ def test_llava_full_strategy_marks_cls_as_no_cell():
 
 
 def test_image_tokens_depend_on_pixels(family):
-    """Every cell token's input to the LM (``hidden_states[0]`` at its position) changes when the image's pixels
-    do (the same image inverted, so the token layout is the same): a tiny build whose image features ignore
-    the pixels (Gemma 3's projector is all zeros at random init) would make every map test vacuous."""
+    """Every cell token's input to the LM (``hidden_states[0]`` at its position; for a cross-attention family
+    its key in the first cross-attention layer) changes when the image's pixels do (the same image inverted,
+    so the token layout is the same): a tiny build whose image features ignore the pixels (Gemma 3's projector
+    is all zeros at random init) would make every map test vacuous."""
     name, adapter, model, processor = family
     image = IMAGES[0]
     inverted = Image.fromarray(255 - np.asarray(image))
     batch = adapter.build_batch(processor, [image, inverted], [adapter.grounding_prompt("red ball")] * 2)
     assert torch.equal(batch.visual_positions[0], batch.visual_positions[1])
-    with torch.no_grad():
-        embeds = model(**batch.inputs, output_hidden_states=True).hidden_states[0]  # [2, S, hidden]
     vis, cell = batch.visual_positions[0], batch.cell_tokens[0]
-    change = (embeds[0, vis] - embeds[1, vis]).abs().amax(-1)  # [V] per visual token
+    if _visual_tokens_in_text(adapter, model):
+        with torch.no_grad():
+            embeds = model(**batch.inputs, output_hidden_states=True).hidden_states[0]  # [2, S, hidden]
+        change = (embeds[0, vis] - embeds[1, vis]).abs().amax(-1)  # [V] per visual token
+    else:
+        from vrh.core.attention import language_model_uses_vrh, observe_attention
+
+        first = adapter.attention_module(model, min(adapter.cross_attention_layers(model)))
+        keys = []
+        with torch.no_grad(), language_model_uses_vrh(model, adapter), observe_attention(
+                lambda call: keys.append(call.key.clone()) if call.module is first else None):
+            model(**batch.inputs)
+        key = keys[0][:, :, vis]  # [2, Hkv, V, D]
+        change = (key[0] - key[1]).abs().amax(-1).amax(0)  # [V] per key
     assert bool((change[cell] > 1e-4).all()), (name, int((change[cell] <= 1e-4).sum()), "cell tokens ignore pixels")
 
 
@@ -228,12 +264,18 @@ def test_grid_places_are_row_major(family):
 
 # --- capture and masking on the family's real inputs -------------------------------------------
 
-def _query_positions(batch) -> list[torch.Tensor]:
-    """Per sample: some visual tokens, the expression, the rows producing the answer, the last token."""
+def _query_positions(batch, processor, in_text: bool) -> list[torch.Tensor]:
+    """Per sample: some visual tokens (a cross-attention family: the image token and the text row before it,
+    which sees no image), the expression, the rows producing the answer, the last token."""
     out = []
     for b in range(batch.batch_size):
-        vis = batch.visual_positions[b]
-        picks = [vis[:2], vis[-2:], batch.expression_positions[b], batch.answer_positions[b] - 1,
+        if in_text:
+            vis = batch.visual_positions[b]
+            seen = [vis[:2], vis[-2:]]
+        else:
+            image = _image_token_position(processor, batch, b)
+            seen = [torch.tensor([image - 1, image])]
+        picks = [*seen, batch.expression_positions[b], batch.answer_positions[b] - 1,
                  torch.tensor([batch.seq_len - 1])]
         out.append(torch.unique(torch.cat(picks)))
     return out
@@ -241,25 +283,34 @@ def _query_positions(batch) -> list[torch.Tensor]:
 
 def test_capture_matches_eager(family):
     """Rows captured during one sdpa forward == eager attention probabilities (<= 1e-5, float32), on a
-    left-padded batch of two images of different sizes, with unchanged logits."""
+    left-padded batch of two images of different sizes, with unchanged logits. Per key space the model has
+    (a cross-attention family: the text for its self-attention layers, the vision states for its
+    cross-attention layers): that space's layers match eager, the other layers' rows are zero."""
     name, adapter, model, processor = family
     batch, _ = grounding_batch(adapter, processor)
-    positions = _query_positions(batch)
+    positions = _query_positions(batch, processor, _visual_tokens_in_text(adapter, model))
+    L = adapter.num_layers(model)
+    spaces = {space: [layer_key_space(adapter, model, x) == space for x in range(L)] for space in KEY_SPACES}
     with torch.no_grad():
         plain = model(**batch.inputs).logits
-        with capture_attention_rows(model, adapter, positions) as cap:
-            logits = model(**batch.inputs).logits
         eager = copy.deepcopy(model)
         eager.set_attn_implementation("eager")
-        attentions = eager(**batch.inputs, output_attentions=True).attentions  # per layer [B, H, S, S]
-    assert torch.equal(logits, plain) and cap.num_forwards == 1
-    assert len(attentions) == adapter.num_layers(model)
-    for b, pos in enumerate(positions):
-        want = torch.stack([a[b][:, pos] for a in attentions]).float()  # [L, H, Q_b, S]
-        got = cap.rows(b)
-        assert got.shape == want.shape
-        assert (got - want).abs().max().item() <= 1e-5
-        assert got[..., ~batch.inputs["attention_mask"][b].bool()].abs().sum() == 0  # padding unseen
+        attentions = eager(**batch.inputs, output_attentions=True).attentions  # per layer [B, H, S, S_layer]
+    assert len(attentions) == L
+    for space, mine in spaces.items():
+        if not any(mine):
+            continue
+        with torch.no_grad(), capture_attention_rows(model, adapter, positions, keys=space) as cap:
+            logits = model(**batch.inputs).logits
+        assert torch.equal(logits, plain) and cap.num_forwards == 1
+        for b, pos in enumerate(positions):
+            got = cap.rows(b)  # [L, H, Q_b, S]
+            want = torch.stack([a[b][:, pos] for a, m in zip(attentions, mine) if m]).float()  # [L_space, H, Q_b, S]
+            assert got[mine].shape == want.shape
+            assert (got[mine] - want).abs().max().item() <= 1e-5
+            assert got[[not m for m in mine]].abs().sum() == 0  # the other key space's layers
+            if space != VISION:
+                assert got[..., ~batch.inputs["attention_mask"][b].bool()].abs().sum() == 0  # padding unseen
 
 
 def test_masking_matches_zeroed_o_proj_columns(family):

@@ -52,8 +52,8 @@ def test_refusal_kinds_match_what_transformers_defines():
     for r in REFUSALS:
         for t in r.model_types:
             assert native_in_transformers(t) == (r.kind == "contract"), (r.name, t)
-    assert {r.kind for r in REFUSALS} == {"remote code", "contract"}
-    assert {"deepseek_vl_v2", "magma", "phi4-siglip", "mllama"} <= {t for r in REFUSALS for t in r.model_types}
+    assert {r.kind for r in REFUSALS} <= {"remote code", "contract"}  # mllama, the last contract one, is served
+    assert {"kimi_vl", "phi3_v"} <= {t for r in REFUSALS for t in r.model_types}
 
 
 def test_unknown_type_not_in_transformers_is_refused_as_remote_code(no_plugins):
@@ -79,7 +79,7 @@ def test_load_model_refuses_remote_code_without_running_or_prompting(tmp_path, m
 
     monkeypatch.setattr("builtins.input", lambda *a: pytest.fail("vrh asked to run remote code"))
     sentinel = tmp_path / "code_ran"
-    for model_type in ("deepseek_vl_v2", "unlisted_remote_vlm"):
+    for model_type in ("kimi_vl", "unlisted_remote_vlm"):
         ckpt = tmp_path / model_type
         ckpt.mkdir()
         (ckpt / "modeling_x.py").write_text(f"open({str(sentinel)!r}, 'w').write('ran')\n")
@@ -146,15 +146,15 @@ def test_entry_point_plugins_register_on_lookup(isolated_registry, monkeypatch):
 
     class Plugin(LlavaAdapter):
         name = "plugin_family"
-        model_types = ("plugin_vlm", "deepseek_vl_v2")  # a plugin may serve a refused family
+        model_types = ("plugin_vlm", "kimi_vl")  # a plugin may serve a refused family
 
     eps = [SimpleNamespace(name="plugin_family", value="pkg:Plugin", load=lambda: Plugin)]
     monkeypatch.setattr(importlib.metadata, "entry_points", lambda group=None: eps if group == "vrh.adapters" else [])
     assert "plugin_family" not in registered_adapters()
     assert type(get_adapter("qwen2_vl")).__name__ == "Qwen2VLAdapter"  # built-ins need no plugin scan
-    assert type(get_adapter("plugin_vlm")) is Plugin and type(get_adapter("deepseek_vl_v2")) is Plugin
+    assert type(get_adapter("plugin_vlm")) is Plugin and type(get_adapter("kimi_vl")) is Plugin
     rows = {r["name"]: r for r in list_families()}
-    assert rows["plugin_family"]["status"] == "custom" and "deepseek_vl2" not in rows  # the refusal gives way
+    assert rows["plugin_family"]["status"] == "custom" and "kimi_vl" not in rows  # the refusal gives way
     eps[:] = [SimpleNamespace(name="broken", value="pkg:obj", load=lambda: object())]
     with pytest.raises(ValueError, match="entry point 'broken'.*not a vrh.models.adapters.Adapter"):
         get_adapter("another_vlm")

@@ -103,7 +103,8 @@ def _records(path: Path) -> list[Any]:
         try:
             records = json_text.loads(text, max_depth=None)  # too deep for the parser: JSONDecodeError too
         except json.JSONDecodeError as e:  # a list that does not parse is a broken file, not bad rows
-            raise ValueError(f"{path} is not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+            raise ValueError(f"{path} is not valid JSON ({json_text.problem(e, 'file')} at line {e.lineno}, "
+                             f"column {e.colno})") from None
         if not isinstance(records, list):
             raise ValueError(f"{path} holds a {type(records).__name__}, not SpatialRGPT-Bench's list of records")
         return records
@@ -114,7 +115,7 @@ def _records(path: Path) -> list[Any]:
         try:
             out.append(json_text.loads(line))
         except json.JSONDecodeError as e:
-            out.append({"_malformed": f"invalid JSON ({e.msg} at column {e.colno})"})
+            out.append({"_malformed": f"invalid JSON ({json_text.problem(e)} at column {e.colno})"})
     return out
 
 

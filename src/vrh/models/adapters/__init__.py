@@ -21,6 +21,7 @@ from vrh.models.adapters.refusals import (REFUSALS, find_refusal, native_in_tran
 SUPPORT_MODULES = ("base", "refusals")  # modules of this package that define no adapter
 PLUGIN_GROUP = "vrh.adapters"  # entry-point group: name = "package.module:AdapterClass"
 NOT_STATED = "(not stated)"
+STATUSES = ("tested", "composed", "custom", "refused")  # vrh models' order (describe_adapter says what each means)
 
 for _mod in pkgutil.iter_modules(__path__):
     if _mod.name not in SUPPORT_MODULES:
@@ -129,14 +130,28 @@ def describe_adapter(cls: type[Adapter]) -> dict[str, Any]:
     """What ``vrh models`` shows for one adapter class. ``box_convention`` (how answers write a box:
     coordinates and format) and ``token_layout`` (visual tokens -> image, one line) are class attributes an
     adapter may set; missing ones read "(not stated)". Built-in adapters are "tested" because the shared
-    suite (tests/models/adapters) refuses a registered adapter without a tiny random-init build."""
+    suite (tests/models/adapters) refuses a registered adapter without a tiny random-init build; a built-in
+    family vrh composes itself (:class:`~vrh.models.composed.ComposedAdapter`, no transformers class) is
+    "composed", its detail saying what the CPU tests verified, what needs a GPU with the real weights and which
+    published files vrh saw only in part. ``answer_formats``: the names of the family's prompt/answer variants,
+    its default first (:func:`vrh.models.answer_formats.declared`)."""
+    from vrh.models.answer_formats import declared
+    from vrh.models.composed import ComposedAdapter
+
     builtin = cls.__module__.startswith(__name__ + ".")
+    composed = builtin and issubclass(cls, ComposedAdapter)
+    detail = "tiny random-init instance, shared adapter suite" if builtin else "not tested by vrh"
+    checks = {}
+    if composed:
+        checks = {"verified_on_cpu": cls.verified_on_cpu, "needs_gpu": cls.needs_gpu, "config_gaps": cls.config_gaps}
+        detail = (f"verified on CPU: {cls.verified_on_cpu}; needs a GPU with the real weights: {cls.needs_gpu}"
+                  + (f"; published files seen only in part: {cls.config_gaps}" if cls.config_gaps else ""))
     return {"name": cls.name or cls.__name__, "model_types": list(cls.model_types),
-            "status": "tested" if builtin else "custom",
-            "status_detail": "tiny random-init instance, shared adapter suite" if builtin
-            else "not tested by vrh", "source": f"{cls.__module__}:{cls.__qualname__}",
+            "status": "composed" if composed else "tested" if builtin else "custom",
+            "status_detail": detail, **checks, "source": f"{cls.__module__}:{cls.__qualname__}",
             "box_convention": getattr(cls, "box_convention", None) or NOT_STATED,
-            "token_layout": getattr(cls, "token_layout", None) or NOT_STATED}
+            "token_layout": getattr(cls, "token_layout", None) or NOT_STATED,
+            "answer_formats": [f.name for f in declared(cls)]}
 
 
 def list_families(extra: tuple[type[Adapter], ...] = ()) -> list[dict[str, Any]]:
@@ -144,13 +159,14 @@ def list_families(extra: tuple[type[Adapter], ...] = ()) -> list[dict[str, Any]]
     :func:`describe_adapter` rows; refused rows carry ``reason`` and ``remedy``."""
     load_plugins()
     classes = list(registered_adapters().values()) + [c for c in extra if c not in registered_adapters().values()]
-    rows = sorted((describe_adapter(c) for c in classes), key=lambda r: (r["status"] != "tested", r["name"]))
+    rows = sorted((describe_adapter(c) for c in classes), key=lambda r: (STATUSES.index(r["status"]), r["name"]))
     served = {t for r in rows for t in r["model_types"]}
     for ref in REFUSALS:
         if served.isdisjoint(ref.model_types):  # a plugin serving a refused family wins over the refusal
             rows.append({"name": ref.name, "model_types": list(ref.model_types), "status": "refused",
                          "status_detail": ref.kind, "source": None, "box_convention": ref.box_convention,
-                         "token_layout": ref.token_layout, "reason": ref.reason, "remedy": ref.remedy})
+                         "token_layout": ref.token_layout, "answer_formats": [], "reason": ref.reason,
+                         "remedy": ref.remedy})
     return rows
 
 

@@ -31,7 +31,9 @@ class VisionBatch:
     """Model inputs for B samples plus the per-sample token maps vrh needs.
 
     Sequences are left-padded to one length S; every position below is an index into that padded
-    sequence (0 <= pos < S), per sample.
+    sequence (0 <= pos < S), per sample. Except in a cross-attention family (Llama 3.2 Vision, whose adapter
+    lists ``cross_attention_layers``): there the text holds no visual token, and ``visual_positions`` index the
+    cross-attention keys, the vision states (:func:`vrh.core.layout.visual_key_space`).
 
     ``visual_rects[b][v]`` is the part of the original image visual token v was computed from.
     ``cell_tokens[b][v]`` says whether that part is one *cell* of the sample's fine token grid (a Qwen merged
@@ -83,6 +85,10 @@ class Adapter:
     model_class: str = ""  # transformers class the default load() builds, e.g. "LlavaForConditionalGeneration"
     processor_class: str = ""  # transformers processor class: the image-only fallback of load_processor()
     prompt_template: str = ""  # the default grounding_prompt(): a template with an {expression} slot
+    # prompt/answer variants (vrh.models.answer_formats.AnswerFormat), the first the family's default; () = one,
+    # answer_formats.NATIVE: prompt_template / grounding_prompt, parse_box and format_box as written here
+    answer_formats: tuple = ()
+    answer_format = None  # the variant in use, set by answer_formats.apply (None: the family's own methods)
 
     # --- loading -------------------------------------------------------------------------------
     def load(self, path: str, *, dtype: torch.dtype = torch.float32, device: str = "cpu",
@@ -138,6 +144,24 @@ class Adapter:
 
     def o_proj(self, model: nn.Module, layer: int) -> nn.Linear:
         return self.attention_module(model, layer).o_proj
+
+    def vision_encoder(self, model: nn.Module) -> nn.Module | None:
+        """The module that turns the batch's pixels into features, called once per prompt forward: where
+        :mod:`vrh.core.sharing` computes each distinct image once for all the rows that show it. It must treat
+        the entries of its first input (images, tiles or patches; or, given ``grid_thw``, each image's patches)
+        independently. Default: the first of ``visual``, ``vision_tower``, ``vision_model``, ``vision`` on ``model.model``
+        or ``model`` (every built-in family); None (the vision share is then off) where there is none."""
+        for owner in (getattr(model, "model", None), model):
+            for name in ("visual", "vision_tower", "vision_model", "vision"):
+                found = getattr(owner, name, None) if owner is not None else None
+                if isinstance(found, nn.Module):
+                    return found
+        return None
+
+    def cross_attention_layers(self, model: nn.Module) -> tuple[int, ...]:
+        """Layers whose attention module cross-attends to the vision states (Llama 3.2 Vision); none by
+        default: the visual tokens are positions of the text sequence (see :mod:`vrh.core.layout`)."""
+        return ()
 
     # --- prompts and inputs --------------------------------------------------------------------
     def grounding_prompt(self, expression: str) -> str:

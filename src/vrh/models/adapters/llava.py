@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 from vrh.models.adapters.base import Box, ChatTemplateAdapter, register_adapter
+from vrh.models.answer_formats import NATIVE, shared
 
 _EDGE = 1e-6  # original px: a side this short is float rounding of a patch edge on the padding's border
 
@@ -92,6 +93,8 @@ class LlavaAdapter(ChatTemplateAdapter):
     vqa_template = "{question}"
     box_template = "[{x1}, {y1}, {x2}, {y2}]"
     model_class = "LlavaForConditionalGeneration"
+    # LLaVA fine-tunes answer boxes in many frames; the shared variants vrh probe-format tries besides its own
+    answer_formats = (NATIVE, *shared("pixels", "norm1", "norm1000"))
 
     # --- loading -------------------------------------------------------------------------------
     def load(self, path: str, *, dtype: torch.dtype = torch.float32, device: str = "cpu",

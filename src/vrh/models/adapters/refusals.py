@@ -11,8 +11,8 @@ Two kinds of refusal:
   user who trusts the code writes a custom adapter whose ``load`` opts in explicitly (docs/adapters.md). Any
   model type transformers does not know is refused this way, listed here or not.
 * **contract**: transformers loads the family natively, but the way it reads the image does not fit vrh's
-  contract (visual tokens are positions of the text sequence, read by self-attention). Llama 3.2 Vision's
-  image enters only through cross-attention layers; docs/adapters.md has the design for a second path.
+  contract (none listed now: Llama 3.2 Vision, whose image enters only through cross-attention layers, was
+  one until vrh read cross-attention keys; see the mllama adapter).
 
 ``box_convention`` and ``token_layout`` are what is known of the family (the ``vrh models`` listing);
 "unverified" marks what no vrh test has checked.
@@ -46,19 +46,6 @@ _CUSTOM = f"to study it anyway, write a custom adapter whose load() opts in to t
           "and pass it with --adapter"
 
 REFUSALS: tuple[Refusal, ...] = (
-    Refusal("deepseek_vl2", ("deepseek_vl_v2",), "remote code",
-            "DeepSeek-VL2 is not native in transformers (its port is unmerged) and loading it runs the "
-            "checkpoint's own code (trust_remote_code), which vrh never enables", _CUSTOM,
-            box_convention="<|det|>[[x1, y1, x2, y2]]<|/det|>, 0-999 relative (unverified)",
-            token_layout="SigLIP-384 tiles + a global view (unverified)"),
-    Refusal("magma", ("magma",), "remote code",
-            "Magma is not native in transformers and loading it runs the checkpoint's own code "
-            "(trust_remote_code), which vrh never enables", _CUSTOM,
-            token_layout="ConvNeXt features of a 512-px image (unverified)"),
-    Refusal("phi4_reasoning_vision", ("phi4-siglip",), "remote code",
-            "Phi-4-Reasoning-Vision is not native in transformers and loading it runs the checkpoint's own "
-            "code (trust_remote_code), which vrh never enables", _CUSTOM,
-            token_layout="SigLIP2 patches through an MLP into a Phi-3 LM (unverified)"),
     Refusal("phi3_vision", ("phi3_v",), "remote code",
             "Phi-3/3.5-Vision is not native in transformers and loading it runs the checkpoint's own code "
             "(trust_remote_code), which vrh never enables", _CUSTOM),
@@ -71,14 +58,6 @@ REFUSALS: tuple[Refusal, ...] = (
             "OpenGVLab/InternVL3-8B-hf), which vrh's internvl adapter serves",
             box_convention="[[x1, y1, x2, y2]], 0-1000 relative (as the internvl adapter)",
             token_layout="as the internvl adapter (the -hf checkpoint has the same weights)"),
-    Refusal("llama_vision", ("mllama",), "contract",
-            "Llama 3.2 Vision reads the image only through cross-attention layers whose keys are vision "
-            "states, not positions of the text sequence; vrh's capture, scorers and K sets assume visual "
-            "tokens in the text sequence read by self-attention",
-            f"a cross-attention path is designed but not built (see {DOCS}, 'Llama 3.2 Vision')",
-            box_convention="none official",
-            token_layout="one <|image|> token in the text; cross-attention keys: 1601 vision states per "
-                         "560-px tile (<= 4 tiles)"),
 )
 
 

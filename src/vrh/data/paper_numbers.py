@@ -1,6 +1,6 @@
 """The paper's reported numbers as data (generated from its tables; every figure is checked against the
-paper's text by ``tests/study/test_paper_numbers.py``). Read through :func:`vrh.report.paper.paper_numbers`;
-the keys are described there. Accuracies in percent; heads ``[layer, head]``, 0-based as the paper prints them.
+paper's text by ``tests/study/test_paper_numbers.py``). Read through :func:`vrh.report.paper.paper_numbers`
+(the keys are described there) and, for the head lists, :mod:`vrh.data.paper_heads`. Accuracies in percent; heads ``[layer, head]``, 0-based as the paper prints them.
 """
 
 NUMBERS = {'source': 'Visual Retrieval Heads (paper text: ../shared/paper/visual-retrieval-heads.txt)',
@@ -295,7 +295,8 @@ NUMBERS = {'source': 'Visual Retrieval Heads (paper text: ../shared/paper/visual
              'LLaVA-NeXT-Llama3-8B': ['llava-hf/llama3-llava-next-8b-hf'],
              'DeepSeek-VL2-Small': ['deepseek-ai/deepseek-vl2-small'],
              'InternVL2.5-8B': ['OpenGVLab/InternVL2_5-8B'],
-             'GLM-4.6V-Flash': ['zai-org/GLM-4.6V-Flash']},
+             'GLM-4.6V-Flash': ['zai-org/GLM-4.6V-Flash'],
+             'Phi-4-Reasoning-Vision': ['microsoft/Phi-4-reasoning-vision-15B']},
  'benchmark_sources': {'RefCOCO': ['refcoco', 'val'],
                        'RefCOCO+': ['refcoco+', 'val'],
                        'RefCOCOg': ['refcocog', 'val'],

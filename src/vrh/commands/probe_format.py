@@ -1,0 +1,23 @@
+"""``vrh probe-format``: try each prompt/answer variant of a checkpoint's family on a few grounding samples
+and say which one the other commands use and how to choose another (docs/guide.md, "When your checkpoint's
+box format is unknown").
+
+The run is :func:`vrh.experiments.format_probe.run_probe_format`; its options are
+:class:`vrh.experiments.settings.ProbeFormatSettings`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vrh.experiments.settings import ProbeFormatSettings as Config
+
+NAME = Config.COMMAND
+HELP = "try each prompt/answer variant on a few samples: parse rate, accuracy, one raw answer"
+
+
+def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
+    """Prints the table (and writes --json); returns it as JSON."""
+    from vrh.experiments.format_probe import run_probe_format
+
+    return run_probe_format(cfg, lm).to_json()

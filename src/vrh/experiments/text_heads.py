@@ -1,0 +1,309 @@
+"""``vrh text-heads``: the Retrieval Heads protocol on the VLM's language model, text only -- are the heads that
+retrieve from the image the ones that retrieve from text?
+
+What it runs (Wu et al. 2024, :mod:`vrh.scoring.copy_paste` cites the reference code): needle-in-a-haystack
+prompts generated offline (:mod:`vrh.experiments.needles`), no image. Each prompt is answered greedily in ONE
+``generate()`` whose decode rows are captured by vrh's one capture (:func:`vrh.core.capture.capture_generation_rows`,
+rows only, no eager maps); a head's score on a test is its copy-paste hits over the needle's tokens, and its
+retrieval score the mean over the tests answered exactly right (the reference keeps tests with ROUGE-1 recall
+> 50). Then RH's causal test: needle recall with the top-k text heads masked (vrh's one masking,
+:func:`vrh.core.masking.mask_heads`) against k random heads drawn outside them, over seeds; with
+``--cross-heads`` also with the top-k of another head set (e.g. the VRHs of a detection run), the random heads
+then drawn outside both sets.
+
+The run folder follows the contract of every run: ``config.json``; ``samples.jsonl``, one line per (condition,
+test) with the condition tag, ``pred_text``, ``outcome`` (``correct``/``wrong``), the test's depth, length and
+context, and under ``none`` the test's ``[L][H]`` copy-paste map (``copy_paste``), so a resumed run recomputes
+nothing that finished; ``head_scores.json`` (scorer ``copy_paste``: ``vrh sweep --heads``, ``vrh evaluate
+--mask-heads`` and ``vrh compare-heads`` read it like a detection run); ``results.json`` written last.
+The config records ``detect_ids`` (the test ids) and an empty ``eval_ids``, which is what a detection run
+records, so the grounding commands accept this folder as a head source.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from vrh.experiments.needles import NeedlePrompt, build_prompts, judge, unknown_words
+from vrh.experiments.settings import TextHeadsSettings
+
+SCORER = "copy_paste"
+TASK = "needle"
+MAX_DEFAULT_CONTEXT = 4096  # the longest default prompt: a 7B's full 128k context is hours per test on a GPU
+
+
+def tokenizer_of(processor: Any) -> Any:
+    return getattr(processor, "tokenizer", processor)
+
+
+def chat_wrap(processor: Any) -> Callable[[str], str]:
+    """The prompt the model reads for a user's text: its chat template with a generation prompt (the
+    processor's, else the tokenizer's), or the text followed by ``Answer:`` when it has none."""
+    def messages(body: str) -> list[dict[str, Any]]:
+        return [{"role": "user", "content": [{"type": "text", "text": body}]}]
+
+    for obj in (processor, tokenizer_of(processor)):
+        if getattr(obj, "chat_template", None):
+            try:
+                obj.apply_chat_template(messages("x"), add_generation_prompt=True, tokenize=False)
+            except (ValueError, TypeError, KeyError, AttributeError):  # a template that wants other content
+                continue
+            return lambda body, obj=obj: obj.apply_chat_template(messages(body), add_generation_prompt=True,
+                                                                 tokenize=False)
+    return lambda body: body + "\nAnswer:"
+
+
+def encode(tok: Any, text: str) -> list[int]:
+    bos = getattr(tok, "bos_token", None)
+    return tok(text, add_special_tokens=not (bos and text.startswith(bos)))["input_ids"]
+
+
+def needle_span(tok: Any, text: str, needle: str) -> tuple[list[int], tuple[int, int]]:
+    """Token ids of ``text`` and the token range ``[start, end)`` that covers the needle's characters (the
+    reference's needle span, found here by character offsets rather than its 90% token-set match)."""
+    if text.count(needle) != 1:
+        raise ValueError(f"the needle must occur once in the prompt, found {text.count(needle)} times")
+    c0 = text.index(needle)
+    c1 = c0 + len(needle)
+    bos = getattr(tok, "bos_token", None)
+    try:
+        enc = tok(text, add_special_tokens=not (bos and text.startswith(bos)), return_offsets_mapping=True)
+    except NotImplementedError:
+        raise ValueError("vrh text-heads needs a fast tokenizer (character offsets locate the needle)") from None
+    inside = [i for i, (s, e) in enumerate(enc["offset_mapping"]) if e > s and s < c1 and e > c0]
+    return list(enc["input_ids"]), (min(inside), max(inside) + 1)
+
+
+def default_contexts(lm: Any, max_new_tokens: int) -> tuple[int, ...]:
+    from vrh.models.generation import context_limit
+
+    limit = min(context_limit(lm.model) or MAX_DEFAULT_CONTEXT, MAX_DEFAULT_CONTEXT + max_new_tokens)
+    top = limit - max_new_tokens
+    return tuple(sorted({max(1, top // 4), max(1, top // 2), top}))
+
+
+@torch.no_grad()
+def answer(lm: Any, ids: Sequence[int], max_new_tokens: int, capture: bool = False
+           ) -> tuple[torch.Tensor, str, torch.Tensor | None]:
+    """Greedy answer ids (before the first EOS), its text and, with ``capture``, the ``[L, H, A, S]`` rows that
+    produced each answer token (keys: prompt then generated positions)."""
+    from contextlib import nullcontext
+
+    from vrh.core.capture import capture_generation_rows
+    from vrh.core.generation_capture import answer_lengths, eos_ids
+    from vrh.core.layout import SEQUENCE
+
+    x = torch.tensor([list(ids)], device=lm.device)  # (1, P)
+    P = x.shape[1]
+    tok = tokenizer_of(lm.processor)
+    ctx = capture_generation_rows(lm.model, lm.adapter, [torch.tensor([P - 1])], keys=SEQUENCE) if capture \
+        else nullcontext()
+    with ctx as cap:
+        out = lm.model.generate(input_ids=x, attention_mask=torch.ones_like(x), max_new_tokens=max_new_tokens,
+                                do_sample=False, pad_token_id=tok.pad_token_id if tok.pad_token_id is not None
+                                else (eos_ids(lm.model) or [0])[0])
+    new = out[0, P:].cpu()  # (T,)
+    n = answer_lengths(new[None], eos_ids(lm.model))[0]
+    text = tok.decode(new[:n], skip_special_tokens=True).strip()
+    rows = cap.rows(0, torch.arange(P - 1, P - 1 + n)) if capture and n else None  # (L, H, A, S)
+    return new[:n], text, rows
+
+
+def prepare_tests(lm: Any, cfg: Any) -> tuple[list[NeedlePrompt], list[tuple[list[int], tuple[int, int]]],
+                                               tuple[int, ...]]:
+    """The needle tests of ``cfg`` (a :class:`TextHeadsSettings`, or a text-heads run's recorded config as an
+    object) for ``lm``: prompts, their token ids and needle spans, and the contexts used. Refuses words the
+    tokenizer lacks and prompts beyond the model's context."""
+    from vrh.models.generation import context_limit
+
+    tok = tokenizer_of(lm.processor)
+    wrap = chat_wrap(lm.processor)
+    contexts = tuple(cfg.contexts or default_contexts(lm, cfg.max_new_tokens))
+    prompts = build_prompts(lambda text: len(encode(tok, text)), style=cfg.haystack, contexts=contexts,
+                            depths=cfg.depths, lengths=cfg.needle_lengths, needles=cfg.needles, seed=cfg.seed,
+                            wrap=wrap)
+    unknown = unknown_words(lambda w: tok(w, add_special_tokens=False)["input_ids"], tok.unk_token_id,
+                            " ".join(wrap(p.body) for p in prompts[:8]))
+    if unknown:
+        raise ValueError(f"--haystack {cfg.haystack}: the model's tokenizer does not have the words "
+                         f"{', '.join(unknown[:8])}{' ...' if len(unknown) > 8 else ''}; a test with unknown tokens is "
+                         "no fair test (for the shipped organisms use --haystack items)")
+    limit = context_limit(lm.model)
+    if limit is not None and max(contexts) + cfg.max_new_tokens > limit:
+        raise ValueError(f"--contexts {max(contexts)} + --max-new-tokens {cfg.max_new_tokens} exceed the model's "
+                         f"{limit} positions")
+    return prompts, [needle_span(tok, wrap(p.body), p.needle) for p in prompts], contexts
+
+
+def evaluate_needles(lm: Any, prompts: Sequence[NeedlePrompt], tests: Sequence[tuple[list[int], tuple[int, int]]],
+                     conds: Sequence[Any], run: Any, max_new_tokens: int, done: dict[tuple, dict[str, Any]],
+                     description: str = "text-heads: masked recall") -> dict[str, float]:
+    """Needle recall under each masking condition (label -> fraction recalled exactly); every answer appended
+    to ``run`` as it finishes, and a (condition, test) in ``done`` (a resumed run's records) not redone."""
+    from vrh.core.masking import mask_heads
+    from vrh.infra.console import progress
+
+    recall: dict[str, float] = {}
+    with progress(len(conds) * len(prompts), description, unit="tests") as advance:
+        for c in conds:
+            hits = 0
+            for p, (ids, span) in zip(prompts, tests):
+                rec = done.get((c.label, p.id))
+                if rec is None:
+                    with mask_heads(lm.model, lm.adapter, c.heads, c.mask_mode):
+                        _, text, _ = answer(lm, ids, max_new_tokens)
+                    rec = _record(p, c, text, len(ids), span)
+                    run.append_sample(rec)
+                hits += rec["outcome"] == "correct"
+                advance()
+            recall[c.label] = hits / len(prompts)
+    return recall
+
+
+def _condition_sets(scores: torch.Tensor, cross: torch.Tensor | None, k: int, cfg: TextHeadsSettings,
+                    cross_heads: tuple | None = None) -> tuple[list, list[str]]:
+    from vrh.experiments import conditions as cond
+
+    L, H = scores.shape
+    conds = [cond.top_k(scores, k, method=SCORER, mask_mode=cfg.mask_mode, label=f"top{k}:text")]
+    if cross is not None:
+        conds.append(cond.top_k(cross, k, method="cross", mask_mode=cfg.mask_mode, label=f"top{k}:cross"))
+    elif cross_heads:  # a list (a paper list is in its rank order): its first k heads
+        conds.append(cond.explicit(cross_heads[:k], mask_mode=cfg.mask_mode, label=f"top{k}:cross"))
+    outside = sorted({h for c in conds for h in c.heads})
+    n = max(len(c.heads) for c in conds)
+    rc = cond.random_controls(L, H, n, cfg.seeds, outside=outside, exclude_layers=cfg.exclude_layers,
+                              method=SCORER, mask_mode=cfg.mask_mode, label="random{k}:s{seed}")
+    return conds + rc.conditions, rc.warnings
+
+
+def run_text_heads(cfg: TextHeadsSettings, lm: Any = None) -> dict[str, Any]:
+    """``vrh text-heads``: the run folder at ``cfg.out`` (module docstring); returns results.json."""
+    import numpy as np
+
+    from vrh import runs
+    from vrh.experiments import conditions as cond
+    from vrh.experiments.setup import load
+    from vrh.infra.console import console, print_result, print_table, progress, warn
+    from vrh.options import DEFAULT_K_RULE, config_record, default_k
+    from vrh.runs.results_characterize import TextHeadsResults
+    from vrh.scoring.copy_paste import copy_paste_sample
+
+    t0 = time.time()
+    if cfg.cross_heads:  # a missing run folder or a bad list fails before the model loads
+        cond.head_source(cfg.cross_heads, cfg.scorer, option="--cross-heads")
+    lm = load(cfg, lm)
+    L, H = lm.num_layers, lm.num_heads
+    k = cfg.k if cfg.k is not None else default_k(L, H)
+    cond.check_k(k, L, H)
+    if k < 1:
+        raise ValueError(f"--k must be >= 1 (the causal test masks the top-k heads), got {k}")
+    cross_src = cond.head_source(cfg.cross_heads, cfg.scorer, L, H, option="--cross-heads") if cfg.cross_heads \
+        else None
+    prompts, tests, contexts = prepare_tests(lm, cfg)
+    if cfg.k is None:
+        console.print(f"text-heads: k = {k} of {L * H} heads (--k default: {DEFAULT_K_RULE})")
+
+    run = runs.RunFolder(cfg.out, resume=cfg.resume, overwrite=cfg.overwrite)
+    run.write_config({"command": cfg.COMMAND, "config": config_record(cfg), "model": lm.describe(),
+                      "data": {"path": None, "sha256": None, "task": TASK, "contexts": list(contexts)},
+                      "detect_ids": [p.id for p in prompts], "eval_ids": [],
+                      "cross_heads": cfg.cross_heads})
+    with run:
+        done = {(r.get("condition"), r["id"]): r for r in run.finished_samples()}
+        maps: dict[str, torch.Tensor] = {}
+        correct: dict[str, bool] = {}
+        with progress(len(prompts), "text-heads: needles", unit="tests") as advance:
+            for p, (ids, span) in zip(prompts, tests):
+                rec = done.get(("none", p.id))
+                if rec is None:
+                    out_ids, text, rows = answer(lm, ids, cfg.max_new_tokens, capture=True)
+                    score = torch.zeros(L, H) if rows is None else copy_paste_sample(
+                        rows, torch.tensor(list(ids) + out_ids.tolist()), out_ids, span)
+                    rec = _record(p, cond.none(cfg.mask_mode), text, len(ids), span)
+                    rec["copy_paste"] = score.tolist()
+                    run.append_sample(rec)
+                maps[p.id] = torch.tensor(rec["copy_paste"])
+                correct[p.id] = rec["outcome"] == "correct"
+                advance()
+        kept = [maps[i] for i in maps if correct[i]]
+        scores = torch.stack(kept).mean(0) if kept else torch.zeros(L, H)  # (L, H)
+        n_correct = len(kept)
+        if not kept:
+            warn(f"--model {cfg.model} answered none of the {len(prompts)} needle tests exactly: every head scores 0 "
+                 "and the ranking is the (layer, head) order; the causal test below tests nothing")
+        _write_scores(run, scores, n_correct, len(prompts))
+
+        cross = cross_src.scores if cross_src is not None and cross_src.kind == "run" else None
+        conds, warnings = _condition_sets(scores, cross, k, cfg, cross_src.heads if cross_src else None)
+        for w in warnings:
+            warn(w)
+        recall = {"none": n_correct / len(prompts),
+                  **evaluate_needles(lm, prompts, tests, conds, run, cfg.max_new_tokens, done)}
+        rnd = [recall[c.label] for c in conds if c.kind == "random"]
+        ranking = [list(h) for h in _ranking(scores)]
+        result = {"model": lm.path, "scorer": SCORER, "k": k, "n": len(prompts),
+                  "n_correct": n_correct, "recall": recall["none"],
+                  "recall_chance": float(np.mean([p.chance for p in prompts])),
+                  "copied_other_item": _copied_other(run, prompts),
+                  "recall_by_depth": _by(prompts, correct, "depth"), "recall_by_context": _by(prompts, correct, "context"),
+                  "recall_by_length": _by(prompts, correct, "length"),
+                  "text_heads_recall": recall[conds[0].label],
+                  "cross_heads_recall": recall[conds[1].label] if cross_src else None,
+                  "cross_heads": cfg.cross_heads,
+                  "random_recall": rnd, "random_recall_mean": float(np.mean(rnd)) if rnd else None,
+                  "random_recall_std": float(np.std(rnd)) if rnd else None,
+                  "conditions": [{**c.to_json(), "recall": recall[c.label]} for c in conds],
+                  "top_heads": ranking[:20], "random_warnings": warnings, "elapsed_seconds": time.time() - t0}
+        run.write_results(TextHeadsResults(**result).to_json())  # the kind's keys, in its order
+    print_table(f"text-heads: top {min(10, L * H)} of {L * H} heads by copy-paste score ({n_correct} of "
+                f"{len(prompts)} needles recalled exactly)", ["rank", "head (layer:head)", "score"],
+                [[i + 1, f"{l}:{h}", f"{float(scores[l, h]):.4g}"] for i, (l, h) in enumerate(ranking[:10])])
+    cross_txt = f", cross top-{k} {result['cross_heads_recall']:.3f}" if cross_src else ""
+    rnd_txt = "-" if result["random_recall_mean"] is None else f"{result['random_recall_mean']:.3f}"
+    print_result(f"text-heads: needle recall {result['recall']:.3f}, top-{k} text heads masked "
+                 f"{result['text_heads_recall']:.3f}{cross_txt}, random {rnd_txt} -> {cfg.out}")
+    return result
+
+
+def _record(p: NeedlePrompt, c: Any, text: str, n_tokens: int, span: tuple[int, int]) -> dict[str, Any]:
+    """One test's record; ``copied_other``: the answer is another item's values (it copied, from the wrong item)."""
+    from vrh.experiments.needles import answer_values
+
+    return {"id": p.id, "task": TASK, "pred_text": text, "outcome": "correct" if judge(p, text) else "wrong",
+            **c.tag(), "depth": p.depth, "length": p.length, "context": p.context, "units": p.units,
+            "n_tokens": n_tokens, "needle_span": list(span), "values": list(p.values),
+            "copied_other": answer_values(text) in p.decoys()}
+
+
+def _copied_other(run: Any, prompts: Sequence[NeedlePrompt]) -> float:
+    """Fraction of the unmasked answers that are another item's values: copied, but from the wrong item."""
+    recs = {r["id"]: r for r in run.finished_samples() if r.get("condition") == "none"}
+    return sum(bool(recs[p.id].get("copied_other")) for p in prompts) / len(prompts)
+
+
+def _by(prompts: Sequence[NeedlePrompt], correct: dict[str, bool], field: str) -> dict[str, float]:
+    groups: dict[str, list[bool]] = {}
+    for p in prompts:
+        groups.setdefault(str(getattr(p, field)), []).append(correct[p.id])
+    return {key: sum(v) / len(v) for key, v in groups.items()}
+
+
+def _ranking(scores: torch.Tensor) -> list[tuple[int, int]]:
+    from vrh.core.heads import rank_heads
+
+    return rank_heads(scores)
+
+
+def _write_scores(run: Any, scores: torch.Tensor, n_correct: int, n: int) -> None:
+    from vrh import runs
+
+    ranking = [list(h) for h in _ranking(scores)]
+    variant = {"scores": scores.tolist(), "ranking": ranking, "n_positive_heads": int((scores > 0).sum())}
+    runs.write_head_scores(run, runs.HeadScores(scorer=SCORER, num_layers=scores.shape[0], num_heads=scores.shape[1],
+                                                n_scored=n_correct, variants={SCORER: variant},
+                                                extra={"task": TASK, "n_tests": n}))

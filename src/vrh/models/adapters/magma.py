@@ -1,0 +1,146 @@
+"""Magma-8B (model type ``magma``), served without its remote code: :mod:`vrh.models.magma` rebuilds it from a native
+``LlamaForCausalLM``, a ConvNeXt-XXLarge trunk under timm's names, the MLP projector and the row separator, and
+loads the checkpoint's own safetensors strictly (:class:`~vrh.models.composed.ComposedAdapter`).
+
+Token layout (see :mod:`vrh.models.magma`): the image is resized, without keeping its aspect ratio, to
+``cols * S x rows * S`` (``S = base_img_size``, 512 for Magma-8B) and cut into ``rows x cols`` crops; each crop gives
+``g x g`` features (``g = S / 32``), stitched into one ``R x C`` grid (``R = rows * g``, ``C = cols * g``) and read
+row-major with a ``row_seperator`` after each row: ``R * (C + 1)`` tokens, all ``<image>`` tokens of the expanded
+prompt. Token ``(r, c)`` covers resized pixels ``[32 c, 32 c + 32) x [32 r, 32 r + 32)``, i.e. the original
+rectangle scaled by ``W / (cols * S)`` and ``H / (rows * S)``. The separators show no pixels: they are no cells and
+get the whole image. ``meta["token_grid"]`` is ``(R, C + 1)``: the tokens are exactly that grid, row-major, its
+last column the separators.
+
+Prompt: the model card's, a Llama 3 chat with system "You are agent that can see, talk and act." and the user turn
+``<image_start><image><image_end>\\n{prompt}`` (plain ``<image>\\n`` when the config sets ``mm_use_image_start_end``
+false, as Magma's lmms-eval wrapper does). **Grounding format: unverified.** Magma documents no box syntax; vrh
+defaults to lmms-eval's ``refcoco_bbox_rec`` prompt and answer (``[x1, y1, x2, y2]`` floats in 0-1), which Magma's
+own lmms-eval wrapper (``tools/lmms-eval-magma``) would be scored with. Check on a GPU with the real weights:
+``vrh probe-format`` tries the candidates :attr:`MagmaAdapter.answer_formats` declares (LLaVA-1.5's RefCOCO prompt,
+Magma's lineage, with 0-1 floats; 0-1000 integers; pixels of the original and of the resized image; JSON).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+from vrh.models.adapters.base import Box, ChatTemplateAdapter, register_adapter
+from vrh.models.answer_formats import NATIVE, AnswerFormat, shared
+from vrh.models.composed import ComposedAdapter, checkpoint_folder
+
+SYSTEM_PROMPT = "You are agent that can see, talk and act."  # model card, lmms-eval wrapper
+# open_clip's pooled head (timm head.norm, the CLIP projection): in the tower's state dict, never run by Magma
+UNUSED_PREFIXES = ("vision_tower.clip_vision_model.trunk.head.", "vision_tower.clip_vision_model.head.")
+
+
+@register_adapter
+class MagmaAdapter(ComposedAdapter, ChatTemplateAdapter):
+    name = "magma"
+    model_types = ("magma",)
+    box_convention = "[x1, y1, x2, y2] floats in 0-1 (x / width, y / height); unverified: Magma documents none"
+    token_layout = ("crops of base_img_size (512) stitched into one grid of 32-px cells, row-major, a row "
+                    "separator after each row (no cell, whole image)")
+    answer_sep = ""  # Llama 3's generation prompt ends with "\n\n"
+    image_prefix = "<image_start><image><image_end>\n"
+    prompt_template = ("Bounding box coordinates are specified in the format (top-left x, top-left y, bottom-right "
+                       "x, bottom-right y). All values are floating point numbers bounded between 0 and 1. Please "
+                       "provide the bounding box coordinate of the region this sentence describes: {expression}")
+    # the format is undocumented: the candidates a researcher tries first (module docstring), NATIVE the default
+    answer_formats = (NATIVE,
+                      AnswerFormat("llava_refcoco", "Please provide the bounding box coordinate of the region this "
+                                   "sentence describes: {expression}", "norm1",
+                                   about="LLaVA-1.5's RefCOCO prompt (no frame stated), 0-1 floats read"),
+                      *shared("norm1", "norm1000", "pixels", "resized", "json_norm1000", "json_pixels"))
+    config_gaps = ("Magma-8B: its published config.json was seen only as an excerpt (lines 1-17 and one commit's "
+                   "diff): vocab_size and the vision_config (img_anyres_strategy 'crop' or 'global': both built) are "
+                   "not in it; its tokenizer_config.json (the chat template: Llama 3's assumed) was not seen")
+
+    # --- building and loading ------------------------------------------------------------------
+    def build_model(self, config: dict[str, Any]) -> nn.Module:
+        from vrh.models.magma import MagmaForCausalLM, magma_config
+
+        return MagmaForCausalLM(magma_config(config))
+
+    def convert_state(self, tensors: Iterator[tuple[str, torch.Tensor]], config: dict[str, Any]
+                      ) -> dict[str, torch.Tensor]:
+        """The published names are the module's (it is built under them); open_clip's unused pooled head is
+        dropped by name. Anything else that does not match is left for ``load_strict`` to refuse."""
+        return {k: v for k, v in tensors if not k.startswith(UNUSED_PREFIXES)}
+
+    def processor_for(self, path: str) -> Any:
+        from vrh.models.magma import MagmaProcessor
+
+        return MagmaProcessor.from_pretrained(path)
+
+    def load(self, path: str, *, dtype: torch.dtype = torch.float32, device: str = "cpu",
+             attn_implementation: str = "sdpa", device_map: str | dict | None = None) -> tuple[nn.Module, Any]:
+        """The composed load, the checkpoint's generation settings, and a check that the tokenizer's ``<image>`` is
+        the id the model scatters features into (here, not in :meth:`on_load`: inspect counts with a stand-in)."""
+        model, processor = super().load(path, dtype=dtype, device=device, attn_implementation=attn_implementation,
+                                        device_map=device_map)
+        image_id = processor.tokenizer.convert_tokens_to_ids(processor.image_token)
+        if image_id != model.config.image_token_index:
+            raise ValueError(f"the tokenizer's {processor.image_token} is id {image_id} but config.json says "
+                             f"image_token_index {model.config.image_token_index}")
+        folder = checkpoint_folder(path)
+        if (folder / "generation_config.json").is_file():  # eos <|eot_id|>, pad <pad> for Magma-8B
+            from transformers import GenerationConfig
+
+            model.generation_config = GenerationConfig.from_pretrained(str(folder))
+        return model, processor
+
+    def on_load(self, model: nn.Module, processor: Any) -> None:
+        cfg = model.config
+        processor.row_separator = bool(cfg.vision_config.get("mm_use_row_seperator", True))
+        tagged = getattr(cfg, "mm_use_image_start_end", True) is not False  # absent: the model card's prompt
+        self.image_prefix = type(self).image_prefix if tagged else "<image>\n"
+
+    # --- structure -----------------------------------------------------------------------------
+    def decoder_layers(self, model: nn.Module) -> nn.ModuleList:
+        return model.language_model.model.layers
+
+    # --- prompts and the token -> image map ----------------------------------------------------
+    def chat_text(self, processor: Any, prompt: str) -> str:
+        messages = [{"role": "system", "content": SYSTEM_PROMPT},
+                    {"role": "user", "content": self.image_prefix + prompt}]
+        return processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+    def visual_map(self, processor: Any, enc: Any, b: int, image: Any
+                   ) -> tuple[torch.Tensor, dict[str, Any], torch.Tensor]:
+        from vrh.models.magma import CONVNEXT_STRIDE
+
+        s, p = processor.image_processor.base_img_size, CONVNEXT_STRIDE
+        if tuple(enc["pixel_values"].shape[-2:]) != (s, s):  # [B, N, C, S, S]
+            raise ValueError(f"pixel_values crops {tuple(enc['pixel_values'].shape[-2:])} are not {s} x {s}")
+        rows, cols = (int(v) for v in enc["image_sizes"][b])
+        width, height = image.size
+        big_r, big_c = rows * (s // p), cols * (s // p)  # the stitched feature grid
+        r, c = torch.meshgrid(torch.arange(big_r), torch.arange(big_c), indexing="ij")  # [R, C] each
+        cell = torch.stack([c, r, c + 1, r + 1], dim=-1).double() * p  # [R, C, 4] resized px
+        cell = cell * torch.tensor([width / (cols * s), height / (rows * s)] * 2, dtype=torch.double)  # original px
+        is_cell = torch.ones(big_r, big_c, dtype=torch.bool)
+        if processor.row_separator:
+            whole = torch.tensor([0.0, 0.0, width, height], dtype=torch.double).expand(big_r, 1, 4)  # [R, 1, 4]
+            cell = torch.cat([cell, whole], dim=1)  # [R, C + 1, 4]
+            is_cell = torch.cat([is_cell, torch.zeros(big_r, 1, dtype=torch.bool)], dim=1)
+        meta = {"token_grid": tuple(is_cell.shape), "crop_grid": (rows, cols), "resized_size": (cols * s, rows * s),
+                "cell_px": p}
+        return cell.reshape(-1, 4).float(), meta, is_cell.flatten()
+
+    # --- answers -------------------------------------------------------------------------------
+    def parse_box(self, text: str, meta: dict[str, Any], image_size: tuple[int, int]) -> Box | None:
+        from vrh.data import boxes as grounding
+
+        found = grounding.parse_box(text)
+        return None if found is None else grounding.from_normalized(found[1], 1.0, image_size)
+
+    def format_box(self, box: Box, meta: dict[str, Any], image_size: tuple[int, int]) -> str:
+        from vrh.data import boxes as grounding
+
+        x1, y1, x2, y2 = grounding.to_normalized(box, 1.0, image_size)
+        return f"[{x1:.2f}, {y1:.2f}, {x2:.2f}, {y2:.2f}]"
+
