@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every finding of vrh on the shipped organisms, one run folder each, plus one report.
-# Usage: bash lab/scripts/organism_findings.sh [OUT]   (default runs/findings; 5 min 48 s for A, B, C and C' on 2 CPU cores, measured 2026-12-01)
+# Usage: bash lab/scripts/organism_findings.sh [OUT]   (default runs/findings; 5 min 48 s for A, B, C and C' on 2 CPU cores, measured 2026-12-01,
+# before issue 38's runs were added: their text-heads and compare-heads took about 3 min per organism, docs/organism.md)
 # Organism C (an independently trained LM on A's architecture, no planted heads) runs when its checkpoint
 # resolves: C=${C:-organism:organism_c}, e.g. C=path/to/organism_c bash lab/scripts/organism_findings.sh OUT.
 set -euo pipefail
@@ -23,6 +24,9 @@ vrh stability --heads "$OUT/det_a" --model "$A" --data "$D" --k "$K" --out "$OUT
 vrh compare --model "$A" --data "$D" --n "$N" --ks "1,$K,$((2 * K))" --out "$OUT/compare" --overwrite
 vrh sweep --model "$A" --data "$D" --heads "$OUT/det_a" --ks "0,1,$K,$((2 * K))" --mask-mode uniform --out "$OUT/sweep_uniform" --overwrite
 vrh dpo-pairs --model "$A" --heads "$OUT/det_a" --data "$D" --k "$K" --out "$OUT/dpo" --overwrite
+# A on RH's needle test (issue 38): A never saw a text job; the same prompts as C's below
+TEXT_OPTS=(--haystack items --contexts 42,54,66 --depths 0,0.5,1 --needles 20 --k "$K" --max-new-tokens 16)
+vrh text-heads --model "$A" "${TEXT_OPTS[@]}" --cross-heads "$OUT/det_a" --out "$OUT/text_a" --overwrite
 
 # --- organism C (issue 17). Its demo writes the same world samples as A's (same seed), so its detection
 # (demo_c/detect) and det_a share a dataset and a held-out split, and C's other runs use $D too.
@@ -57,15 +61,26 @@ if [[ -n "$C_DIR" ]]; then
     vrh transfer --heads "$OUT/demo_c/detect" --heads-b "$OUT/det_a" --model "$A" --data "$D" --k "$K" \
         --out "$OUT/transfer_c_to_a" --overwrite
     # C' (C's LM fine-tuned on tower B, as B is on A's): the positive control of the same transfer test
+    # text retrieval heads vs VRHs (issue 38; docs/organism.md): RH's needle test on text alone in the format of
+    # C's text jobs, then the overlap of the two rankings with chance levels and the cross-masking matrix
+    vrh detect --model "$C" --data "$D" --n "$N" --out "$OUT/det_c" --overwrite
+    vrh text-heads --model "$C" "${TEXT_OPTS[@]}" --cross-heads "$OUT/det_c" --out "$OUT/text_c" --overwrite
+    vrh compare-heads --heads "$OUT/det_c" --heads-b "$OUT/text_c" --model "$C" --data "$D" --k "$K" \
+        --max-new-tokens 24 --out "$OUT/cmp_c" --overwrite
+    C_RUNS+=("$OUT/det_c" "$OUT/text_c" "$OUT/cmp_c")
     CP_DIR=$(model_dir "$CP")
     if [[ -n "$CP_DIR" ]]; then
         vrh detect --model "$CP" --data "$D" --n "$N" --out "$OUT/det_cp" --overwrite
         vrh transfer --heads "$OUT/demo_c/detect" --heads-b "$OUT/det_cp" --model "$CP" --data "$D" --k "$K" \
             --out "$OUT/transfer_c_to_cp" --overwrite
         C_RUNS+=("$OUT/det_cp" "$OUT/transfer_c_to_cp")
+        vrh text-heads --model "$CP" "${TEXT_OPTS[@]}" --cross-heads "$OUT/det_cp" --out "$OUT/text_cp" --overwrite
+        vrh compare-heads --heads "$OUT/det_cp" --heads-b "$OUT/text_cp" --model "$CP" --data "$D" --k "$K" \
+            --max-new-tokens 24 --out "$OUT/cmp_cp" --overwrite
+        C_RUNS+=("$OUT/text_cp" "$OUT/cmp_cp")
     else
         echo "organism C': $CP does not resolve to a checkpoint folder; skipping the C -> C' transfer"
-        rm -rf "$OUT/det_cp" "$OUT/transfer_c_to_cp"
+        rm -rf "$OUT/det_cp" "$OUT/transfer_c_to_cp" "$OUT/text_cp" "$OUT/cmp_cp"
     fi
     if [[ -f "$C_DIR/emergence.jsonl" ]]; then
         vrh organism emergence "$C_DIR" --out "$OUT/emergence_c" --overwrite
@@ -75,12 +90,12 @@ else
     echo "organism C: $C does not resolve to a checkpoint folder (no config.json); skipping C's part"
     # C's folders from an earlier run would otherwise be read as this run's figures
     rm -rf "$OUT/demo_c" "$OUT/compare_c" "$OUT/transfer_a_to_c" "$OUT/transfer_c_to_a" "$OUT/emergence_c" \
-        "$OUT/det_cp" "$OUT/transfer_c_to_cp"
+        "$OUT/det_cp" "$OUT/transfer_c_to_cp" "$OUT/det_c" "$OUT/text_c" "$OUT/cmp_c" "$OUT/text_cp" "$OUT/cmp_cp"
     C_RUNS=()
 fi
 
 vrh report "$OUT/demo" "$OUT/demo/detect" "$OUT/demo/sweep_grounding" "$OUT/demo/sweep_vqa" "$OUT/det_a" \
-    "$OUT/det_b" "$OUT/transfer" "$OUT/stability" "$OUT/compare" "$OUT/sweep_uniform" ${C_RUNS[@]+"${C_RUNS[@]}"} \
+    "$OUT/det_b" "$OUT/transfer" "$OUT/stability" "$OUT/compare" "$OUT/sweep_uniform" "$OUT/text_a" ${C_RUNS[@]+"${C_RUNS[@]}"} \
     --k "$K" --out "$OUT/report"
 python "$(dirname "$0")/organism_acceptance.py" "$OUT" --json "$OUT/acceptance.json"
 echo "findings in $OUT; report: $OUT/report/report.html"

@@ -42,6 +42,8 @@ from torch import nn
 from transformers import GenerationMixin, PretrainedConfig, PreTrainedModel
 from transformers.modeling_outputs import MoeCausalLMOutputWithPast
 
+from vrh.models.canvas import select_best_resolution  # the remote processor's canvas choice
+
 # defaults of the remote DeepseekV2Config (configuration_deepseek.py) for keys a config.json leaves out
 REMOTE_LM_DEFAULTS = dict(vocab_size=102400, hidden_size=4096, intermediate_size=11008, moe_intermediate_size=1407,
                           num_hidden_layers=30, num_attention_heads=32, num_key_value_heads=None,
@@ -466,19 +468,6 @@ def letterbox(image: Image.Image, box: tuple[int, int], color: tuple[int, ...]) 
     canvas = Image.new("RGB", box, color)
     canvas.paste(image.resize((rw, rh), Image.Resampling.BICUBIC), (x0, y0))
     return canvas, (x0, y0, rw, rh)
-
-
-def select_best_resolution(size: tuple[int, int], candidates: list[list[int]]) -> tuple[int, int]:
-    """The remote processor's canvas choice: most effective pixels, then least waste (first wins ties)."""
-    w, h = size
-    best, best_eff, best_waste = None, 0, float("inf")
-    for cw, ch in candidates:
-        s = min(cw / w, ch / h)
-        eff = min(int(w * s) * int(h * s), w * h)
-        waste = cw * ch - eff
-        if eff > best_eff or (eff == best_eff and waste < best_waste):
-            best, best_eff, best_waste = (cw, ch), eff, waste
-    return best
 
 
 class DeepseekVL2Processor:

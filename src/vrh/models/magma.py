@@ -48,6 +48,8 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import GenerationMixin, LlamaConfig, LlamaForCausalLM, PreTrainedConfig, PreTrainedModel
 
+from vrh.models.canvas import select_best_resolution
+
 CONVNEXT_NORM_EPS = 1e-5  # timm convnext_xxlarge: norm_eps=1e-5 on every LayerNorm (stem, blocks, downsampling)
 CONVNEXT_STRIDE = 32  # stem 4 x three 2x downsamplings: one feature per 32 x 32 input pixels
 BACKBONES = {"convnextxxlarge": ((3, 4, 30, 3), (384, 768, 1536, 3072))}  # vision_backbone -> (depths, widths)
@@ -314,16 +316,10 @@ def best_grid(width: int, height: int, num_crops: int, side: int) -> tuple[int, 
     >>> best_grid(1000, 500, 4, 512)
     (1, 2)
     """
-    best, most, least_waste = (1, 1), 0, float("inf")
-    for cols in range(1, num_crops + 1):  # the remote code's order: width factor outer, height factor inner
-        for rows in range(1, num_crops // cols + 1):
-            w, h = cols * side, rows * side
-            scale = min(w / width, h / height)
-            effective = min(int(width * scale) * int(height * scale), width * height)
-            waste = w * h - effective
-            if effective > most or (effective == most and waste < least_waste):
-                best, most, least_waste = (rows, cols), effective, waste
-    return best
+    # the remote code's order: width factor outer, height factor inner
+    canvases = [(cols * side, rows * side) for cols in range(1, num_crops + 1) for rows in range(1, num_crops // cols + 1)]
+    best = select_best_resolution((width, height), canvases)
+    return (1, 1) if best is None else (best[1] // side, best[0] // side)  # no candidate (num_crops < 1): one crop
 
 
 class MagmaImageProcessor:

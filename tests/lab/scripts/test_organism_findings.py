@@ -46,7 +46,9 @@ def test_c_missing_is_skipped_and_stale_c_runs_removed(tmp_path):
     assert not stale.exists()
     assert not any("organism:does_not_exist" in call for call in calls)
     assert [c[1] for c in calls if c[0] == "vrh"] == ["demo", "detect", "detect", "transfer", "stability", "compare",
-                                                      "sweep", "dpo-pairs", "report"]  # A/B's part, unchanged
+                                                      "sweep", "dpo-pairs", "text-heads", "report"]  # A/B's part
+    text_a = next(c for c in calls if c[:2] == ["vrh", "text-heads"])
+    assert text_a[text_a.index("--cross-heads") + 1] == f"{out}/det_a"
     report = next(c for c in calls if c[:2] == ["vrh", "report"])
     assert not any(arg.endswith(("demo_c", "compare_c", "a_to_c", "c_to_a")) for arg in report)
     assert calls[-1][0] == "acceptance"
@@ -59,7 +61,12 @@ def test_c_present_runs_its_part(tmp_path):
     proc, calls, out = run_script(tmp_path, str(model_c), CP="organism:does_not_exist")
     assert proc.returncode == 0, proc.stderr
     c_calls = [c for c in calls if str(model_c) in c]
-    assert [c[1] for c in c_calls] == ["demo", "compare", "transfer"]
+    assert [c[1] for c in c_calls] == ["demo", "compare", "transfer", "detect", "text-heads", "compare-heads"]
+    text_c = next(c for c in c_calls if c[1] == "text-heads")  # issue 38: the text heads beside C's own VRHs
+    assert text_c[text_c.index("--cross-heads") + 1] == f"{out}/det_c"
+    cmp_c = next(c for c in c_calls if c[1] == "compare-heads")
+    assert (cmp_c[cmp_c.index("--heads") + 1], cmp_c[cmp_c.index("--heads-b") + 1]) == (f"{out}/det_c",
+                                                                                         f"{out}/text_c")
     demo = c_calls[0]
     assert demo[demo.index("--ks") + 1] == "0,1,2,3,4,5,6,7,8"  # k = 1 .. 25% of 32 heads
     assert demo[demo.index("--out") + 1] == f"{out}/demo_c"
@@ -72,7 +79,7 @@ def test_c_present_runs_its_part(tmp_path):
     assert c_to_a[c_to_a.index("--heads-b") + 1] == f"{out}/det_a"
     report = next(c for c in calls if c[:2] == ["vrh", "report"])
     for run in ("demo_c", "demo_c/detect", "demo_c/sweep_grounding", "demo_c/sweep_vqa", "compare_c",
-                "transfer_a_to_c", "transfer_c_to_a"):
+                "transfer_a_to_c", "transfer_c_to_a", "det_c", "text_c", "cmp_c"):
         assert f"{out}/{run}" in report
     assert "skipping C's part" not in proc.stdout and "skipping the C -> C' transfer" in proc.stdout
     assert not any(c[1:3] == ["organism", "emergence"] for c in calls)  # no training log in this checkpoint

@@ -15,7 +15,7 @@ import contextlib
 import functools
 import importlib
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -89,6 +89,7 @@ class Adapter:
     # answer_formats.NATIVE: prompt_template / grounding_prompt, parse_box and format_box as written here
     answer_formats: tuple = ()
     answer_format = None  # the variant in use, set by answer_formats.apply (None: the family's own methods)
+    answer_sep: str = ""  # text between the generation prompt and a teacher-forced answer (chat_spans)
 
     # --- loading -------------------------------------------------------------------------------
     def load(self, path: str, *, dtype: torch.dtype = torch.float32, device: str = "cpu",
@@ -197,6 +198,43 @@ class Adapter:
     def vqa_prompt(self, question: str) -> str:
         return question
 
+    def chat_spans(self, prompts: list[str], answers: list[str] | None, expressions: list[str] | None,
+                   render: Callable[[str], str], *, image_token: str | None = None
+                   ) -> tuple[list[str], list[dict[str, tuple[int, int]]]]:
+        """Each prompt's chat text, with its answer teacher-forced after ``answer_sep`` when ``answers`` are given,
+        and per sample the character spans ``{"expression": (c0, c1), "answer": (c0, c1)}`` in that text (a key
+        only where ``expressions`` / ``answers`` are given).
+
+        ``render`` turns a prompt into the family's rendered chat (its template, with or without a leading BOS);
+        ``image_token``, where given, must occur exactly once in each chat. The prompt is found as the last
+        occurrence of its text in the chat, the expression at :meth:`expression_offset` inside it.
+
+        >>> class A(Adapter):
+        ...     answer_sep = " "
+        >>> A().chat_spans(["find a cat"], ["[1, 2]"], ["a cat"], lambda p: f"<img>USER: {p} ASSISTANT:",
+        ...                image_token="<img>")
+        (['<img>USER: find a cat ASSISTANT: [1, 2]'], [{'expression': (16, 21), 'answer': (33, 39)}])
+        """
+        texts, spans = [], []
+        for i, prompt in enumerate(prompts):
+            chat = render(prompt)
+            if image_token is not None and chat.count(image_token) != 1:
+                raise ValueError(f"expected one {image_token!r} in the rendered chat, got {chat.count(image_token)}")
+            p0 = chat.rfind(prompt)
+            if p0 < 0:
+                raise ValueError("the chat template altered the prompt text; cannot locate the expression")
+            sp: dict[str, tuple[int, int]] = {}
+            if expressions is not None:
+                e0 = p0 + self.expression_offset(prompt, expressions[i])
+                sp["expression"] = (e0, e0 + len(expressions[i]))
+            if answers is not None:
+                chat += self.answer_sep
+                sp["answer"] = (len(chat), len(chat) + len(answers[i]))
+                chat += answers[i]
+            texts.append(chat)
+            spans.append(sp)
+        return texts, spans
+
     def build_batch(self, processor: Any, images: list, prompts: list[str],
                     answers: list[str] | None = None, expressions: list[str] | None = None) -> VisionBatch:
         """Chat-format, tokenize and left-pad. With ``answers``, append them teacher-forced and fill
@@ -235,8 +273,6 @@ class ChatTemplateAdapter(Adapter):
     token that straddles a span edge counts as inside.
     """
 
-    answer_sep: str = ""
-
     def chat_text(self, processor: Any, prompt: str) -> str:
         """The rendered chat (user turn with the image then ``prompt``, plus the generation prompt)."""
         messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": prompt}]}]
@@ -270,25 +306,9 @@ class ChatTemplateAdapter(Adapter):
                     answers: list[str] | None = None, expressions: list[str] | None = None) -> VisionBatch:
         images = [im.convert("RGB") if hasattr(im, "convert") else im for im in images]
         tok = processor.tokenizer
-        image_token = processor.image_token
-        texts, spans = [], []  # spans: per sample {"expression": (c0, c1), "answer": (c0, c1)} in `texts`
-        for i, prompt in enumerate(prompts):
-            chat = self.one_bos(processor, self.chat_text(processor, prompt))
-            if chat.count(image_token) != 1:
-                raise ValueError(f"expected one {image_token!r} in the rendered chat, got {chat.count(image_token)}")
-            p0 = chat.rfind(prompt)
-            if p0 < 0:
-                raise ValueError("the chat template altered the prompt text; cannot locate the expression")
-            sp: dict[str, tuple[int, int]] = {}
-            if expressions is not None:
-                e0 = self.expression_offset(prompt, expressions[i])
-                sp["expression"] = (p0 + e0, p0 + e0 + len(expressions[i]))
-            if answers is not None:
-                chat = chat + self.answer_sep
-                sp["answer"] = (len(chat), len(chat) + len(answers[i]))
-                chat = chat + answers[i]
-            texts.append(chat)
-            spans.append(sp)
+        texts, spans = self.chat_spans(prompts, answers, expressions,
+                                       lambda p: self.one_bos(processor, self.chat_text(processor, p)),
+                                       image_token=processor.image_token)
         enc = processor(images=images, text=texts, padding=True, return_tensors="pt", return_offsets_mapping=True,
                         return_text_replacement_offsets=True)
         offsets = enc.pop("offset_mapping")  # [B, S, 2] char offsets into the expanded texts

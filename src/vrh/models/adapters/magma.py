@@ -28,7 +28,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from vrh.models.adapters.base import Box, ChatTemplateAdapter, register_adapter
+from vrh.models.adapters.base import ChatTemplateAdapter, register_adapter
+from vrh.models.adapters.llava_next import LlavaNextAdapter
 from vrh.models.answer_formats import NATIVE, AnswerFormat, shared
 from vrh.models.composed import ComposedAdapter, checkpoint_folder
 
@@ -46,9 +47,7 @@ class MagmaAdapter(ComposedAdapter, ChatTemplateAdapter):
                     "separator after each row (no cell, whole image)")
     answer_sep = ""  # Llama 3's generation prompt ends with "\n\n"
     image_prefix = "<image_start><image><image_end>\n"
-    prompt_template = ("Bounding box coordinates are specified in the format (top-left x, top-left y, bottom-right "
-                       "x, bottom-right y). All values are floating point numbers bounded between 0 and 1. Please "
-                       "provide the bounding box coordinate of the region this sentence describes: {expression}")
+    prompt_template = LlavaNextAdapter.prompt_template  # lmms-eval's refcoco_bbox_rec prompt (module docstring)
     # the format is undocumented: the candidates a researcher tries first (module docstring), NATIVE the default
     answer_formats = (NATIVE,
                       AnswerFormat("llava_refcoco", "Please provide the bounding box coordinate of the region this "
@@ -131,16 +130,7 @@ class MagmaAdapter(ComposedAdapter, ChatTemplateAdapter):
                 "cell_px": p}
         return cell.reshape(-1, 4).float(), meta, is_cell.flatten()
 
-    # --- answers -------------------------------------------------------------------------------
-    def parse_box(self, text: str, meta: dict[str, Any], image_size: tuple[int, int]) -> Box | None:
-        from vrh.data import boxes as grounding
-
-        found = grounding.parse_box(text)
-        return None if found is None else grounding.from_normalized(found[1], 1.0, image_size)
-
-    def format_box(self, box: Box, meta: dict[str, Any], image_size: tuple[int, int]) -> str:
-        from vrh.data import boxes as grounding
-
-        x1, y1, x2, y2 = grounding.to_normalized(box, 1.0, image_size)
-        return f"[{x1:.2f}, {y1:.2f}, {x2:.2f}, {y2:.2f}]"
+    # --- answers: lmms-eval's REC box, [x1, y1, x2, y2] in 0-1 floats, as LLaVA-NeXT ----------------
+    parse_box = LlavaNextAdapter.parse_box
+    format_box = LlavaNextAdapter.format_box
 

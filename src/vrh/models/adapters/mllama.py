@@ -84,25 +84,8 @@ class MllamaAdapter(Adapter):
     def build_batch(self, processor: Any, images: list, prompts: list[str],
                     answers: list[str] | None = None, expressions: list[str] | None = None) -> VisionBatch:
         images = [im.convert("RGB") if hasattr(im, "convert") else im for im in images]
-        texts, spans = [], []  # spans: per sample {"expression": (c0, c1), "answer": (c0, c1)} in `texts`
-        for i, prompt in enumerate(prompts):
-            chat = self.chat_text(processor, prompt)
-            if chat.count(processor.image_token) != 1:
-                raise ValueError(f"expected one {processor.image_token!r} in the rendered chat, got "
-                                 f"{chat.count(processor.image_token)}")
-            p0 = chat.rfind(prompt)
-            if p0 < 0:
-                raise ValueError("the chat template altered the prompt text; cannot locate the expression")
-            sp: dict[str, tuple[int, int]] = {}
-            if expressions is not None:
-                e0 = self.expression_offset(prompt, expressions[i])
-                sp["expression"] = (p0 + e0, p0 + e0 + len(expressions[i]))
-            if answers is not None:
-                chat += self.answer_sep
-                sp["answer"] = (len(chat), len(chat) + len(answers[i]))
-                chat += answers[i]
-            texts.append(chat)
-            spans.append(sp)
+        texts, spans = self.chat_spans(prompts, answers, expressions, lambda p: self.chat_text(processor, p),
+                                       image_token=processor.image_token)
         # the chat carries its BOS: no second one from the tokenizer (as apply_chat_template(tokenize=True))
         enc = processor(images=[[im] for im in images], text=texts, padding=True, return_tensors="pt",
                         return_offsets_mapping=True, add_special_tokens=False)

@@ -77,22 +77,7 @@ class Phi4VisionAdapter(ComposedAdapter):
     def build_batch(self, processor: Any, images: list, prompts: list[str],
                     answers: list[str] | None = None, expressions: list[str] | None = None) -> VisionBatch:
         images = [im.convert("RGB") for im in images]
-        texts, spans = [], []  # spans: per sample {"expression": (c0, c1), "answer": (c0, c1)} in `texts`
-        for i, prompt in enumerate(prompts):
-            chat = processor.chat_text(prompt)
-            p0 = chat.rfind(prompt)
-            if p0 < 0:
-                raise ValueError("the chat template altered the prompt text; cannot locate the expression")
-            sp: dict[str, tuple[int, int]] = {}
-            if expressions is not None:
-                e0 = p0 + self.expression_offset(prompt, expressions[i])
-                sp["expression"] = (e0, e0 + len(expressions[i]))
-            if answers is not None:
-                chat += self.answer_sep
-                sp["answer"] = (len(chat), len(chat) + len(answers[i]))
-                chat += answers[i]
-            texts.append(chat)
-            spans.append(sp)
+        texts, spans = self.chat_spans(prompts, answers, expressions, processor.chat_text)
         enc = processor(texts, images)
         offsets = enc.pop("offset_mapping")  # [B, S, 2] characters of `texts`
         ids, mask = enc["input_ids"], enc["attention_mask"].bool()  # [B, S]
