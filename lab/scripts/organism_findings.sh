@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every finding of vrh on the shipped organisms, one run folder each, plus one report.
-# Usage: bash lab/scripts/organism_findings.sh [OUT]   (default runs/findings; 5 min 48 s for A, B, C and C' on 2 CPU cores, measured 2026-12-01,
-# before issue 38's runs were added: their text-heads and compare-heads took about 3 min per organism, docs/organism.md)
+# Usage: bash lab/scripts/organism_findings.sh [OUT]   (default runs/findings; 12 min 57 s for A, B, C and C' on 2 CPU cores,
+# measured 2026-12-03 with issue 38's text-heads and compare-heads runs)
 # Organism C (an independently trained LM on A's architecture, no planted heads) runs when its checkpoint
 # resolves: C=${C:-organism:organism_c}, e.g. C=path/to/organism_c bash lab/scripts/organism_findings.sh OUT.
 set -euo pipefail
