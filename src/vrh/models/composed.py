@@ -147,6 +147,10 @@ class ComposedAdapter(Adapter):
         state = {k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items()}
         load_strict(model, state, what=f"checkpoint {path}")
         _check_buffers(model)
+        if (folder / "generation_config.json").is_file():  # the checkpoint's stop tokens (Magma-8B: <|eot_id|>)
+            from transformers import GenerationConfig
+
+            model.generation_config = GenerationConfig.from_pretrained(str(folder))
         processor = self.processor_for(str(folder))
         processor.tokenizer.padding_side = "left"
         self.on_load(model, processor)

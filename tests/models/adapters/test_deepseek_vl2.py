@@ -137,6 +137,14 @@ def test_published_layout_loads_strictly_and_exactly(tmp_path, mla):
     assert lm.adapter.name == "deepseek_vl2" and not any(p.is_meta for p in model.parameters())
 
 
+def test_the_checkpoints_generation_config_is_read(tmp_path):
+    """The stop tokens in the checkpoint's generation_config.json reach generate(): read by the composed families'
+    shared load, not by each family (no DeepSeek-VL2 code names the file)."""
+    write_checkpoint(tmp_path, mla=False)
+    (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": [3, 5], "pad_token_id": 0}))
+    assert vrh.load_model(str(tmp_path)).model.generation_config.eos_token_id == [3, 5]
+
+
 @pytest.mark.parametrize("norm_topk_prob", [False, True])
 def test_moe_layer_is_the_remote_moe(tmp_path, norm_topk_prob):
     """The loaded MoE layer == the remote DeepseekV2MoE computed by hand from the published per-expert tensors

@@ -31,7 +31,7 @@ from torch import nn
 from vrh.models.adapters.base import ChatTemplateAdapter, register_adapter
 from vrh.models.adapters.llava_next import LlavaNextAdapter
 from vrh.models.answer_formats import NATIVE, AnswerFormat, shared
-from vrh.models.composed import ComposedAdapter, checkpoint_folder
+from vrh.models.composed import ComposedAdapter
 
 SYSTEM_PROMPT = "You are agent that can see, talk and act."  # model card, lmms-eval wrapper
 # open_clip's pooled head (timm head.norm, the CLIP projection): in the tower's state dict, never run by Magma
@@ -77,7 +77,7 @@ class MagmaAdapter(ComposedAdapter, ChatTemplateAdapter):
 
     def load(self, path: str, *, dtype: torch.dtype = torch.float32, device: str = "cpu",
              attn_implementation: str = "sdpa", device_map: str | dict | None = None) -> tuple[nn.Module, Any]:
-        """The composed load, the checkpoint's generation settings, and a check that the tokenizer's ``<image>`` is
+        """The composed load and a check that the tokenizer's ``<image>`` is
         the id the model scatters features into (here, not in :meth:`on_load`: inspect counts with a stand-in)."""
         model, processor = super().load(path, dtype=dtype, device=device, attn_implementation=attn_implementation,
                                         device_map=device_map)
@@ -85,11 +85,6 @@ class MagmaAdapter(ComposedAdapter, ChatTemplateAdapter):
         if image_id != model.config.image_token_index:
             raise ValueError(f"the tokenizer's {processor.image_token} is id {image_id} but config.json says "
                              f"image_token_index {model.config.image_token_index}")
-        folder = checkpoint_folder(path)
-        if (folder / "generation_config.json").is_file():  # eos <|eot_id|>, pad <pad> for Magma-8B
-            from transformers import GenerationConfig
-
-            model.generation_config = GenerationConfig.from_pretrained(str(folder))
         return model, processor
 
     def on_load(self, model: nn.Module, processor: Any) -> None:
