@@ -53,3 +53,15 @@ def test_stage_steps_count_from_where_a_continued_phase_starts(tmp_path):
     assert stage_steps("lm_a", cfgs) == LM_A.stop_at
     assert stage_steps("lm_a2", cfgs) == LM_A2.stop_at - LM_A.stop_at  # continues lm_a's checkpoint
     assert stage_steps("lm_a5", cfgs) == LM_A5.stop_at  # A4's weights, a new schedule from step 0
+
+
+def test_build_d_without_the_gemma_extra_says_how_to_install_it(tmp_path, monkeypatch, capsys):
+    """Organism D's base LM comes from an optional package: its absence is one line and exit 2, not a traceback."""
+    from vrh.models import gemma_base
+
+    def missing():
+        raise gemma_base.BaseModelUnavailable(f"organism D's base language model needs 'gguf': {gemma_base.INSTALL_HINT}")
+
+    monkeypatch.setattr(gemma_base, "_package", missing)
+    assert main(["organism", "build", "d", "--out", str(tmp_path / "d")]) == 2
+    assert "pip install -e '.[gemma]'" in capsys.readouterr().out

@@ -76,6 +76,11 @@ def patch_features(tower, px: torch.Tensor) -> torch.Tensor:
     return tower(px, output_hidden_states=True).hidden_states[-1][:, 1:]
 
 
+def siglip_features(tower, px: torch.Tensor) -> torch.Tensor:
+    """[B, V, D]: what Gemma 3's projector receives from a SigLIP tower (its last hidden state; no CLS)."""
+    return tower(pixel_values=px).last_hidden_state
+
+
 def batch(seed: int, step: int, bs: int, spec: ImageSpec) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     scenes = []
     for j in range(bs):
@@ -88,13 +93,18 @@ def batch(seed: int, step: int, bs: int, spec: ImageSpec) -> tuple[torch.Tensor,
 
 
 def pretrain(arch: VisionArch, out_dir: str | Path, steps: int = 1500, bs: int = 64, lr: float = 2e-3,
-             seed: int = 0, image_size: int = world.IMAGE_SIZE, log_every: int = 50) -> dict[str, Any]:
-    """Train the tower of a fresh organism (same init as ``build_model(arch, seed=seed)``); resumable."""
+             seed: int = 0, image_size: int = world.IMAGE_SIZE, log_every: int = 50,
+             tower: torch.nn.Module | None = None, features=patch_features) -> dict[str, Any]:
+    """Train the tower of a fresh organism (same init as ``build_model(arch, seed=seed)``); resumable.
+
+    ``tower`` / ``features``: another tower and how its projector input is read (organism D: a SigLIP tower,
+    :func:`siglip_features`); the default is the LLaVA organisms' CLIP tower and :func:`patch_features`."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     spec = ImageSpec(image_size, arch.patch_size)
-    from vrh_lab.organism.model import TextArch
-    tower = build_model(arch, TextArch(), image_size, seed).model.vision_tower
+    if tower is None:
+        from vrh_lab.organism.model import TextArch
+        tower = build_model(arch, TextArch(), image_size, seed).model.vision_tower
     heads = DenseHeads(arch.hidden)
     params = list(tower.parameters()) + list(heads.parameters())
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
@@ -111,7 +121,7 @@ def pretrain(arch: VisionArch, out_dir: str | Path, steps: int = 1500, bs: int =
             g["lr"] = cur
         px, t = batch(seed, step, bs, spec)
         tower.train()
-        loss, parts = heads.loss(patch_features(tower, px), t)
+        loss, parts = heads.loss(features(tower, px), t)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -132,7 +142,7 @@ def pretrain(arch: VisionArch, out_dir: str | Path, steps: int = 1500, bs: int =
     tower.eval()
     px, t = batch(seed + 10_000, 0, 256, spec)  # held-out scenes
     with torch.no_grad():
-        m = heads.metrics(patch_features(tower, px), t)
+        m = heads.metrics(features(tower, px), t)
     m["steps"] = step
     torch.save(tower.state_dict(), out / "tower.pt")
     torch.save({"heads": heads.state_dict()}, out / "heads.pt")  # the read-outs (lab/scripts/organism_diagnostics.py)

@@ -15,6 +15,7 @@ HELP = ("build the model organisms (vrh organism build --out DIR; see vrh organi
 # the README's two commands; the single stages a build runs (pretrain-vision, train) are the lab's own tools,
 # callable here too and documented with the recipes (docs/organism.md, "Building the organisms")
 USAGE = ("usage: vrh organism build --out DIR [--export-to DIR]   (all stages, resumable)\n"
+         "       vrh organism build d --out DIR [--export-to DIR]   (organism D on Gemma 3 270M: the gemma extra)\n"
          "       vrh organism emergence SOURCES... --out DIR [--overwrite]   (training logs -> run folder)\n"
          "(one stage alone: vrh organism pretrain-vision | train, docs/organism.md)")
 
@@ -27,7 +28,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _lab_entry(sub: str):
     """The lab's entry point for subcommand ``sub``, or None for an unknown one. Why here and lazily: the
     organism lab (package vrh_lab) builds on vrh, never the other way round; the library runs without it."""
-    if sub == "build":
+    if sub == "build d":  # organism D: Gemma 3 270M from the package index (vrh_lab.organism_d)
+        from vrh_lab.organism_d.train import main as run
+    elif sub == "build":
         from vrh_lab.organism.pipeline import main as run
     elif sub == "pretrain-vision":
         from vrh_lab.organism.pretrain_vision import main as run
@@ -42,10 +45,12 @@ def _lab_entry(sub: str):
 
 def main(args: argparse.Namespace) -> int:
     rest = list(args.organism_args)
+    if rest[:2] == ["build", "d"]:
+        rest = ["build d", *rest[2:]]
     try:
         run = _lab_entry(rest[0]) if rest else None
     except ModuleNotFoundError as e:
-        if e.name not in ("vrh_lab", "vrh_lab.organism"):
+        if e.name not in ("vrh_lab", "vrh_lab.organism", "vrh_lab.organism_d"):
             raise
         print(f"vrh organism {rest[0]}: the organism lab (package vrh_lab) is not installed; it is lab/ in a source "
               "checkout of vrh, where pip install -e . installs it with vrh", file=sys.stderr)

@@ -120,7 +120,7 @@ def resolve_local(checkpoint: str, revision: str | None = None) -> Path:
 
     from vrh.models.loading import resolve_model_path
 
-    path = Path(resolve_model_path(checkpoint)).expanduser()
+    path = Path(resolve_model_path(checkpoint, materialize=False)).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise FileNotFoundError(f"{path} has no config.json; inspect builds the model from it")

@@ -57,10 +57,20 @@ def _organism_guess(model: str) -> str | None:
     return meant[found[0]] if found else None
 
 
-def resolve_model_path(model: str) -> str:
-    """``organism`` / ``organism:NAME`` -> the shipped checkpoint; anything else is a path or hub id."""
+def resolve_model_path(model: str, materialize: bool = True) -> str:
+    """``organism`` / ``organism:NAME`` -> the shipped checkpoint; anything else is a path or hub id.
+
+    An organism shipped as deltas on a base from the package index (organism D, :mod:`vrh.models.deltas`)
+    resolves to its full folder, rebuilt from the base on first use; ``materialize=False`` gives the shipped
+    folder itself (config.json and the organism's records, no weights: enough to check a name or inspect)."""
     if model == ORGANISM_ALIAS or model.startswith(ORGANISM_ALIAS + ":"):
-        return str(organism_path(model.partition(":")[2]))
+        folder = organism_path(model.partition(":")[2])
+        if materialize:
+            from vrh.models import deltas
+
+            if deltas.is_delta_folder(folder):
+                return str(deltas.materialize(folder))
+        return str(folder)
     return model
 
 

@@ -363,7 +363,7 @@ def _model_ref(r: _Reader, model: str, keys: tuple[str, ...]) -> str:
         from vrh.models.loading import resolve_model_path
 
         try:
-            resolve_model_path(model)
+            resolve_model_path(model, materialize=False)
         except FileNotFoundError as e:
             raise r.fail(keys, str(e)) from None
         return model

@@ -18,19 +18,13 @@ import json
 
 import torch
 
+from vrh.models.gemma_base import CHAT_TEMPLATE, TOKEN_ROLES
+
 GEMMA3_SPECIAL_TOKENS = ["<pad>", "<eos>", "<bos>", "<start_of_turn>", "<end_of_turn>", "<start_of_image>",
                          "<end_of_image>", "<image_soft_token>"]
-# the processor reads these tokenizer attributes (``tokenizer.boi_token`` ...), as in the released tokenizer
-GEMMA3_TOKEN_ROLES = {"boi_token": "<start_of_image>", "eoi_token": "<end_of_image>",
-                      "image_token": "<image_soft_token>"}
-GEMMA3_CHAT_TEMPLATE = (
-    "{{ bos_token }}{% for message in messages %}<start_of_turn>"
-    "{{ 'model' if message['role'] == 'assistant' else message['role'] }}\n"
-    "{% if message['content'] is string %}{{ message['content'] | trim }}{% else %}"
-    "{% for part in message['content'] %}{% if part['type'] == 'image' %}<start_of_image>"
-    "{% elif part['type'] == 'text' %}{{ part['text'] | trim }}{% endif %}{% endfor %}{% endif %}"
-    "<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
-)
+# the processor reads these tokenizer attributes (``tokenizer.boi_token`` ...), as in the released tokenizer;
+# the chat template is shaped like the released one (organism D's base uses the same)
+GEMMA3_TOKEN_ROLES, GEMMA3_CHAT_TEMPLATE = TOKEN_ROLES, CHAT_TEMPLATE
 TOWER, PATCH, TOKENS = 112, 7, 16
 
 

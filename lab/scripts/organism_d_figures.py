@@ -1,0 +1,131 @@
+"""Organism D's figures, read from the run folders of ``organism_d_findings.sh`` (nothing is recomputed here):
+one printed line per figure of the README's organism table, and ``--json FILE`` with all of them.
+
+    bash lab/scripts/organism_d_findings.sh runs/findings_d      # writes the run folders
+    python lab/scripts/organism_d_figures.py runs/findings_d --json runs/findings_d/figures.json
+
+Figures: held-out grounding during training (the organism's ``vrh_organism.json``), the demo's unmasked / top-k /
+k random at each k of its sweep, sparsity at the paper's thresholds, VQA under the same masks, how many
+scoring methods share the first head (``vrh compare``), stability of the top-k over the number of scoring
+samples (``vrh stability``), the base LM's needle recall unmasked / its own text heads / D's VRHs / random heads
+masked (``vrh text-heads``), and the overlap of D's VRHs with the base's text heads against chance, with both
+sets masked in D's grounding and needle recall (``vrh compare-heads``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from vrh import runs
+from vrh.models.loading import resolve_model_path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from organism_acceptance import first_head_agreement  # noqa: E402
+
+
+def _results(run_dir: Path) -> dict[str, Any]:
+    res = runs.read_results(run_dir)
+    if res is None:
+        raise FileNotFoundError(f"{run_dir} has no {runs.RESULTS}: the run is missing or did not finish")
+    return res
+
+
+def figures(findings: Path) -> dict[str, Any]:
+    demo = _results(findings / "demo")
+    model = runs.read_config(findings / "demo")["config"]["model"]
+    meta_path = Path(resolve_model_path(model, materialize=False)) / "vrh_organism.json"
+    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+    sweep = _results(findings / "demo" / "sweep_grounding")
+    ranking = runs.read_head_scores(findings / "demo" / "detect").ranking()
+    stab = _results(findings / "stability")
+    text = _results(findings / "text_base")
+    cmp = _results(findings / "cmp_base")
+    return {
+        "model": model, "num_heads_total": demo["num_heads_total"], "n_eval": demo["n_eval"], "k": demo["k"],
+        "heldout": meta.get("heldout"),
+        "baseline_accuracy": demo["baseline_accuracy"],
+        "k_sweep": {"k": sweep["k"], "top_k_accuracy": sweep["vrh"]["accuracy"],
+                    "top_k_parse_failure_rate": sweep["vrh"]["parse_failure_rate"],
+                    "random_accuracy_mean": sweep["random"]["mean"], "random_accuracy_std": sweep["random"]["std"],
+                    "random_seeds": sweep["random"]["seeds"],
+                    "top_heads": [list(h) for h in ranking[:max(sweep["k"])]]},
+        "sparsity": demo["sparsity"],
+        "vqa": {"k": demo["k"], **demo["vqa"]},
+        "compare_first_head": first_head_agreement(findings / "compare"),
+        "stability": {"k": stab["k"], "n_values": stab["n_values"], "topk_overlap_mean": stab["topk_overlap_mean"],
+                      "topk_overlap_std": stab["topk_overlap_std"]},
+        "text_heads_base": {"n": text["n"], "recall": text["recall"], "recall_chance": text["recall_chance"],
+                            "own_text_heads_masked": text["text_heads_recall"],
+                            "d_vrhs_masked": text["cross_heads_recall"], "random_mean": text["random_recall_mean"],
+                            "random_std": text["random_recall_std"], "top_heads": text["top_heads"][:10]},
+        "vrh_vs_text_heads": {"overlap": cmp["overlap"], "rank_correlation": cmp["rank_correlation"],
+                              "matrix": cmp["matrix"], "warnings": cmp["warnings"]},
+    }
+
+
+def lines(f: dict[str, Any]) -> list[str]:
+    row = lambda figure, value: f"D  {figure:<76} {value}"  # noqa: E731
+    n, k = f["num_heads_total"], f["k"]
+    out = [f"organism D: {f['model']} ({n} heads); figures to report, no targets"]
+    if f["heldout"]:
+        h = f["heldout"]
+        out.append(row(f"held-out grounding / VQA after training (n={h['grounding_n']} / {h['vqa_n']})",
+                       f"{h['grounding_acc_iou50']:.3f} / {h['vqa_acc']:.3f} (parse failures "
+                       f"{h['grounding_parse_failure']:.3f})"))
+    out.append(row(f"demo baseline accuracy (n={f['n_eval']})", f"{f['baseline_accuracy']:.3f}"))
+    sw = f["k_sweep"]
+    for i, kk in enumerate(sw["k"]):
+        if kk:
+            out.append(row(f"k = {kk} of {n}: top-k masked / k random (mean +- std, {len(sw['random_seeds'])} seeds)",
+                           f"{sw['top_k_accuracy'][i]:.3f} / {sw['random_accuracy_mean'][i]:.3f} +- "
+                           f"{sw['random_accuracy_std'][i]:.3f} (parse failures {sw['top_k_parse_failure_rate'][i]:.3f})"))
+    out.append(row(f"top {max(sw['k'])} heads (LAYER:HEAD)", " ".join(f"{a}:{b}" for a, b in sw["top_heads"])))
+    sp = f["sparsity"]
+    for t, frac in sp["fraction_above"].items():
+        out.append(row(f"heads scoring above {t}", f"{sp['count_above'][t]} of {n} ({frac:.3f})"))
+    out.append(row("max head score", f"{sp['max']:.3f}"))
+    v = f["vqa"]
+    out.append(row(f"VQA: unmasked / top-{k} / {k} random (mean)", f"{v['baseline_accuracy']:.3f} / "
+                   f"{v['vrh_masked_accuracy']:.3f} / {v['random_masked_accuracy_mean']:.3f}"))
+    ag = f["compare_first_head"]
+    out.append(row("methods sharing the most common first head", f"{ag['count']} of {ag['n_methods']} "
+                   f"({ag['head'][0]}:{ag['head'][1]})"))
+    st = f["stability"]
+    out.append(row(f"top-{st['k']} overlap with the full ranking at n = {st['n_values']}",
+                   " ".join(f"{m:.2f}" for m in st["topk_overlap_mean"])))
+    t = f["text_heads_base"]
+    out.append(row(f"base LM needle recall (n={t['n']}): unmasked / own top-{k} / D's VRHs / random",
+                   f"{t['recall']:.3f} / {t['own_text_heads_masked']:.3f} / {t['d_vrhs_masked']:.3f} / "
+                   f"{t['random_mean']:.3f} +- {t['random_std']:.3f}"))
+    for o in f["vrh_vs_text_heads"]["overlap"]:
+        out.append(row(f"top-{o['k']} overlap, D's VRHs vs the base's text heads (chance, p)",
+                       f"{o['intersection']} ({o['chance']['intersection']:.2f}, p {o['p_value']:.2g})"))
+    m = f["vrh_vs_text_heads"]["matrix"] or {}
+    for task in ("grounding", "needle"):
+        if task in m:
+            c = m[task]
+            out.append(row(f"D {task} (n={c['n']}): unmasked / D's VRHs / base text heads / random (k={m['k']})",
+                           f"{c['none']:.3f} / {c['a']:.3f} / {c['b']:.3f} / {c['random_mean']:.3f} +- "
+                           f"{c['random_std']:.3f}"))
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("findings", nargs="?", default="runs/findings_d")
+    ap.add_argument("--k", type=int, default=None, help="(recorded by the runs; accepted for the script's symmetry)")
+    ap.add_argument("--json", default=None, help="also write every figure to this file")
+    a = ap.parse_args()
+    f = figures(Path(a.findings))
+    print("\n".join(lines(f)))
+    if a.json:
+        Path(a.json).write_text(json.dumps(f, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
