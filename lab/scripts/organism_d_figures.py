@@ -2,9 +2,11 @@
 one printed line per figure of the README's organism table, and ``--json FILE`` with all of them.
 
     bash lab/scripts/organism_d_findings.sh runs/findings_d      # writes the run folders
-    python lab/scripts/organism_d_figures.py runs/findings_d --json runs/findings_d/figures.json
+    python lab/scripts/organism_d_figures.py runs/findings_d --json runs/findings_d/figures.json \
+        --build lab/organism_runs/vD --plot runs/findings_d/training_d.png
 
-Figures: held-out grounding during training (the organism's ``vrh_organism.json``), the demo's unmasked / top-k /
+Figures: the training curve (``--build``: the build folder's ``lm_d/log.jsonl`` and ``eval.jsonl``; ``--plot``
+draws it), held-out grounding during training (the organism's ``vrh_organism.json``), the demo's unmasked / top-k /
 k random at each k of its sweep, sparsity at the paper's thresholds, VQA under the same masks, how many
 scoring methods share the first head (``vrh compare``), stability of the top-k over the number of scoring
 samples (``vrh stability``), the base LM's needle recall unmasked / its own text heads / D's VRHs / random heads
@@ -44,7 +46,9 @@ def figures(findings: Path) -> dict[str, Any]:
     stab = _results(findings / "stability")
     text = _results(findings / "text_base")
     cmp = _results(findings / "cmp_base")
+    digits = findings / "digits.json"
     return {
+        "digits": json.loads(digits.read_text()) if digits.is_file() else None,
         "model": model, "num_heads_total": demo["num_heads_total"], "n_eval": demo["n_eval"], "k": demo["k"],
         "heldout": meta.get("heldout"),
         "baseline_accuracy": demo["baseline_accuracy"],
@@ -67,15 +71,76 @@ def figures(findings: Path) -> dict[str, Any]:
     }
 
 
+def training_curve(build: Path, window: int = 50) -> dict[str, Any]:
+    """Stage 2's answer-token loss, averaged over ``window``-step blocks, and its held-out grounding evaluations
+    (``lm_d/eval.jsonl``), with the constant-answer check: how many distinct answers the examples hold."""
+    log = [json.loads(x) for x in (build / "lm_d" / "log.jsonl").read_text().splitlines() if x.strip()]
+    evals = [json.loads(x) for x in (build / "lm_d" / "eval.jsonl").read_text().splitlines() if x.strip()]
+    blocks = []
+    for a in range(0, len(log), window):
+        chunk = log[a:a + window]
+        blocks.append({"steps": [chunk[0]["step"], chunk[-1]["step"]], "level": chunk[-1]["level"],
+                       "loss": round(sum(r["loss"] for r in chunk) / len(chunk), 4)})
+    return {"window": window, "loss": blocks, "steps": log[-1]["step"] if log else 0,
+            "eval": [{"step": e["step"], "n": e["n"], "accuracy": e["accuracy"],
+                      "parse_failure": e["parse_failure"], "examples": e["examples"]} for e in evals]}
+
+
+def plot_curve(build: Path, dest: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    log = [json.loads(x) for x in (build / "lm_d" / "log.jsonl").read_text().splitlines() if x.strip()]
+    evals = [json.loads(x) for x in (build / "lm_d" / "eval.jsonl").read_text().splitlines() if x.strip()]
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    ax.plot([r["step"] for r in log], [r["loss"] for r in log], lw=0.6, color="0.6", label="answer loss (step)")
+    w = 20
+    sm = [sum(r["loss"] for r in log[max(0, i - w + 1):i + 1]) / len(log[max(0, i - w + 1):i + 1])
+          for i in range(len(log))]
+    ax.plot([r["step"] for r in log], sm, color="k", label=f"answer loss ({w}-step mean)")
+    ax.set_xlabel("stage-2 step")
+    ax.set_ylabel("loss")
+    ax2 = ax.twinx()
+    ax2.plot([e["step"] for e in evals], [e["accuracy"] for e in evals], "o-", color="tab:red",
+             label="held-out grounding (IoU >= 0.5)")
+    ax2.set_ylim(0, 1)
+    ax2.set_ylabel("held-out grounding accuracy")
+    fig.legend(loc="upper right", fontsize=7)
+    ax.set_title("organism D, stage 2")
+    fig.tight_layout()
+    fig.savefig(dest, dpi=120)
+    plt.close(fig)
+
+
 def lines(f: dict[str, Any]) -> list[str]:
     row = lambda figure, value: f"D  {figure:<76} {value}"  # noqa: E731
     n, k = f["num_heads_total"], f["k"]
     out = [f"organism D: {f['model']} ({n} heads); figures to report, no targets"]
+    if f.get("training"):
+        tr = f["training"]
+        out.append(row(f"stage-2 answer loss, {tr['window']}-step means (to step {tr['steps']})",
+                       " ".join(f"{b['loss']:.2f}" for b in tr["loss"])))
+        out.append(row("held-out grounding during training (step: accuracy, n)",
+                       " ".join(f"{e['step']}:{e['accuracy']:.3f}" for e in tr["eval"])
+                       + (f" (n={tr['eval'][0]['n']})" if tr["eval"] else "")))
     if f["heldout"]:
         h = f["heldout"]
         out.append(row(f"held-out grounding / VQA after training (n={h['grounding_n']} / {h['vqa_n']})",
                        f"{h['grounding_acc_iou50']:.3f} / {h['vqa_acc']:.3f} (parse failures "
                        f"{h['grounding_parse_failure']:.3f})"))
+    if f.get("digits"):
+        d = f["digits"]
+        out.append(row(f"teacher-forced first digit / whole number / best constant (n={d['n']})",
+                       "  ".join(f"{c} {v['leading_digit']:.2f}/{v['whole_number']:.2f}/{v['constant_leading_digit']:.2f}"
+                                 for c, v in d["coords"].items())))
+        if d.get("probe"):
+            pr = d["probe"]
+            out.append(row(f"place probe R^2 (fit {pr['n_fit']}): centre cell's visual token / mean visual token",
+                           f"{pr['r2_centre_cell_token']:.3f} / {pr['r2_visual_tokens_mean']:.3f}"))
+            out.append(row("place probe R^2 before ymin's first digit, max over layers (layer)",
+                           f"{max(pr['r2_by_layer']):.3f} ({pr['r2_by_layer'].index(max(pr['r2_by_layer']))})"))
     out.append(row(f"demo baseline accuracy (n={f['n_eval']})", f"{f['baseline_accuracy']:.3f}"))
     sw = f["k_sweep"]
     for i, kk in enumerate(sw["k"]):
@@ -119,8 +184,14 @@ def main() -> int:
     ap.add_argument("findings", nargs="?", default="runs/findings_d")
     ap.add_argument("--k", type=int, default=None, help="(recorded by the runs; accepted for the script's symmetry)")
     ap.add_argument("--json", default=None, help="also write every figure to this file")
+    ap.add_argument("--build", default=None, help="D's build folder (or its records, lab/organism_runs/vD)")
+    ap.add_argument("--plot", default=None, help="with --build: draw the training curve to this PNG")
     a = ap.parse_args()
     f = figures(Path(a.findings))
+    if a.build:
+        f["training"] = training_curve(Path(a.build))
+        if a.plot:
+            plot_curve(Path(a.build), Path(a.plot))
     print("\n".join(lines(f)))
     if a.json:
         Path(a.json).write_text(json.dumps(f, indent=1))

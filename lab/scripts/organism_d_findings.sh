@@ -36,5 +36,11 @@ vrh compare-heads --heads "$OUT/demo/detect" --heads-b "$OUT/text_base" --model 
     --k "$K" "${G[@]}" --threads "$T" --out "$OUT/cmp_base" --overwrite
 vrh report "$OUT/demo" "$OUT/demo/detect" "$OUT/demo/sweep_grounding" "$OUT/demo/sweep_vqa" "$OUT/compare" \
     "$OUT/stability" "$OUT/text_base" "$OUT/cmp_base" --k "$K" --out "$OUT/report"
-python "$(dirname "$0")/organism_d_figures.py" "$OUT" --k "$K" --json "$OUT/figures.json"
+# what D reads out of an image: each coordinate's digits teacher-forced on D's held-out stream, and whether the
+# place of the named object reaches the answer position (linear probes on the residual stream)
+python "$(dirname "$0")/organism_d_digits.py" --model "$DM" --n "$N" --probe "$N" --threads "$T" \
+    --json "$OUT/digits.json"
+BUILD=${BUILD:-$(dirname "$0")/../organism_runs/vD}  # D's build records: the training curve
+python "$(dirname "$0")/organism_d_figures.py" "$OUT" --k "$K" --json "$OUT/figures.json" --build "$BUILD" \
+    --plot "$OUT/training_d.png"
 echo "findings in $OUT; report: $OUT/report/report.html"

@@ -19,6 +19,7 @@ from torch import nn
 from vrh.models import deltas, gemma_base
 from vrh.organism import world
 from vrh_lab.organism_d import data
+from vrh_lab.organism_d.model import LORA_TARGETS_TEXT
 
 PARITY_ATOL = 1e-3  # answer-token logits, trained model vs the rebuilt folder (float32; merged vs unmerged adapters)
 
@@ -56,7 +57,7 @@ def export(model: nn.Module, cfg: Any, dest: str | Path, build_dir: str | Path) 
     manifest = {
         "base": {"package": gemma_base.PIP_PACKAGE, "version": version(gemma_base.PIP_PACKAGE),
                  "file": pkg.MODEL_NAME, "sha256": pkg.EXPECTED_SHA256, "model": "google/gemma-3-270m (base, pretrained)"},
-        "lora": {"rank": lora["rank"], "alpha": lora["alpha"], "targets": "q_proj k_proj v_proj o_proj of every LM layer"},
+        "lora": {"rank": lora["rank"], "alpha": lora["alpha"], "targets": LORA_TARGETS_TEXT},
         "terms": gemma_base.TERMS,
     }
     (dest / deltas.MANIFEST).write_text(json.dumps(manifest, indent=1))

@@ -1,7 +1,7 @@
 """Organism D's build: stage 1 pretrains its SigLIP tower on dense per-patch scene parsing (the organisms' own
 :func:`vrh_lab.organism.pretrain_vision.pretrain`), stage 2 trains the projector and (D-LoRA) the language model's
-low-rank adapters on the world's grounding + VQA mixture with the tower and every base weight frozen, then
-the deltas are exported (:mod:`vrh_lab.organism_d.export`). Every stage resumes where a killed run stopped.
+low-rank adapters on the world's grounding + VQA mixture (the tower fine-tuned at a fraction of the rate,
+every base weight frozen), then the deltas are exported (:mod:`vrh_lab.organism_d.export`). Every stage resumes where a killed run stopped.
 
     vrh organism build d --out runs/organism_d          # rerun the same command to resume
     vrh organism build d --out runs/organism_d --lora-rank 0 --name organism_d_frozen   # the LM frozen as published
@@ -38,7 +38,7 @@ class DConfig:
     name: str = "organism_d"
     seed: int = 7  # tower init, projector draw, training stream
     vision_steps: int = 3000
-    steps: int = 500
+    steps: int = 600
     batch: int = 8
     lr: float = 1e-3
     warmup: int = 20
@@ -47,8 +47,9 @@ class DConfig:
     vqa_frac: float = 0.15
     # (start, end, level) phases, world.LEVELS; "full" outside them: one object first (learn to read a box
     # out), then attribute expressions among 2-3 objects, then the whole world
-    curriculum: tuple[tuple[int, int, str], ...] = ((0, 60, "single"), (60, 200, "easy"))
+    curriculum: tuple[tuple[int, int, str], ...] = ((0, 100, "single"), (100, 300, "easy"))
     lora: LoraSpec = field(default_factory=LoraSpec)
+    tower_lr_mult: float = 0.3  # the stage-1 tower trained on at this fraction of ``lr``; 0 keeps it frozen
     heldout_seed: int = 10_000
     eval_n: int = 32
     final_eval_n: int = 200  # held-out grounding samples measured once training ends (VQA: half as many)
@@ -169,10 +170,14 @@ def lm_stage(cfg: DConfig, out: Path, base: Path, tower_pt: Path) -> nn.Module:
     folder = out / "lm_d"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.json").write_text(json.dumps(asdict(cfg), indent=1))
-    model = add_lora(build(base, load_torch_file(tower_pt, what="organism D tower"), seed=cfg.seed), cfg.lora)
+    model = add_lora(build(base, load_torch_file(tower_pt, what="organism D tower"), seed=cfg.seed), cfg.lora,
+                     train_tower=cfg.tower_lr_mult > 0)
     proc = data.processor(base)
     params = {n: p for n, p in model.named_parameters() if p.requires_grad}
-    opt = torch.optim.AdamW(list(params.values()), lr=cfg.lr, weight_decay=0.0, betas=(0.9, 0.98))
+    tower = [p for n, p in params.items() if ".vision_tower." in f".{n}"]
+    rest = [p for n, p in params.items() if ".vision_tower." not in f".{n}"]
+    groups = [{"params": rest, "mult": 1.0}] + ([{"params": tower, "mult": cfg.tower_lr_mult}] if tower else [])
+    opt = torch.optim.AdamW(groups, lr=cfg.lr, weight_decay=0.0, betas=(0.9, 0.98))
     step, ckpt = 0, folder / "ckpt.pt"
     if ckpt.exists():
         st = load_torch_file(ckpt, what="organism D checkpoint")
@@ -189,7 +194,7 @@ def lm_stage(cfg: DConfig, out: Path, base: Path, tower_pt: Path) -> nn.Module:
     t0 = time.time()
     while step < cfg.steps:
         for g in opt.param_groups:
-            g["lr"] = lr_at(step, cfg)
+            g["lr"] = lr_at(step, cfg) * g["mult"]
         level = level_at(step, cfg)
         samples = [data.stream_sample(cfg.seed, step * cfg.batch + j, level,
                                       cfg.vqa_frac if level != "single" else 0.0) for j in range(cfg.batch)]

@@ -143,7 +143,6 @@ def causal_lm(folder: Path | None = None):
     """The base as a ``Gemma3ForCausalLM`` (the text-only LM before any image training) and its tokenizer."""
     from transformers import AutoTokenizer, Gemma3ForCausalLM
 
-    import vrh.models.adapters  # noqa: F401  (the adapters package first: vrh.models.composed imports it)
     from vrh.models.composed import empty_parameters, load_strict
 
     folder = folder or base_folder()

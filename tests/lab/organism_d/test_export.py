@@ -40,14 +40,20 @@ def test_train_batch_labels_only_the_answer_and_the_prompt_is_what_generation_se
 
 
 def test_add_lora_trains_only_the_projector_and_the_adapters(tiny):
-    model, _ = tiny
-    model = add_lora(model, LoraSpec(rank=2, alpha=4))
+    model = add_lora(copy.deepcopy(tiny[0]), LoraSpec(rank=2, alpha=4))
     names = [n for n, p in model.named_parameters() if p.requires_grad]
     assert names and all("lora_" in n or "multi_modal_projector" in n for n in names)
-    assert {n.split(".self_attn.")[1].split(".")[0] for n in names if "lora_" in n} == {"q_proj", "k_proj", "v_proj",
-                                                                                        "o_proj"}
+    targets = {n.split(".lora_")[0].rsplit(".", 1)[1] for n in names if "lora_" in n}
+    assert targets == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+    n_layers = len(tiny[0].model.language_model.layers)
+    assert sum("lora_A" in n for n in names) == 7 * n_layers  # every layer alike: nothing names a head
     frozen = add_lora(copy.deepcopy(tiny[0]), LoraSpec(rank=0))
     assert all("multi_modal_projector" in n for n, p in frozen.named_parameters() if p.requires_grad)
+    tower = add_lora(copy.deepcopy(tiny[0]), LoraSpec(rank=0), train_tower=True)
+    trained = {n for n, p in tower.named_parameters() if p.requires_grad}
+    assert trained and all("multi_modal_projector" in n or "vision_tower" in n for n in trained)
+    assert any("vision_tower" in n for n in trained)
+    assert not any("language_model" in n for n in trained)
 
 
 def test_exported_deltas_merge_into_exactly_the_trained_model(tiny):
@@ -58,7 +64,7 @@ def test_exported_deltas_merge_into_exactly_the_trained_model(tiny):
             if "lora_B" in n or "multi_modal_projector" in n:
                 p.normal_(0, 0.2)
     d = delta_state(model)
-    assert sum(k.startswith("lora.") for k in d) == 2 * 4 * len(base.model.language_model.layers)
+    assert sum(k.startswith("lora.") for k in d) == 2 * 7 * len(base.model.language_model.layers)
     base_state = {k: v for k, v in base.state_dict().items()}
     merged = deltas.merge(base_state, d, scale=4 / 2)
     rebuilt = copy.deepcopy(base)

@@ -43,6 +43,7 @@ def test_a_killed_run_resumes_to_the_uninterrupted_runs_weights_and_log(base, tm
     folder, tower = base
     whole = train.lm_stage(CFG, tmp_path / "whole", folder, tower)
     want = {n: p.detach().clone() for n, p in whole.named_parameters() if p.requires_grad}
+    assert any("vision_tower" in n for n in want) and any("mlp" in n and "lora_" in n for n in want)
 
     calls = {"n": 0}
     real = data.train_batch

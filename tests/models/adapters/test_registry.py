@@ -234,3 +234,20 @@ def test_docs_worked_example_runs(tmp_path, monkeypatch, tiny_checkpoint, isolat
         assert type(load_model("my-finetune").adapter).__name__ == "MyQwenAdapter"  # the model type now picks it
     finally:
         sys.modules.pop("my_vrh_plugin", None)
+
+
+@pytest.mark.parametrize("first", ["vrh.models.composed", "vrh.models.adapters.deepseek_vl2", "vrh.models.adapters"])
+def test_every_family_registers_whichever_module_is_imported_first(first):
+    """vrh.models.composed imports the adapters package, whose families subclass its ComposedAdapter: imported
+    first, it used to fail with a circular import; now the composed families are registered once it is done."""
+    import subprocess
+    import sys
+
+    code = (f"import importlib; importlib.import_module({first!r}); "
+            "from vrh.models.adapters import registered_adapters; print(sorted(registered_adapters()))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    from vrh.models.adapters import registered_adapters
+
+    builtin = sorted(n for n, c in registered_adapters().items() if c.__module__.startswith("vrh.models.adapters."))
+    assert out.stdout.strip() == str(builtin)

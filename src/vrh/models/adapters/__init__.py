@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import sys
 from typing import Any
 
 from vrh.models.adapters.base import Adapter, VisionBatch, register_adapter, registered_adapters
@@ -23,9 +24,32 @@ PLUGIN_GROUP = "vrh.adapters"  # entry-point group: name = "package.module:Adapt
 NOT_STATED = "(not stated)"
 STATUSES = ("tested", "composed", "custom", "refused")  # vrh models' order (describe_adapter says what each means)
 
+_DEFERRED: list[str] = []  # families left for vrh.models.composed to import (below)
+
+
+def _composed_midway() -> bool:
+    """vrh.models.composed is being imported and has not defined ComposedAdapter yet: it was imported before
+    this package (its first import, of ``adapters.base``, runs this package's ``__init__``)."""
+    mod = sys.modules.get("vrh.models.composed")
+    return mod is not None and not hasattr(mod, "ComposedAdapter")
+
+
+def load_deferred() -> None:
+    """Import the families that subclass ComposedAdapter and were skipped because vrh.models.composed was
+    imported first; vrh.models.composed calls this once it is complete, so either import order registers
+    every family."""
+    while _DEFERRED:
+        importlib.import_module(_DEFERRED.pop(0))
+
+
 for _mod in pkgutil.iter_modules(__path__):
     if _mod.name not in SUPPORT_MODULES:
-        importlib.import_module(f"{__name__}.{_mod.name}")
+        try:
+            importlib.import_module(f"{__name__}.{_mod.name}")
+        except ImportError:
+            if not _composed_midway():
+                raise
+            _DEFERRED.append(f"{__name__}.{_mod.name}")
 
 
 def load_plugins() -> list[type[Adapter]]:
