@@ -107,7 +107,8 @@ def plot_curve(build: Path, dest: Path) -> None:
              label="held-out grounding (IoU >= 0.5)")
     ax2.set_ylim(0, 1)
     ax2.set_ylabel("held-out grounding accuracy")
-    fig.legend(loc="upper right", fontsize=7)
+    handles = ax.get_legend_handles_labels()[0] + ax2.get_legend_handles_labels()[0]
+    ax2.legend(handles, [h.get_label() for h in handles], loc="center right", fontsize=7)
     ax.set_title("organism D, stage 2")
     fig.tight_layout()
     fig.savefig(dest, dpi=120)

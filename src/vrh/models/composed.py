@@ -184,7 +184,3 @@ def _check_buffers(model: nn.Module) -> None:
         if buf.is_meta:
             raise ValueError(f"buffer {name} has no value after loading; build_model must create it with a value")
 
-
-from vrh.models import adapters as _adapters  # noqa: E402  (complete: imported above, or importing this module)
-
-_adapters.load_deferred()  # the families that subclass ComposedAdapter, when this module was imported first

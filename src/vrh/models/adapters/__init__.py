@@ -15,7 +15,8 @@ import pkgutil
 import sys
 from typing import Any
 
-from vrh.models.adapters.base import Adapter, VisionBatch, register_adapter, registered_adapters
+from vrh.models.adapters import base as _base
+from vrh.models.adapters.base import Adapter, VisionBatch, register_adapter
 from vrh.models.adapters.refusals import (REFUSALS, find_refusal, native_in_transformers,
                                    remote_code_message)
 
@@ -24,7 +25,7 @@ PLUGIN_GROUP = "vrh.adapters"  # entry-point group: name = "package.module:Adapt
 NOT_STATED = "(not stated)"
 STATUSES = ("tested", "composed", "custom", "refused")  # vrh models' order (describe_adapter says what each means)
 
-_DEFERRED: list[str] = []  # families left for vrh.models.composed to import (below)
+_DEFERRED: list[str] = []  # families skipped while vrh.models.composed was midway (below); imported on first lookup
 
 
 def _composed_midway() -> bool:
@@ -36,10 +37,18 @@ def _composed_midway() -> bool:
 
 def load_deferred() -> None:
     """Import the families that subclass ComposedAdapter and were skipped because vrh.models.composed was
-    imported first; vrh.models.composed calls this once it is complete, so either import order registers
-    every family."""
+    imported first (its import of ``adapters.base`` runs this ``__init__`` before it defines ComposedAdapter).
+    Every lookup here calls it, so either import order serves every family."""
     while _DEFERRED:
-        importlib.import_module(_DEFERRED.pop(0))
+        importlib.import_module(_DEFERRED[0])
+        _DEFERRED.pop(0)
+
+
+def registered_adapters() -> dict[str, type[Adapter]]:
+    """Every registered adapter by name (:func:`vrh.models.adapters.base.registered_adapters`), the deferred
+    families imported first."""
+    load_deferred()
+    return _base.registered_adapters()
 
 
 for _mod in pkgutil.iter_modules(__path__):
@@ -58,6 +67,7 @@ def load_plugins() -> list[type[Adapter]]:
     Called on lookup, not at import, so importing vrh runs no third-party code."""
     from importlib.metadata import entry_points
 
+    load_deferred()
     found = []
     for ep in entry_points(group=PLUGIN_GROUP):
         cls = ep.load()
