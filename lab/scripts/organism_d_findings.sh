@@ -29,7 +29,9 @@ vrh stability --heads "$OUT/demo/detect" --model "$DM" --data "$D" --k "$K" --n-
 # text retrieval heads of the base LM before any image training (Retrieval Heads' needle test on English
 # sentences, no image), with D's VRHs masked in it too; then the overlap of the two rankings with chance levels,
 # and both head sets (and random ones) masked in D's grounding
-TEXT_OPTS=(--haystack sentences --contexts 256,512 --depths 0,0.5,1 --needles 6 --k "$K" --max-new-tokens 16)
+# 32 tokens: the base repeats the needle sentence whole ("The secret code of the green square is 39 55 81 55", one
+# token per digit); 16 cut every answer before its last number (a run of 2026-12-03: recall 0 of 36, no head ranked)
+TEXT_OPTS=(--haystack sentences --contexts 256,512 --depths 0,0.5,1 --needles 6 --k "$K" --max-new-tokens 32)
 vrh text-heads --model "$DB" "${TEXT_OPTS[@]}" --cross-heads "$OUT/demo/detect" --threads "$T" \
     --out "$OUT/text_base" --overwrite
 vrh compare-heads --heads "$OUT/demo/detect" --heads-b "$OUT/text_base" --model "$DM" --data "$D" --n 100 \
