@@ -183,4 +183,3 @@ def _check_buffers(model: nn.Module) -> None:
     for name, buf in model.named_buffers():
         if buf.is_meta:
             raise ValueError(f"buffer {name} has no value after loading; build_model must create it with a value")
-
