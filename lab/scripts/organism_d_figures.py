@@ -65,7 +65,8 @@ def figures(findings: Path) -> dict[str, Any]:
         "text_heads_base": {"n": text["n"], "recall": text["recall"], "recall_chance": text["recall_chance"],
                             "own_text_heads_masked": text["text_heads_recall"],
                             "d_vrhs_masked": text["cross_heads_recall"], "random_mean": text["random_recall_mean"],
-                            "random_std": text["random_recall_std"], "top_heads": text["top_heads"][:10]},
+                            "random_std": text["random_recall_std"], "random_by_seed": text["random_recall"],
+                            "recall_by_depth": text.get("recall_by_depth"), "top_heads": text["top_heads"][:10]},
         "vrh_vs_text_heads": {"overlap": cmp["overlap"], "rank_correlation": cmp["rank_correlation"],
                               "matrix": cmp["matrix"], "warnings": cmp["warnings"]},
     }
@@ -166,10 +167,21 @@ def lines(f: dict[str, Any]) -> list[str]:
     t = f["text_heads_base"]
     out.append(row(f"base LM needle recall (n={t['n']}): unmasked / own top-{k} / D's VRHs / random",
                    f"{t['recall']:.3f} / {t['own_text_heads_masked']:.3f} / {t['d_vrhs_masked']:.3f} / "
-                   f"{t['random_mean']:.3f} +- {t['random_std']:.3f}"))
+                   f"{t['random_mean']:.3f} +- {t['random_std']:.3f} ("
+                   + " ".join(f"{r:.3f}" for r in t["random_by_seed"]) + ")"))
+    if t.get("recall_by_depth"):
+        out.append(row("base LM needle recall by needle depth", "  ".join(
+            f"{d}: {r:.3f}" for d, r in t["recall_by_depth"].items())))
+    out.append(row(f"base LM top {min(len(t['top_heads']), k)} text heads (LAYER:HEAD)",
+                   " ".join(f"{a}:{b}" for a, b in t["top_heads"][:k])))
     for o in f["vrh_vs_text_heads"]["overlap"]:
         out.append(row(f"top-{o['k']} overlap, D's VRHs vs the base's text heads (chance, p)",
                        f"{o['intersection']} ({o['chance']['intersection']:.2f}, p {o['p_value']:.2g})"))
+    rc = f["vrh_vs_text_heads"]["rank_correlation"]
+    if rc:
+        out.append(row("rank correlation over all heads: Spearman (null sd) / Kendall tau-b (null sd)",
+                       f"{rc['spearman']:.3f} ({rc['spearman_null_sd']:.3f}) / {rc['kendall']:.3f} "
+                       f"({rc['kendall_null_sd']:.3f})"))
     m = f["vrh_vs_text_heads"]["matrix"] or {}
     for task in ("grounding", "needle"):
         if task in m:
