@@ -24,6 +24,7 @@ from typing import Any
 
 from vrh import runs
 from vrh.models.loading import resolve_model_path
+from vrh.scoring.sparsity import sparsity_summary
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from organism_acceptance import first_head_agreement  # noqa: E402
@@ -69,7 +70,25 @@ def figures(findings: Path) -> dict[str, Any]:
                             "recall_by_depth": text.get("recall_by_depth"), "top_heads": text["top_heads"][:10]},
         "vrh_vs_text_heads": {"overlap": cmp["overlap"], "rank_correlation": cmp["rank_correlation"],
                               "matrix": cmp["matrix"], "warnings": cmp["warnings"]},
+        "d_frozen": frozen_figures(findings),
     }
+
+
+def frozen_figures(findings: Path) -> dict[str, Any] | None:
+    """D-frozen's part (``det_df``, ``cmp_df``; run when ``DF`` is given): its held-out grounding, the sparsity of
+    its detection, its top heads, and its VRHs against the base's text heads (overlap, rank correlation, both
+    masked in its grounding and needle recall). None when the part was not run."""
+    if not (findings / "cmp_df").is_dir():
+        return None
+    cmp = _results(findings / "cmp_df")
+    model = runs.read_config(findings / "cmp_df")["config"]["model"]
+    meta_path = Path(resolve_model_path(model, materialize=False)) / "vrh_organism.json"
+    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+    hs = runs.read_head_scores(findings / "det_df")
+    return {"model": model, "heldout": meta.get("heldout"), "num_heads_total": hs.num_layers * hs.num_heads,
+            "sparsity": sparsity_summary(hs.scores()), "top_heads": [list(h) for h in hs.ranking()[:10]],
+            "overlap": cmp["overlap"], "rank_correlation": cmp["rank_correlation"], "matrix": cmp["matrix"],
+            "warnings": cmp["warnings"]}
 
 
 def training_curve(build: Path, window: int = 50) -> dict[str, Any]:
@@ -174,19 +193,41 @@ def lines(f: dict[str, Any]) -> list[str]:
             f"{d}: {r:.3f}" for d, r in t["recall_by_depth"].items())))
     out.append(row(f"base LM top {min(len(t['top_heads']), k)} text heads (LAYER:HEAD)",
                    " ".join(f"{a}:{b}" for a, b in t["top_heads"][:k])))
-    for o in f["vrh_vs_text_heads"]["overlap"]:
-        out.append(row(f"top-{o['k']} overlap, D's VRHs vs the base's text heads (chance, p)",
+    out += _versus_text_heads(row, "D", f["vrh_vs_text_heads"])
+    df = f.get("d_frozen")
+    if df:
+        rowf = lambda figure, value: f"DF {figure:<75} {value}"  # noqa: E731
+        out.append(rowf(f"D-frozen: {df['model']}", ""))
+        if df["heldout"]:
+            h = df["heldout"]
+            out.append(rowf(f"held-out grounding / VQA after training (n={h['grounding_n']} / {h['vqa_n']})",
+                            f"{h['grounding_acc_iou50']:.3f} / {h['vqa_acc']:.3f} (parse failures "
+                            f"{h['grounding_parse_failure']:.3f})"))
+        sp = df["sparsity"]
+        out.append(rowf(f"heads scoring above {' / '.join(str(t) for t in sp['count_above'])} / max score",
+                        " / ".join(str(c) for c in sp["count_above"].values()) + f" of {df['num_heads_total']}"
+                        f" / {sp['max']:.3f}"))
+        out.append(rowf("top 7 heads (LAYER:HEAD)", " ".join(f"{a}:{b}" for a, b in df["top_heads"][:7])))
+        out += _versus_text_heads(rowf, "D-frozen", df)
+    return out
+
+
+def _versus_text_heads(row, name: str, v: dict[str, Any]) -> list[str]:
+    """The printed lines of a ``vrh compare-heads`` run of ``name``'s VRHs (A) against the base's text heads (B)."""
+    out = []
+    for o in v["overlap"]:
+        out.append(row(f"top-{o['k']} overlap, {name}'s VRHs vs the base's text heads (chance, p)",
                        f"{o['intersection']} ({o['chance']['intersection']:.2f}, p {o['p_value']:.2g})"))
-    rc = f["vrh_vs_text_heads"]["rank_correlation"]
+    rc = v["rank_correlation"]
     if rc:
         out.append(row("rank correlation over all heads: Spearman (null sd) / Kendall tau-b (null sd)",
                        f"{rc['spearman']:.3f} ({rc['spearman_null_sd']:.3f}) / {rc['kendall']:.3f} "
                        f"({rc['kendall_null_sd']:.3f})"))
-    m = f["vrh_vs_text_heads"]["matrix"] or {}
+    m = v["matrix"] or {}
     for task in ("grounding", "needle"):
         if task in m:
             c = m[task]
-            out.append(row(f"D {task} (n={c['n']}): unmasked / D's VRHs / base text heads / random (k={m['k']})",
+            out.append(row(f"{name} {task} (n={c['n']}): unmasked / its VRHs / base text heads / random (k={m['k']})",
                            f"{c['none']:.3f} / {c['a']:.3f} / {c['b']:.3f} / {c['random_mean']:.3f} +- "
                            f"{c['random_std']:.3f}"))
     return out

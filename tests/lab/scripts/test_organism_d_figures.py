@@ -113,3 +113,34 @@ def test_cli_writes_json_curve_and_plot(tmp_path):
     assert tr["loss"] == [{"steps": [1, 4], "level": "easy", "loss": pytest.approx(2.975)}]
     assert "4:0.062 (n=32)" in proc.stdout
     assert png.is_file() and png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_d_frozen_part_when_it_ran(tmp_path):
+    mod = load_script()
+    f = findings(tmp_path)
+    assert mod.figures(f)["d_frozen"] is None  # not run: no D-frozen lines
+    frozen = tmp_path / "frozen"
+    write(frozen / "vrh_organism.json", {"heldout": {"grounding_n": 200, "grounding_acc_iou50": 0.01, "vqa_n": 100,
+                                                     "vqa_acc": 0.3, "grounding_parse_failure": 0.0}})
+    write(f / "det_df" / "config.json", {"config": {"model": str(frozen)}})
+    write(f / "det_df" / "head_scores.json", {
+        "scorer": "out/sum/mean", "num_layers": 2, "num_heads": 4, "n_scored": 100,
+        "scores": [[0.3, 0.0, 0.004, 0.0], [0.0, 0.0006, 0.0, 0.0]], "ranking": [[0, 0], [0, 2], [1, 1], [1, 0]]})
+    write(f / "cmp_df" / "config.json", {"config": {"model": str(frozen)}})
+    write(f / "cmp_df" / "results.json", {
+        "overlap": [{"k": 2, "intersection": 0, "chance": {"intersection": 0.5}, "p_value": 1.0}],
+        "rank_correlation": {"spearman": 0.1, "kendall": 0.08, "spearman_null_sd": 0.119, "kendall_null_sd": 0.08},
+        "matrix": {"k": 2, "needle": {"n": 36, "none": 0.472, "a": 0.4, "b": 0.0, "random_mean": 0.25,
+                                      "random_std": 0.1}},
+        "warnings": []})
+    fig = mod.figures(f)
+    df = fig["d_frozen"]
+    assert df["model"] == str(frozen) and df["heldout"]["grounding_acc_iou50"] == 0.01
+    assert df["sparsity"]["count_above"] == {0.001: 2, 0.005: 1} and df["top_heads"][0] == [0, 0]
+    text = "\n".join(mod.lines(fig))
+    assert "DF held-out grounding / VQA after training (n=200 / 100)" in text and "0.010 / 0.300" in text
+    assert "2 / 1 of 8 / 0.300" in text  # heads above 0.001 / 0.005 of 8, max score
+    assert "top-2 overlap, D-frozen's VRHs vs the base's text heads (chance, p)" in text
+    assert "D-frozen needle (n=36): unmasked / its VRHs / base text heads / random (k=2)" in text
+    assert "0.472 / 0.400 / 0.000 / 0.250 +- 0.100" in text
+    json.dumps(fig)  # the --json file holds it
