@@ -133,3 +133,22 @@ def test_a_folder_of_another_organisms_deltas_without_adapters_is_the_base_lm(tm
     with_adapters = vrh.load_model(str(deltas.materialize(tmp_path / "organism_x", root=tmp_path / "cache"))).model
     q = "layers.0.self_attn.q_proj.weight"
     assert not torch.equal(with_adapters.model.language_model.state_dict()[q], model.model.language_model.state_dict()[q])
+
+
+def test_a_local_folder_of_deltas_resolves_like_a_shipped_one(tmp_path, stand_in_base, monkeypatch):
+    """What `vrh organism build d` exports, passed as --model PATH, is rebuilt and loaded; the folder it is rebuilt
+    into (its manifest beside the weights) and any other path pass through unchanged."""
+    from vrh.models.loading import resolve_model_path
+
+    model, processor = stand_in_base
+    (tmp_path / "export").mkdir()
+    _delta_folder(model, processor, model, tmp_path / "export" / "organism_x")
+    monkeypatch.setenv("VRH_CACHE", str(tmp_path / "cache"))
+    folder = str(tmp_path / "export" / "organism_x")
+    assert deltas.needs_materializing(folder)
+    dest = resolve_model_path(folder)
+    assert dest == str(deltas.materialize(folder, root=tmp_path / "cache"))
+    assert (tmp_path / "cache" / "organisms").is_dir() and dest.startswith(str(tmp_path / "cache" / "organisms"))
+    assert not deltas.needs_materializing(dest) and resolve_model_path(dest) == dest
+    assert resolve_model_path(folder, materialize=False) == folder
+    assert resolve_model_path("google/gemma-3-4b-it") == "google/gemma-3-4b-it"

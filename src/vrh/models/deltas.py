@@ -37,6 +37,13 @@ def is_delta_folder(folder: str | Path) -> bool:
     return (Path(folder) / MANIFEST).exists()
 
 
+def needs_materializing(path: str | os.PathLike) -> bool:
+    """A local folder of deltas without the weights they describe (an organism's export, not the folder
+    :func:`materialize` built, which holds the manifest beside ``model.safetensors``)."""
+    folder = Path(path)
+    return folder.is_dir() and is_delta_folder(folder) and not (folder / WEIGHTS).exists()
+
+
 def deltas_file(folder: Path) -> Path:
     """The deltas a folder uses: its own, or its ``deltas_of`` sibling's."""
     manifest = json.loads((folder / MANIFEST).read_text())

@@ -61,16 +61,18 @@ def resolve_model_path(model: str, materialize: bool = True) -> str:
     """``organism`` / ``organism:NAME`` -> the shipped checkpoint; anything else is a path or hub id.
 
     An organism shipped as deltas on a base from the package index (organism D, :mod:`vrh.models.deltas`)
-    resolves to its full folder, rebuilt from the base on first use; ``materialize=False`` gives the shipped
-    folder itself (config.json and the organism's records, no weights: enough to check a name or inspect)."""
+    resolves to its full folder, rebuilt from the base on first use, and so does a local folder of deltas (what
+    ``vrh organism build d`` exports); ``materialize=False`` gives the folder itself (config.json and the
+    organism's records, no weights: enough to check a name or inspect)."""
+    from vrh.models import deltas
+
     if model == ORGANISM_ALIAS or model.startswith(ORGANISM_ALIAS + ":"):
         folder = organism_path(model.partition(":")[2])
-        if materialize:
-            from vrh.models import deltas
-
-            if deltas.is_delta_folder(folder):
-                return str(deltas.materialize(folder))
+        if materialize and deltas.is_delta_folder(folder):
+            return str(deltas.materialize(folder))
         return str(folder)
+    if materialize and deltas.needs_materializing(model):
+        return str(deltas.materialize(model))
     return model
 
 
