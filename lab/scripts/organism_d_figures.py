@@ -75,9 +75,9 @@ def figures(findings: Path) -> dict[str, Any]:
 
 
 def frozen_figures(findings: Path) -> dict[str, Any] | None:
-    """D-frozen's part (``det_df``, ``cmp_df``; run when ``DF`` is given): its held-out grounding, the sparsity of
-    its detection, its top heads, and its VRHs against the base's text heads (overlap, rank correlation, both
-    masked in its grounding and needle recall). None when the part was not run."""
+    """D-frozen's part (``det_df``, ``cmp_df``, ``df_vs_d``; run when ``DF`` is given): its held-out grounding, the
+    sparsity of its detection, its top heads, its VRHs against the base's text heads (overlap, rank correlation,
+    both masked in its grounding and needle recall) and against D's VRHs. None when the part was not run."""
     if not (findings / "cmp_df").is_dir():
         return None
     cmp = _results(findings / "cmp_df")
@@ -85,10 +85,12 @@ def frozen_figures(findings: Path) -> dict[str, Any] | None:
     meta_path = Path(resolve_model_path(model, materialize=False)) / "vrh_organism.json"
     meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
     hs = runs.read_head_scores(findings / "det_df")
+    vs_d = _results(findings / "df_vs_d")
     return {"model": model, "heldout": meta.get("heldout"), "num_heads_total": hs.num_layers * hs.num_heads,
             "sparsity": sparsity_summary(hs.scores()), "top_heads": [list(h) for h in hs.ranking()[:10]],
             "overlap": cmp["overlap"], "rank_correlation": cmp["rank_correlation"], "matrix": cmp["matrix"],
-            "warnings": cmp["warnings"]}
+            "warnings": cmp["warnings"],
+            "vs_d": {"overlap": vs_d["overlap"], "rank_correlation": vs_d["rank_correlation"]}}
 
 
 def training_curve(build: Path, window: int = 50) -> dict[str, Any]:
@@ -209,6 +211,13 @@ def lines(f: dict[str, Any]) -> list[str]:
                         f" / {sp['max']:.3f}"))
         out.append(rowf("top 7 heads (LAYER:HEAD)", " ".join(f"{a}:{b}" for a, b in df["top_heads"][:7])))
         out += _versus_text_heads(rowf, "D-frozen", df)
+        for o in df["vs_d"]["overlap"]:
+            out.append(rowf(f"top-{o['k']} overlap, D-frozen's VRHs vs D's (chance, p)",
+                            f"{o['intersection']} ({o['chance']['intersection']:.2f}, p {o['p_value']:.2g})"))
+        rc = df["vs_d"]["rank_correlation"]
+        out.append(rowf("D-frozen's map vs D's: Spearman (null sd) / Kendall tau-b (null sd)",
+                        f"{rc['spearman']:.3f} ({rc['spearman_null_sd']:.3f}) / {rc['kendall']:.3f} "
+                        f"({rc['kendall_null_sd']:.3f})"))
     return out
 
 

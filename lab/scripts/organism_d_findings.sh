@@ -46,7 +46,9 @@ if [ -n "$DF" ]; then
     vrh detect --model "$DF" --data "$D" --n "$N" "${G[@]}" --threads "$T" --out "$OUT/det_df" --overwrite
     vrh compare-heads --heads "$OUT/det_df" --heads-b "$OUT/text_base" --model "$DF" --data "$D" --n 100 \
         --k "$K" "${G[@]}" --threads "$T" --out "$OUT/cmp_df" --overwrite
-    EXTRA=("$OUT/det_df" "$OUT/cmp_df")
+    # D-frozen's VRHs against D's (the same base; the adapters are D's only difference): overlap and rank correlation
+    vrh compare-heads --heads "$OUT/det_df" --heads-b "$OUT/demo/detect" --out "$OUT/df_vs_d" --overwrite
+    EXTRA=("$OUT/det_df" "$OUT/cmp_df" "$OUT/df_vs_d")
 fi
 vrh report "$OUT/demo" "$OUT/demo/detect" "$OUT/demo/sweep_grounding" "$OUT/demo/sweep_vqa" "$OUT/compare" \
     "$OUT/stability" "$OUT/text_base" "$OUT/cmp_base" ${EXTRA[@]+"${EXTRA[@]}"} --k "$K" --out "$OUT/report"

@@ -133,6 +133,9 @@ def test_d_frozen_part_when_it_ran(tmp_path):
         "matrix": {"k": 2, "needle": {"n": 36, "none": 0.472, "a": 0.4, "b": 0.0, "random_mean": 0.25,
                                       "random_std": 0.1}},
         "warnings": []})
+    write(f / "df_vs_d" / "results.json", {
+        "overlap": [{"k": 2, "intersection": 2, "chance": {"intersection": 0.5}, "p_value": 0.02}],
+        "rank_correlation": {"spearman": 0.498, "kendall": 0.343, "spearman_null_sd": 0.119, "kendall_null_sd": 0.08}})
     fig = mod.figures(f)
     df = fig["d_frozen"]
     assert df["model"] == str(frozen) and df["heldout"]["grounding_acc_iou50"] == 0.01
@@ -143,4 +146,6 @@ def test_d_frozen_part_when_it_ran(tmp_path):
     assert "top-2 overlap, D-frozen's VRHs vs the base's text heads (chance, p)" in text
     assert "D-frozen needle (n=36): unmasked / its VRHs / base text heads / random (k=2)" in text
     assert "0.472 / 0.400 / 0.000 / 0.250 +- 0.100" in text
+    assert "top-2 overlap, D-frozen's VRHs vs D's (chance, p)" in text and "2 (0.50, p 0.02)" in text
+    assert "0.498 (0.119) / 0.343 (0.080)" in text
     json.dumps(fig)  # the --json file holds it

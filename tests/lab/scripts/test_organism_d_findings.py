@@ -70,5 +70,8 @@ def test_d_frozen_part_with_df(tmp_path):
     assert arg(df[0], "--data") == f"{out}/demo/data/grounding.jsonl"
     assert (arg(df[1], "--heads"), arg(df[1], "--heads-b")) == (f"{out}/det_df", f"{out}/text_base")
     assert arg(df[1], "--out") == f"{out}/cmp_df"
+    vs_d = next(c for c in calls if c[1:2] == ["compare-heads"] and arg(c, "--heads") == f"{out}/det_df"
+                and "--model" not in c)  # D-frozen's VRHs against D's: rankings only
+    assert (arg(vs_d, "--heads-b"), arg(vs_d, "--out")) == (f"{out}/demo/detect", f"{out}/df_vs_d")
     report = next(c for c in calls if c[1:2] == ["report"])
-    assert report[report.index("--k") - 2:report.index("--k")] == [f"{out}/det_df", f"{out}/cmp_df"]
+    assert report[report.index("--k") - 3:report.index("--k")] == [f"{out}/det_df", f"{out}/cmp_df", f"{out}/df_vs_d"]
