@@ -37,11 +37,16 @@ def _results(run_dir: Path) -> dict[str, Any]:
     return res
 
 
+def _model_and_records(run_dir: Path) -> tuple[str, dict[str, Any]]:
+    """The model a run folder used and that organism's records (``vrh_organism.json``; empty when it has none)."""
+    model = runs.read_config(run_dir)["config"]["model"]
+    meta_path = Path(resolve_model_path(model, materialize=False)) / "vrh_organism.json"
+    return model, json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+
+
 def figures(findings: Path) -> dict[str, Any]:
     demo = _results(findings / "demo")
-    model = runs.read_config(findings / "demo")["config"]["model"]
-    meta_path = Path(resolve_model_path(model, materialize=False)) / "vrh_organism.json"
-    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+    model, meta = _model_and_records(findings / "demo")
     sweep = _results(findings / "demo" / "sweep_grounding")
     ranking = runs.read_head_scores(findings / "demo" / "detect").ranking()
     stab = _results(findings / "stability")
@@ -81,9 +86,7 @@ def frozen_figures(findings: Path) -> dict[str, Any] | None:
     if not (findings / "cmp_df").is_dir():
         return None
     cmp = _results(findings / "cmp_df")
-    model = runs.read_config(findings / "cmp_df")["config"]["model"]
-    meta_path = Path(resolve_model_path(model, materialize=False)) / "vrh_organism.json"
-    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+    model, meta = _model_and_records(findings / "cmp_df")
     hs = runs.read_head_scores(findings / "det_df")
     vs_d = _results(findings / "df_vs_d")
     return {"model": model, "heldout": meta.get("heldout"), "num_heads_total": hs.num_layers * hs.num_heads,
@@ -148,11 +151,7 @@ def lines(f: dict[str, Any]) -> list[str]:
         out.append(row("held-out grounding during training (step: accuracy, n)",
                        " ".join(f"{e['step']}:{e['accuracy']:.3f}" for e in tr["eval"])
                        + (f" (n={tr['eval'][0]['n']})" if tr["eval"] else "")))
-    if f["heldout"]:
-        h = f["heldout"]
-        out.append(row(f"held-out grounding / VQA after training (n={h['grounding_n']} / {h['vqa_n']})",
-                       f"{h['grounding_acc_iou50']:.3f} / {h['vqa_acc']:.3f} (parse failures "
-                       f"{h['grounding_parse_failure']:.3f})"))
+    out += _heldout_lines(row, f["heldout"])
     if f.get("digits"):
         d = f["digits"]
         out.append(row(f"teacher-forced first digit / whole number / best constant (n={d['n']})",
@@ -200,38 +199,40 @@ def lines(f: dict[str, Any]) -> list[str]:
     if df:
         rowf = lambda figure, value: f"DF {figure:<75} {value}"  # noqa: E731
         out.append(rowf(f"D-frozen: {df['model']}", ""))
-        if df["heldout"]:
-            h = df["heldout"]
-            out.append(rowf(f"held-out grounding / VQA after training (n={h['grounding_n']} / {h['vqa_n']})",
-                            f"{h['grounding_acc_iou50']:.3f} / {h['vqa_acc']:.3f} (parse failures "
-                            f"{h['grounding_parse_failure']:.3f})"))
+        out += _heldout_lines(rowf, df["heldout"])
         sp = df["sparsity"]
         out.append(rowf(f"heads scoring above {' / '.join(str(t) for t in sp['count_above'])} / max score",
                         " / ".join(str(c) for c in sp["count_above"].values()) + f" of {df['num_heads_total']}"
                         f" / {sp['max']:.3f}"))
-        out.append(rowf("top 7 heads (LAYER:HEAD)", " ".join(f"{a}:{b}" for a, b in df["top_heads"][:7])))
+        out.append(rowf(f"top {k} heads (LAYER:HEAD)", " ".join(f"{a}:{b}" for a, b in df["top_heads"][:k])))
         out += _versus_text_heads(rowf, "D-frozen", df)
-        for o in df["vs_d"]["overlap"]:
-            out.append(rowf(f"top-{o['k']} overlap, D-frozen's VRHs vs D's (chance, p)",
-                            f"{o['intersection']} ({o['chance']['intersection']:.2f}, p {o['p_value']:.2g})"))
-        rc = df["vs_d"]["rank_correlation"]
-        out.append(rowf("D-frozen's map vs D's: Spearman (null sd) / Kendall tau-b (null sd)",
-                        f"{rc['spearman']:.3f} ({rc['spearman_null_sd']:.3f}) / {rc['kendall']:.3f} "
-                        f"({rc['kendall_null_sd']:.3f})"))
+        out += _overlap_lines(rowf, "D-frozen's VRHs vs D's", df["vs_d"])
+    return out
+
+
+def _heldout_lines(row, h: dict[str, Any] | None) -> list[str]:
+    if not h:
+        return []
+    return [row(f"held-out grounding / VQA after training (n={h['grounding_n']} / {h['vqa_n']})",
+                f"{h['grounding_acc_iou50']:.3f} / {h['vqa_acc']:.3f} (parse failures "
+                f"{h['grounding_parse_failure']:.3f})")]
+
+
+def _overlap_lines(row, label: str, v: dict[str, Any]) -> list[str]:
+    """The top-k overlaps with their chance levels and the rank correlation of a ``vrh compare-heads`` run."""
+    out = [row(f"top-{o['k']} overlap, {label} (chance, p)",
+               f"{o['intersection']} ({o['chance']['intersection']:.2f}, p {o['p_value']:.2g})") for o in v["overlap"]]
+    rc = v["rank_correlation"]
+    if rc:
+        out.append(row(f"rank correlation, {label}: Spearman (null sd) / Kendall tau-b (null sd)",
+                       f"{rc['spearman']:.3f} ({rc['spearman_null_sd']:.3f}) / {rc['kendall']:.3f} "
+                       f"({rc['kendall_null_sd']:.3f})"))
     return out
 
 
 def _versus_text_heads(row, name: str, v: dict[str, Any]) -> list[str]:
     """The printed lines of a ``vrh compare-heads`` run of ``name``'s VRHs (A) against the base's text heads (B)."""
-    out = []
-    for o in v["overlap"]:
-        out.append(row(f"top-{o['k']} overlap, {name}'s VRHs vs the base's text heads (chance, p)",
-                       f"{o['intersection']} ({o['chance']['intersection']:.2f}, p {o['p_value']:.2g})"))
-    rc = v["rank_correlation"]
-    if rc:
-        out.append(row("rank correlation over all heads: Spearman (null sd) / Kendall tau-b (null sd)",
-                       f"{rc['spearman']:.3f} ({rc['spearman_null_sd']:.3f}) / {rc['kendall']:.3f} "
-                       f"({rc['kendall_null_sd']:.3f})"))
+    out = _overlap_lines(row, f"{name}'s VRHs vs the base's text heads", v)
     m = v["matrix"] or {}
     for task in ("grounding", "needle"):
         if task in m:

@@ -1,7 +1,6 @@
 """lab/scripts/organism_d_figures.py reads organism D's findings folder and build records (nothing recomputed):
 each figure comes from the run folder it names, the printed lines carry them, and a missing run is an error."""
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -10,13 +9,8 @@ from pathlib import Path
 import pytest
 
 SCRIPT = Path(__file__).resolve().parents[3] / "lab" / "scripts" / "organism_d_figures.py"
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("organism_d_figures", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+sys.path.insert(0, str(SCRIPT.parent))
+import organism_d_figures as mod  # noqa: E402
 
 
 def write(path: Path, obj) -> None:
@@ -73,7 +67,6 @@ def build_records(tmp_path: Path) -> Path:
 
 
 def test_figures_come_from_each_run_folder(tmp_path):
-    mod = load_script()
     f = mod.figures(findings(tmp_path))
     assert f["heldout"]["vqa_acc"] == 0.34
     assert f["k_sweep"]["top_heads"] == [[1, 2], [0, 3]]
@@ -94,7 +87,6 @@ def test_figures_come_from_each_run_folder(tmp_path):
 
 
 def test_unfinished_run_is_an_error(tmp_path):
-    mod = load_script()
     f = findings(tmp_path)
     (f / "cmp_base" / "results.json").unlink()
     with pytest.raises(FileNotFoundError, match="cmp_base has no results.json"):
@@ -116,7 +108,6 @@ def test_cli_writes_json_curve_and_plot(tmp_path):
 
 
 def test_d_frozen_part_when_it_ran(tmp_path):
-    mod = load_script()
     f = findings(tmp_path)
     assert mod.figures(f)["d_frozen"] is None  # not run: no D-frozen lines
     frozen = tmp_path / "frozen"

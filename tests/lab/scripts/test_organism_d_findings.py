@@ -5,35 +5,18 @@ The script runs for real (bash) with a recording ``vrh`` first on PATH instead o
 runs) and recording stand-ins for the two Python scripts beside a copy of it.
 """
 
-import os
-import shlex
-import shutil
 import subprocess
-import sys
 from pathlib import Path
+
+from script_harness import run_recorded
 
 SCRIPT = Path(__file__).resolve().parents[3] / "lab" / "scripts" / "organism_d_findings.sh"
 
 
 def run_script(tmp_path: Path, **extra_env: str) -> tuple[subprocess.CompletedProcess, list[list[str]], Path]:
-    bin_dir, scripts = tmp_path / "bin", tmp_path / "scripts"
-    bin_dir.mkdir()
-    scripts.mkdir()
-    log = tmp_path / "calls.log"
-    (bin_dir / "vrh").write_text(f'#!/usr/bin/env bash\nprintf "%q " vrh "$@" >> {log}\necho >> {log}\n')
-    (bin_dir / "vrh").chmod(0o755)
-    shutil.copy(SCRIPT, scripts / SCRIPT.name)
-    for name in ("organism_d_digits.py", "organism_d_figures.py"):
-        (scripts / name).write_text(
-            f"import shlex, sys\nwith open({str(log)!r}, 'a') as f:\n"
-            f"    f.write(shlex.join([{name!r}] + sys.argv[1:]) + '\\n')\n")
-    path = os.pathsep.join([str(bin_dir), str(Path(sys.executable).parent), os.environ["PATH"]])
-    env = {k: v for k, v in os.environ.items() if k != "DF"}
-    env.update(PATH=path, **extra_env)
     out = tmp_path / "findings"
-    proc = subprocess.run(["bash", str(scripts / SCRIPT.name), str(out)], env=env, capture_output=True, text=True,
-                          timeout=60)
-    calls = [shlex.split(line) for line in log.read_text().splitlines()] if log.exists() else []
+    proc, calls = run_recorded(SCRIPT, tmp_path, out, ("organism_d_digits.py", "organism_d_figures.py"),
+                               drop_env=("DF",), **extra_env)
     return proc, calls, out
 
 

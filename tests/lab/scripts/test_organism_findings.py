@@ -5,34 +5,17 @@ The script runs for real (bash, its own C check), with a recording ``vrh`` first
 commands (minutes of model runs) and a recording acceptance checker beside a copy of the script.
 """
 
-import os
-import shlex
-import shutil
 import subprocess
-import sys
 from pathlib import Path
+
+from script_harness import run_recorded
 
 SCRIPT = Path(__file__).resolve().parents[3] / "lab" / "scripts" / "organism_findings.sh"
 
 
 def run_script(tmp_path: Path, c: str, **extra_env: str) -> tuple[subprocess.CompletedProcess, list[list[str]], Path]:
-    bin_dir, scripts = tmp_path / "bin", tmp_path / "scripts"
-    bin_dir.mkdir()
-    scripts.mkdir()
-    log = tmp_path / "calls.log"
-    (bin_dir / "vrh").write_text(f'#!/usr/bin/env bash\nprintf "%q " vrh "$@" >> {log}\necho >> {log}\n')
-    (bin_dir / "vrh").chmod(0o755)
-    shutil.copy(SCRIPT, scripts / SCRIPT.name)
-    (scripts / "organism_acceptance.py").write_text(
-        f"import sys\nwith open({str(log)!r}, 'a') as f:\n"
-        "    f.write('acceptance ' + ' '.join(sys.argv[1:]) + '\\n')\n")
-    # the script's `python` must be this interpreter (vrh importable); the fake vrh comes first
-    path = os.pathsep.join([str(bin_dir), str(Path(sys.executable).parent), os.environ["PATH"]])
-    env = {**os.environ, "PATH": path, "C": c, **extra_env}
     out = tmp_path / "findings"
-    proc = subprocess.run(["bash", str(scripts / SCRIPT.name), str(out)], env=env, capture_output=True, text=True,
-                          timeout=60)
-    calls = [shlex.split(line) for line in log.read_text().splitlines()] if log.exists() else []
+    proc, calls = run_recorded(SCRIPT, tmp_path, out, ("organism_acceptance.py",), C=c, **extra_env)
     return proc, calls, out
 
 
@@ -51,7 +34,7 @@ def test_c_missing_is_skipped_and_stale_c_runs_removed(tmp_path):
     assert text_a[text_a.index("--cross-heads") + 1] == f"{out}/det_a"
     report = next(c for c in calls if c[:2] == ["vrh", "report"])
     assert not any(arg.endswith(("demo_c", "compare_c", "a_to_c", "c_to_a")) for arg in report)
-    assert calls[-1][0] == "acceptance"
+    assert calls[-1][0] == "organism_acceptance.py"
 
 
 def test_c_present_runs_its_part(tmp_path):
