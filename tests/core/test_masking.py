@@ -442,8 +442,9 @@ def test_every_mode_is_declared_once_and_everything_asks_the_registry():
 
     names = masking.mask_mode_names()
     assert names and len(set(names)) == len(names) and names[0] == MaskOptions.mask_mode  # the default first
-    # mask_heads_per_row zeroes heads per row: only the default, zero, may say its conditions share batches
-    assert [m.name for m in masking.mask_modes() if m.batchable] == [MaskOptions.mask_mode]
+    # a mode batches only through its own per-row application: zero's is mask_heads_per_row, uniform has none
+    assert masking.get_mask_mode(MaskOptions.mask_mode).apply_rows is masking.mask_heads_per_row
+    assert all(m.batchable == (m.apply_rows is not None) for m in masking.mask_modes())
     for name in names:
         assert conditions.explicit([(0, 0)], mask_mode=name).mask_mode == name
         assert masking.get_mask_mode(name).help.strip()
@@ -453,7 +454,10 @@ def test_every_mode_is_declared_once_and_everything_asks_the_registry():
     with pytest.raises(ValueError, match=r"unknown mask mode 'mean'; choose from " + re.escape(str(names))):
         masking.get_mask_mode("mean")
     with pytest.raises(ValueError, match="already registered"):
-        masking.register_mask_mode("zero", batchable=True, help="again")(lambda model, adapter, heads: None)
+        masking.register_mask_mode("zero", help="again")(lambda model, adapter, heads: None)
+    with pytest.raises(ValueError, match="needs the mode's own per-row application"):  # batchable means per-row
+        masking.register_mask_mode("zero_again", batchable=True, help="again")(lambda model, adapter, heads: None)
+    assert "zero_again" not in masking.mask_mode_names()
 
 
 def test_mask_heads_dispatches_through_the_registry(model, monkeypatch):
@@ -468,7 +472,7 @@ def test_mask_heads_dispatches_through_the_registry(model, monkeypatch):
         seen.append(heads)
         yield
 
-    monkeypatch.setitem(masking._MODES, "probe", masking.MaskMode("probe", probe, batchable=False, help="test"))
+    monkeypatch.setitem(masking._MODES, "probe", masking.MaskMode("probe", probe, help="test"))
     with mask_heads(model, ADAPTER, [(1, 2)], mode="probe"), mask_heads(model, ADAPTER, [], mode="probe"):
         pass
     assert seen == [[(1, 2)]]  # an empty head list never reaches the mode

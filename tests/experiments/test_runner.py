@@ -45,8 +45,8 @@ class _Fake:
         return out
 
     def rows_call(self, lm, task, rows, *, batch_size, max_new_tokens, on_record, advance, share_vision=True,
-                  share_prefix=True):
-        self.calls.extend(sorted({(tuple(hs), "zero") for _, hs in rows}))
+                  share_prefix=True, mask_modes):
+        self.calls.extend(sorted({(tuple(hs), m) for (_, hs), m in zip(rows, mask_modes)}))
         out = []
         for i, (s, heads) in enumerate(rows):
             rec = self._answer(s, heads)

@@ -21,8 +21,11 @@ query position of every forward call: full prompts, single-token decode steps wi
 left-padded batches alike. (It does not change what the *other* heads attend to, and the head's keys
 and values still enter the KV cache; only its output is removed.)
 
-Several conditions in one batch: :func:`mask_heads_per_row` zeroes a different head set in each batch row
-(zero mode, the one mode registered ``batchable``), so conditions share one left-padded ``generate``.
+Several conditions in one batch: a mode may register its *per-row application* (``per_row=``), a context
+manager that masks a different head set in each batch row; only such modes are batchable
+(:attr:`MaskMode.batchable`), and the runner calls that very function for their rows. Zero mode registers
+:func:`mask_heads_per_row`, so zero-mode conditions share one left-padded ``generate``; uniform registers
+none and runs one head set at a time.
 
 torch is imported inside the functions that use it: :mod:`vrh.options` reads the mode registry to build
 ``--mask-mode``, and ``vrh --help`` must not import torch.
@@ -62,27 +65,47 @@ class MaskMode:
 
     ``apply(model, adapter, heads)``: a context manager that masks ``heads`` (a non-empty list of
     ``(layer, head)``) for its block and restores everything on exit, also on error -- what
-    :func:`mask_heads` enters. ``batchable``: rows of several head sets can share one batch, each row masked
-    as :func:`mask_heads` alone would mask it (:func:`mask_heads_per_row`); the runner batches only these
-    modes' conditions. ``help``: what the mode does to a head, as ``--mask-mode``'s help lists it after the
-    name ("'zero' *its output*").
+    :func:`mask_heads` enters. ``help``: what the mode does to a head, as ``--mask-mode``'s help lists it after
+    the name ("'zero' *its output*"). ``apply_rows(model, adapter, row_heads, subset)``: the mode's own per-row
+    application (None: it has none), a context manager that masks ``row_heads[b]`` in batch row b exactly as
+    ``apply`` alone would mask that row (leaving rows with no heads, and every layer below a row's first masked
+    layer, untouched) and honours ``subset`` (:class:`RowSubset`) as :func:`mask_heads_per_row` does.
     """
 
     name: str
     apply: Callable[[nn.Module, Any, list[Head]], AbstractContextManager[None]]
-    batchable: bool
     help: str
+    apply_rows: Callable[[nn.Module, Any, list[list[Head]], RowSubset | None], AbstractContextManager[None]] | None \
+        = None
+
+    @property
+    def batchable(self) -> bool:
+        """Rows of several head sets may share one batch: only if the mode registered its per-row application
+        (the runner calls :attr:`apply_rows` for them; a mode without one runs one head set at a time)."""
+        return self.apply_rows is not None
 
 
 _MODES: dict[str, MaskMode] = {}
 
 
-def register_mask_mode(name: str, *, batchable: bool, help: str) -> Callable:
-    """Decorator: register an ``apply(model, adapter, heads)`` context manager as the mask mode ``name``."""
+def register_mask_mode(name: str, *, help: str, per_row: Callable | None = None, batchable: bool | None = None
+                       ) -> Callable:
+    """Decorator: register an ``apply(model, adapter, heads)`` context manager as the mask mode ``name``.
+
+    ``per_row``: its per-row application (:attr:`MaskMode.apply_rows`), which makes the mode batchable.
+    ``batchable=True`` without one is refused: a mode batches only through its own per-row function."""
+    if name in _MODES:
+        raise ValueError(f"mask mode {name!r} is already registered")
+    if batchable and per_row is None:
+        raise ValueError(f"mask mode {name!r}: batchable=True needs the mode's own per-row application "
+                         "(per_row=...); without one its conditions run one head set at a time")
+    if batchable is False and per_row is not None:
+        raise ValueError(f"mask mode {name!r}: batchable=False contradicts the per-row application given")
+
     def register(apply: Callable) -> Callable:
         if name in _MODES:
             raise ValueError(f"mask mode {name!r} is already registered")
-        _MODES[name] = MaskMode(name, apply, batchable, help)
+        _MODES[name] = MaskMode(name, apply, help, per_row)
         return apply
 
     return register
@@ -241,7 +264,6 @@ def mask_heads(model: nn.Module, adapter: LanguageModelLayout, heads: Iterable[H
         yield
 
 
-@register_mask_mode("zero", batchable=True, help="its output")
 @contextmanager
 def _zero_mask(model: nn.Module, adapter: LanguageModelLayout, heads: list[Head]) -> Iterator[None]:
     num_layers, num_heads = adapter.num_layers(model), adapter.num_heads(model)
@@ -252,9 +274,6 @@ def _zero_mask(model: nn.Module, adapter: LanguageModelLayout, heads: list[Head]
         yield
 
 
-# the uniform ablation masks one head set per attention module for the whole batch: not batchable
-@register_mask_mode("uniform", batchable=False,
-                    help="attention over the keys it may see (Retrieval Heads' ablation)")
 @contextmanager
 def _uniform_mask(model: nn.Module, adapter: LanguageModelLayout, heads: list[Head]) -> Iterator[None]:
     from vrh.core.attention import language_model_uses_vrh, uniform_heads
@@ -276,9 +295,10 @@ def mask_heads_per_row(model: nn.Module, adapter: LanguageModelLayout, row_heads
     same exact zeros -- so only the batch composition changes, as it does between any two batches. Every
     forward inside must have exactly ``len(row_heads)`` rows (a mismatch raises instead of broadcasting).
 
-    Zero mode, the batchable one (:attr:`MaskMode.batchable`): the uniform ablation lives inside vrh's
-    attention function, which masks one head set per module for the whole batch, so uniform conditions run
-    one head set at a time (:func:`vrh.experiments.runner.run_conditions` does that). Every row is validated before
+    Zero mode's per-row application (:attr:`MaskMode.apply_rows`, what makes it batchable): the uniform
+    ablation lives inside vrh's attention function, which masks one head set per module for the whole batch,
+    so it registers none and uniform conditions run one head set at a time
+    (:func:`vrh.experiments.runner.run_conditions` does that). Every row is validated before
     anything is installed; rows with no heads are left untouched; hooks are removed on exit, also on error;
     it nests with :func:`mask_heads` (masks add up). ``subset``: while its ``rows`` are set, a forward holds
     only those rows of the batch, each masked with its own heads (:class:`RowSubset`).
@@ -329,3 +349,9 @@ def _o_proj_pre_hooks(model: nn.Module, adapter: LanguageModelLayout, hooks: dic
     finally:
         for handle in handles:
             handle.remove()
+
+
+# --- the registrations, the default first ----------------------------------------------------------------
+register_mask_mode("zero", help="its output", per_row=mask_heads_per_row)(_zero_mask)
+# the uniform ablation masks one head set per attention module for the whole batch: no per-row application
+register_mask_mode("uniform", help="attention over the keys it may see (Retrieval Heads' ablation)")(_uniform_mask)

@@ -2,8 +2,9 @@
 
 :func:`evaluate_samples` is the one evaluation loop (greedy answers under :func:`vrh.core.masking.mask_heads`,
 each judged by the sample's :class:`vrh.tasks.Task`); :func:`evaluate_rows` is its batched-conditions twin,
-where each batch row is a (sample, head set) pair zeroed by :func:`vrh.core.masking.mask_heads_per_row`, so
-several conditions share one ``generate``. :func:`vrh.experiments.runner.run_conditions` drives both for a list of
+where each batch row is a (sample, head set) pair masked by its mask mode's own per-row application
+(:attr:`vrh.core.masking.MaskMode.apply_rows`; zero: :func:`vrh.core.masking.mask_heads_per_row`), so several
+conditions share one ``generate``. :func:`vrh.experiments.runner.run_conditions` drives both for a list of
 masking conditions. Which samples are evaluated (held out from detection, paper App. H) is
 :mod:`vrh.experiments.heldout`'s.
 """
@@ -11,6 +12,7 @@ masking conditions. Which samples are evaluated (held out from detection, paper 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
 from typing import Any
 
 from vrh.infra.oom import halving_on_oom
@@ -18,7 +20,7 @@ from vrh.data import Sample
 from vrh.core.heads import Head
 from vrh.models.loading import LoadedModel
 from vrh.models.generation import generate_answers
-from vrh.core.masking import RowSubset, mask_heads, mask_heads_per_row, validate_heads
+from vrh.core.masking import RowSubset, get_mask_mode, mask_heads, validate_heads
 from vrh.core.sharing import shared_prefill
 from vrh.tasks import Task
 
@@ -66,15 +68,17 @@ def evaluate_rows(lm: LoadedModel, task: Task, rows: Sequence[tuple[Sample, Sequ
                   batch_size: int = 16, max_new_tokens: int = 64,
                   on_record: Callable[[int, dict[str, Any]], None] | None = None,
                   advance: Callable[[int], None] | None = None, share_vision: bool = True,
-                  share_prefix: bool = True) -> list[dict[str, Any]]:
-    """Answer every ``(sample, heads)`` row with its own ``heads`` zeroed, ``batch_size`` rows per batch.
+                  share_prefix: bool = True, mask_modes: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """Answer every ``(sample, heads)`` row with its own ``heads`` masked, ``batch_size`` rows per batch.
 
     Why: the rows of several masking conditions (the same sample under k = 1, 2, 4, random seeds, ...)
     share one left-padded, KV-cached greedy ``generate``, which costs about as much per decode step as
-    one condition's batch; a row's answer is the one :func:`evaluate_samples` gives it (tested). Zero mode
-    only (see :func:`vrh.core.masking.mask_heads_per_row`). Returns one record per row, in ``rows`` order, and
-    hands each to ``on_record(row index, record)`` as its batch is judged; ``advance`` counts rows. Every
-    head set is validated before anything is generated.
+    one condition's batch; a row's answer is the one :func:`evaluate_samples` gives it (tested).
+    ``mask_modes``: row b's mask mode (default: every row ``zero``); each must be batchable, and a batch's rows
+    of mode m are masked by m's own per-row application (:attr:`vrh.core.masking.MaskMode.apply_rows`; the
+    other rows get no heads from it, so the modes' masks add up row by row). Returns one record per row, in
+    ``rows`` order, and hands each to ``on_record(row index, record)`` as its batch is judged; ``advance``
+    counts rows. Every head set and mode is validated before anything is generated.
 
     ``share_vision`` / ``share_prefix``: the rows of one sample in a batch compute its vision features / the
     prompt below each row's first masked layer once (:mod:`vrh.core.sharing`); exact, so the records are the
@@ -85,18 +89,33 @@ def evaluate_rows(lm: LoadedModel, task: Task, rows: Sequence[tuple[Sample, Sequ
         raise ValueError(f"{len(wrong)} rows are not {task.name} samples (e.g. {wrong[:3]})")
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    modes = ["zero"] * len(rows) if mask_modes is None else list(mask_modes)
+    if len(modes) != len(rows):
+        raise ValueError(f"{len(modes)} mask modes for {len(rows)} rows")
+    per_row = {}
+    for name in dict.fromkeys(modes):
+        mode = get_mask_mode(name)
+        if not mode.batchable:
+            raise ValueError(f"mask mode {name!r} has no per-row application: its head sets run one at a time "
+                             "(evaluate_samples)")
+        per_row[name] = mode.apply_rows
     for heads in {tuple(map(tuple, hs)) for _, hs in rows}:
         validate_heads(heads, lm.adapter.num_layers(lm.model), lm.adapter.num_heads(lm.model))
+    triples = [(s, hs, m) for (s, hs), m in zip(rows, modes)]
     out: list[dict[str, Any]] = []
-    for start in range(0, len(rows), batch_size):
-        chunk = rows[start:start + batch_size]
+    for start in range(0, len(triples), batch_size):
+        chunk = triples[start:start + batch_size]
 
-        def answer(part: Sequence[tuple[Sample, Sequence[Head]]]) -> list[dict[str, Any]]:
-            heads, subset = [list(hs) for _, hs in part], RowSubset()
-            with mask_heads_per_row(lm.model, lm.adapter, heads, subset=subset), \
-                    shared_prefill(lm.model, lm.adapter, [s.id for s, _ in part], heads, subset,
-                                   vision=share_vision, prefix=share_prefix):
-                return answer_and_judge(lm, task, [s for s, _ in part], max_new_tokens)
+        def answer(part: Sequence[tuple[Sample, Sequence[Head], str]]) -> list[dict[str, Any]]:
+            heads, subset = [list(hs) for _, hs, _ in part], RowSubset()
+            with ExitStack() as stack:
+                for name in dict.fromkeys(m for _, _, m in part):  # each mode masks its own rows only
+                    stack.enter_context(per_row[name](lm.model, lm.adapter,
+                                                      [hs if m == name else [] for hs, (_, _, m) in zip(heads, part)],
+                                                      subset))
+                stack.enter_context(shared_prefill(lm.model, lm.adapter, [s.id for s, _, _ in part], heads, subset,
+                                                   vision=share_vision, prefix=share_prefix))
+                return answer_and_judge(lm, task, [s for s, _, _ in part], max_new_tokens)
 
         recs = [r for piece in halving_on_oom(answer, chunk, "evaluate") for r in piece]
         for i, rec in enumerate(recs, start):

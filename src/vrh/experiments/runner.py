@@ -11,14 +11,15 @@ Every masking command (evaluate, sweep, compare, transfer, stability, dpo-pairs,
 * **resume**: records already in the run folder (from an interrupted run with the same config) are reused,
   and only what is missing is generated;
 * **several conditions per batch** (``batch_conditions=True``, the default): a batch row is a (sample,
-  head set) pair, so the head sets of a batchable mask mode (:attr:`vrh.core.masking.MaskMode.batchable`: zero)
-  share left-padded, KV-cached greedy ``generate`` calls (:func:`vrh.experiments.evaluation.evaluate_rows`,
-  :func:`vrh.core.masking.mask_heads_per_row`). Rows go sample-major (a sample's rows sit next to each other:
-  same prompt length, little padding). Uniform-mode head sets cannot share a batch (the uniform ablation
-  masks one head set per attention module) and are evaluated one head set at a time, as everything is
-  with ``batch_conditions=False``. Records, tags, resume,
-  ``subsets`` and summaries are the same either way (tested); only the order of lines in
-  ``samples.jsonl`` differs;
+  head set) pair, so the head sets of a batchable mask mode (:attr:`vrh.core.masking.MaskMode.batchable`: one
+  that registered its own per-row application, as zero does) share left-padded, KV-cached greedy ``generate``
+  calls (:func:`vrh.experiments.evaluation.evaluate_rows`, which masks each row through its mode's
+  :attr:`~vrh.core.masking.MaskMode.apply_rows`; zero's is :func:`vrh.core.masking.mask_heads_per_row`).
+  Rows go sample-major (a sample's rows sit next to each other: same prompt length, little padding). Head
+  sets of a mode without a per-row application (uniform: it masks one head set per attention module) cannot
+  share a batch and are evaluated one head set at a time, as everything is with ``batch_conditions=False``.
+  Records, tags, resume, ``subsets`` and summaries are the same either way (tested); only the order of lines
+  in ``samples.jsonl`` differs;
 * **data-parallel** under ``torchrun`` / ``accelerate launch`` (:mod:`vrh.infra.distributed`): the plan (rows,
   or each group's samples still to do) is cut into the batches one process would run, and each rank
   runs every world-size-th batch, appending to its own shard; the ranks then exchange their records, so
@@ -135,11 +136,11 @@ def run_conditions(lm: LoadedModel, task: Task, samples: Sequence[Sample], condi
     judged under any condition with the same key is not generated again; conditions sharing a key get the
     same records, each tagged with its own label.
 
-    ``batch_conditions``: head sets of a batchable mask mode (zero) share batches, ``batch_size`` (sample,
-    head set) rows each (see the module docstring); ``False`` evaluates one head set at a time,
-    ``batch_size`` samples per batch. Within a batch, a sample's rows share its vision features and the prompt
-    below each row's first masked layer (:mod:`vrh.core.sharing`; ``share_vision`` / ``share_prefix``, from
-    ``settings`` or as keywords, turn them off); the records are the same either way.
+    ``batch_conditions``: head sets of a batchable mask mode (zero, or any with a per-row application) share
+    batches, ``batch_size`` (sample, head set) rows each (see the module docstring); ``False`` evaluates one
+    head set at a time, ``batch_size`` samples per batch. Within a batch, a sample's rows share its vision
+    features and the prompt below each row's first masked layer (:mod:`vrh.core.sharing`; ``share_vision`` /
+    ``share_prefix``, from ``settings`` or as keywords, turn them off); the records are the same either way.
     The progress bar counts rows either way.
     """
     share = with_options(sharing(settings), {k: options.pop(k) for k in _SHARE_FIELDS if k in options},
@@ -214,6 +215,7 @@ def execute_plan(lm: LoadedModel, task: Task, plan: ConditionPlan, run: RunFolde
     with progress_bar(plan.n_rank_generations, description, unit="generations") as advance:
         if plan.rank_rows:
             evaluate_rows(lm, task, [(s, plan.groups[i].lead.heads) for i, s in plan.rank_rows],
+                          mask_modes=[plan.groups[i].lead.evaluated_mask_mode for i, _ in plan.rank_rows],
                           on_record=lambda j, rec: new.add(plan.rank_rows[j][0], rec), advance=advance,
                           share_vision=share.share_vision, share_prefix=share.share_prefix, **gen)
         for i, part in plan.rank_samples.items():
