@@ -50,6 +50,17 @@ def test_heatmap_keeps_title_and_labels_in_the_png_and_its_legend_off_the_cells(
     assert not any(_box(lg, fig).overlaps(_box(ax.patch, fig)) for lg in legends)  # never on a cell
 
 
+def test_heatmap_colour_scale_starts_at_0_so_a_flat_map_reads_flat(drawn):
+    """From the map's minimum, a flat random map (0.0398-0.0401) looked as concentrated as a planted one
+    (issue 46 item 6); scores are shares, so the scale starts at 0."""
+    flat = 0.0398 + 0.0003 * np.random.default_rng(0).random((4, 8))
+    plots.score_heatmap(flat, title="flat")
+    im = drawn[0].axes[0].images[0]
+    assert im.norm.vmin == 0 and im.norm.vmax == pytest.approx(flat.max())
+    assert "from 0" in drawn[0].axes[1].get_ylabel()  # the colour bar says where it starts
+    assert plots.heatmap_range([[-0.5, 2.0]]) == (-0.5, 2.0)  # a negative score: the scale shows it
+
+
 def test_histogram_threshold_lines_are_far_apart(drawn):
     scores = np.array([[1e-6, 2e-5, 8e-4, 1.3e-3], [6e-3, 0.02, 0.27, 0.8]])
     plots.score_histogram(scores, title="t")  # the page's thresholds: vrh.scoring.sparsity.DEFAULT_THRESHOLDS
@@ -118,12 +129,14 @@ def test_overlay_panels_each_readable_on_a_stated_scale_with_labels_inside_the_f
     fig = drawn[0]
     fig.canvas.draw()
     panels = {ax.get_title().split("\n")[0]: ax for ax in fig.axes if ax.images}
-    for name in ("all heads", "top-2 VRHs", "all but top-2"):
-        assert panels[name].images[-1].get_array()[..., 3].max() > 0.8, name  # its peak is dark in every panel
+    for name in ("all heads", "top-2 VRHs"):
+        assert panels[name].images[-1].get_array()[..., 3].max() > 0.8, name  # its peak is dark
     rest = panels["all but top-2"].get_title()
     assert "peak 0.025 = 2.5% of the top-2's" in rest, rest  # token 9: (0.1 + 5 * 0.01) / 6 heads
+    # its peak is 2.3x its even share (mean 0.0109): scaled to 4x that, so the rest is not drawn near-maximal
+    assert 0.4 < panels["all but top-2"].images[-1].get_array()[..., 3].max() < 0.8
     bars = [ax for ax in fig.axes if ax.get_xlabel().startswith("mean attention")]
-    assert len(bars) == 3 and sorted(round(b.get_xlim()[1], 4) for b in bars) == [0.025, 0.2575, 1.0]
+    assert len(bars) == 3 and sorted(round(b.get_xlim()[1], 5) for b in bars) == [0.04375, 0.2575, 1.0]
     assert all(b.get_xlim()[0] == 0 for b in bars)
     for b in bars:  # the label and every drawn tick label inside the PNG
         box = b.get_tightbbox(fig.canvas.get_renderer())
@@ -131,6 +144,44 @@ def test_overlay_panels_each_readable_on_a_stated_scale_with_labels_inside_the_f
         assert _inside(b.xaxis.label, fig), b.get_xlabel()
     sizes = {tuple(np.round(ax.get_position().size, 3)) for ax in fig.axes if ax.get_title()}
     assert len(sizes) == 1  # the input and the three overlays keep one size (no bar takes a panel's space)
+
+
+def test_a_near_uniform_attention_map_is_drawn_light_on_a_stated_scale(drawn):
+    """0..peak drew a map of 0.0399..0.0401 all dark, reading as "maximal everywhere" (issue 46 item 7)."""
+    L, H, V = 2, 4, 16
+    att = 0.0399 + 0.0002 * np.random.default_rng(0).random((L, H, V))
+    rects = np.array([[x, y, x + 8, y + 8] for y in range(0, 32, 8) for x in range(0, 32, 8)], dtype=float)
+    overlay.attention_overlay(att, rects, [(1, 2)], image=None, gt_box=None, pred_box=None, title="s")
+    fig = drawn[0]
+    for ax in (a for a in fig.axes if a.images and a.get_title() != "input"):
+        assert ax.images[-1].get_array()[..., 3].max() < 0.35, ax.get_title()  # a quarter of the scale, light
+    labels = [ax.get_xlabel() for ax in fig.axes if ax.get_xlabel().startswith("mean attention")]
+    assert labels and all("4x its even share" in t for t in labels)
+
+
+def test_overlay_titles_print_ratios_near_one_as_percents():
+    """``:.2g`` printed 99.5-99.99% as ``1e+02%`` (issue 46 item 7)."""
+    assert overlay.peak_words("all heads", 0.0995, "top-3 VRHs", 0.1) == "peak 0.0995 = 99.5% of the top-3's"
+    assert overlay.peak_words("all heads", 0.09999, "top-3 VRHs", 0.1).endswith(" = 99.99% of the top-3's")
+    assert overlay.peak_words("all heads", 0.2, "top-3 VRHs", 0.1) == "peak 0.2 = 2x the top-3's"
+    assert "e+" not in overlay.peak_words("all heads", 150.0, "top-3 VRHs", 0.1)
+
+
+def test_the_share_in_the_gt_box_counts_cells_by_detections_rule(drawn):
+    """The overlay counted cells whose centre lies in the box, detection any overlap (issue 46 item 7): one
+    rule, :func:`vrh.data.key_cells.cells_in_box`, and the title names it."""
+    from vrh.data import key_cells
+
+    V = 16
+    att = np.full((1, 2, V), 1.0 / V)
+    rects = np.array([[x, y, x + 8, y + 8] for y in range(0, 32, 8) for x in range(0, 32, 8)], dtype=float)
+    box = [6, 6, 10, 10]  # overlaps 4 cells, contains no cell's centre
+    assert overlay.mass_in_box(att[0, 0], rects, box) == pytest.approx(4 / V)
+    assert overlay.mass_in_box(att[0, 0], rects, box, min_overlap=0.5) == 0.0  # 1/16 of each cell inside
+    assert overlay.cells_in_box is key_cells.cells_in_box
+    overlay.attention_overlay(att, rects, [(0, 1)], image=None, gt_box=box, pred_box=None, title="s")
+    titles = [ax.get_title() for ax in drawn[0].axes if ax.images and ax.get_title() != "input"]
+    assert titles and all("25% of it on cells overlapping the GT box" in t for t in titles)
 
 
 def test_overlay_colours_carry_no_object_hue_and_each_panel_states_its_peak(drawn):

@@ -10,11 +10,15 @@ so that where a panel's heads look is readable in every panel. One scale shared 
 before) left "all heads" and "all but top-k" blank next to the top-k's peak, their pattern visible only
 in numbers; a panel normalised to its peak *without saying so* (tried before that) read as bright as the
 top-k. So the scales are stated: each title says how the panel's peak compares with the top-k panel's
-(``peak 0.0198 = 12% of the top-3's``), and the colour bars carry the values. Low attention is faded out
-so the image stays visible; each title also gives the share of attention that falls on visual tokens
-whose cell centre lies inside the ground-truth box. Which image a sample's overlay may show is decided by the
-report (:func:`vrh.report.sections.overlay_image`); this module draws the array it is given, or an
-"image not found" panel.
+(``peak 0.0198 = 12% of the top-3's``), and the colour bars carry the values. A panel whose attention is
+nearly even (peak below :data:`EVEN_FLOOR` times its even share, the panel's attention spread evenly over its
+visual tokens) is scaled to that multiple instead of to its peak, so a flat map is drawn light, not "maximal
+everywhere" (0..peak drew a map of 0.0099..0.0101 all dark); the colour bar's label says which. Low
+attention is faded out so the image stays visible; each title also gives the share of attention on the
+visual tokens whose cell overlaps the ground-truth box, by detection's own rule
+(:func:`vrh.data.key_cells.cells_in_box`, with the run's ``--min-overlap``). Which image a sample's overlay
+may show is decided by the report (:func:`vrh.report.sections.overlay_image`); this module draws the array it
+is given, or an "image not found" panel.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from matplotlib.colors import Normalize
 from matplotlib.ticker import MaxNLocator
 from PIL import Image
 
+from vrh.data.key_cells import cells_in_box, rule_words
 from vrh.report.style import BASELINE_COLOR, TITLE_SIZE, new_figure, to_png, wrap_title
 
 GT_COLOR = "#00e676"  # paper: green ground truth
@@ -38,6 +43,7 @@ GT_COLOR = "#00e676"  # paper: green ground truth
 OVERLAY_CMAP = "Greys"
 PRED_COLOR = "#00b0ff"  # cyan, so it is never read as "VRH red"
 MAX_SIDE = 448  # pixels of the drawn image / attention raster: enough to read, small enough to embed
+EVEN_FLOOR = 4.0  # a panel is drawn to full darkness only where attention reaches this multiple of its even share
 
 
 # what PIL raises for a file it cannot decode: not an image (UnidentifiedImageError is an OSError),
@@ -63,12 +69,13 @@ def raster(values: np.ndarray, rects: np.ndarray, width: float, height: float, s
     return out
 
 
-def mass_in_box(values: np.ndarray, rects: np.ndarray, box: Sequence[float] | None) -> float | None:
-    """Share of the (non-negative) attention on tokens whose cell centre is inside ``box``."""
+def mass_in_box(values: np.ndarray, rects: np.ndarray, box: Sequence[float] | None, min_overlap: float = 0.0
+                ) -> float | None:
+    """Share of the (non-negative) attention on tokens whose cell overlaps ``box``: detection's key-set rule
+    (:func:`vrh.data.key_cells.cells_in_box`, ``min_overlap`` as the run's ``--min-overlap``)."""
     if box is None or values.sum() <= 0:
         return None
-    cx, cy = (rects[:, 0] + rects[:, 2]) / 2, (rects[:, 1] + rects[:, 3]) / 2
-    inside = (cx >= box[0]) & (cx <= box[2]) & (cy >= box[1]) & (cy <= box[3])
+    inside = cells_in_box(rects, box, min_overlap)
     return float(values[inside].sum() / values.sum())
 
 
@@ -88,12 +95,49 @@ def head_means(att: np.ndarray, top: Sequence[Sequence[int]]) -> dict[str, np.nd
 
 
 def panel_range(values: np.ndarray) -> tuple[float, float]:
-    """``(0, peak)``: one panel's colour scale, from no attention to its highest finite value (``(0, 1)``
-    when it has none above 0), so that darkness is proportional to attention within the panel."""
+    """``(0, top)``: one panel's colour scale, from no attention to its highest finite value, or to
+    :data:`EVEN_FLOOR` times its even share (its mean) when that is higher, so that darkness is proportional to
+    attention within the panel and a nearly even map is drawn light (``(0, 1)`` when nothing is above 0).
+
+    >>> panel_range(np.array([0.0] * 6 + [0.1, 0.9]))  # peaked (mean 0.125): 0 to the peak
+    (0.0, 0.9)
+    >>> panel_range(np.array([0.0099, 0.0101]))  # nearly even: 0 to 4x the mean, the cells at a quarter
+    (0.0, 0.04)
+    """
     vals = np.ravel(values)
     vals = vals[np.isfinite(vals)]
     peak = float(vals.max()) if vals.size else 0.0
-    return (0.0, peak) if peak > 0 else (0.0, 1.0)
+    if peak <= 0:
+        return 0.0, 1.0
+    return 0.0, max(peak, round(EVEN_FLOOR * float(np.clip(vals, 0, None).mean()), 12))
+
+
+def scale_words(values: np.ndarray) -> str:
+    """What a panel's colour scale runs to, for its colour bar (:func:`panel_range`)."""
+    vals = np.ravel(values)
+    vals = vals[np.isfinite(vals)]
+    peak = float(vals.max()) if vals.size else 0.0
+    if peak > 0 and panel_range(values)[1] > peak:
+        return f"mean attention, 0 to {EVEN_FLOOR:g}x its even share (peak below)"
+    return "mean attention, this panel's scale (0 to its peak)"
+
+
+def percent(ratio: float) -> str:
+    """A ratio below 1 as a percent that never reads as 100% or in exponent form.
+
+    >>> [percent(r) for r in (0.995, 0.9999, 0.5, 0.025, 0.0004, 1e-7)]
+    ['99.5%', '99.99%', '50%', '2.5%', '0.04%', '<0.01%']
+    """
+    pct = 100 * ratio
+    if pct < 0.01:
+        return "<0.01%"
+    if pct < 10:
+        return f"{pct:.2g}%"
+    for digits in range(0, 6):
+        text = f"{pct:.{digits}f}"
+        if float(text) < 100 and (digits or pct < 99.5):
+            return f"{text}%"
+    return f"{pct:.6f}%"
 
 
 def peak_words(name: str, peak: float, top_name: str | None, top_peak: float | None) -> str:
@@ -108,8 +152,21 @@ def peak_words(name: str, peak: float, top_name: str | None, top_peak: float | N
     if top_name is None or name == top_name or not top_peak or top_peak <= 0:
         return text
     ratio = peak / top_peak
-    rel = f"{100 * ratio:.2g}%" if ratio < 1 else f"{ratio:.2g}x"
-    return f"{text} = {rel} of the {top_name.split(' ')[0]}'s"
+    rel = f"{percent(ratio)} of" if ratio < 1 else (f"{ratio:.3g}x" if ratio < 1000 else f"{ratio:,.0f}x")
+    return f"{text} = {rel} the {top_name.split(' ')[0]}'s"
+
+
+def share_words(share: float) -> str:
+    """A share of attention (0..1) as a percent: 100% only when it is all of it.
+
+    >>> [share_words(s) for s in (1.0, 0.9996, 0.42, 0.0)]
+    ['100%', '99.96%', '42%', '0%']
+    """
+    if share >= 1:
+        return "100%"
+    if share <= 0:
+        return "0%"
+    return percent(share)
 
 
 def scaled_rgba(r: np.ndarray, cmap, lo: float, hi: float) -> np.ndarray:
@@ -131,10 +188,12 @@ def _box(ax, box, color, style, label):
 
 
 def attention_overlay(att: np.ndarray, rects: np.ndarray, top: Sequence[Sequence[int]], *, image: np.ndarray | None,
-                      gt_box: Sequence[float] | None, pred_box: Sequence[float] | None, title: str) -> bytes:
+                      gt_box: Sequence[float] | None, pred_box: Sequence[float] | None, title: str,
+                      min_overlap: float = 0.0) -> bytes:
     """Input image plus three overlays (all heads / top-k VRHs / all but top-k) with GT (green, solid) and
     predicted (cyan, dashed) boxes on every panel. ``att``: ``[L, H, V]``; ``rects``: ``[V, 4]`` xyxy;
-    ``image``: ``[H, W, 3]`` RGB (:func:`load_image`), or None for an "image not found" panel."""
+    ``image``: ``[H, W, 3]`` RGB (:func:`load_image`), or None for an "image not found" panel;
+    ``min_overlap``: the detection run's ``--min-overlap``, for the share "in the GT box" (:func:`mass_in_box`)."""
     att = np.asarray(att, dtype=float)
     rects = np.asarray(rects, dtype=float)
     if att.ndim != 3 or rects.shape != (att.shape[2], 4):
@@ -186,16 +245,17 @@ def attention_overlay(att: np.ndarray, rects: np.ndarray, top: Sequence[Sequence
     base(axes[0], "input")
     cmap = colormaps[OVERLAY_CMAP]
     top_name = next((name for name in panels if name.startswith("top-")), None)
-    top_peak = panel_range(panels[top_name])[1] if top_name else None
+    top_peak = float(np.nanmax(panels[top_name])) if top_name else None
     for ax, cax, (name, vals) in zip(axes[1:], bar_axes[1:], panels.items()):
         lo, hi = panel_range(vals)
         r = raster(vals, rects, width, height, scale)
-        share = mass_in_box(np.clip(vals, 0, None), rects, gt_box)
-        base(ax, name + "\n" + peak_words(name, hi, top_name, top_peak) +
-             (f"\n{100 * share:.0f}% of it in the GT box" if share is not None else ""))
+        share = mass_in_box(np.clip(vals, 0, None), rects, gt_box, min_overlap)
+        peak = float(np.nanmax(vals)) if np.isfinite(vals).any() else 0.0
+        base(ax, name + "\n" + peak_words(name, peak, top_name, top_peak) +
+             (f"\n{share_words(share)} of it {rule_words(min_overlap)}" if share is not None else ""))
         ax.imshow(scaled_rgba(r, cmap, lo, hi), extent=extent, interpolation="nearest")
         bar = fig.colorbar(ScalarMappable(Normalize(lo, hi), cmap), cax=cax, orientation="horizontal",
-                           label="mean attention, this panel's scale (0 to its peak)")
+                           label=scale_words(vals))
         bar.ax.xaxis.set_major_locator(MaxNLocator(4))
         bar.ax.tick_params(labelsize=7)
         bar.ax.xaxis.label.set_fontsize(8)

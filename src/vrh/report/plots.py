@@ -44,14 +44,19 @@ def _num(x) -> float:
 def score_heatmap(scores, *, title: str, top: Sequence[Sequence[int]] = ()) -> bytes:
     """Layer x head map of a ``[L, H]`` score map (0-based axes, layer 0 at the top); ``top`` heads are
     ringed so the detected set is visible even where its scores are close to the rest. The ring's legend
-    sits below the axes, never on a cell; the title wraps to the figure's width instead of being clipped."""
+    sits below the axes, never on a cell; the title wraps to the figure's width instead of being clipped.
+
+    The colour scale starts at 0 (:func:`heatmap_range`): scores are shares of attention, and a scale from
+    the map's minimum drew a flat random map (0.0398-0.0401) as concentrated as a planted one."""
     arr = np.asarray(scores, dtype=float)
     L, H = arr.shape
     width = min(11.0, max(6.0, 3.0 + 0.22 * H))
     fig = new_figure(width, min(9.5, 2.9 + 0.16 * L + (0.3 if len(top) else 0.0)))
     ax = fig.add_subplot()
-    im = ax.imshow(arr, cmap="Reds", aspect="auto", interpolation="nearest", origin="upper")
-    fig.colorbar(im, ax=ax, label="VRH score", shrink=0.9)
+    lo, hi = heatmap_range(arr)
+    im = ax.imshow(arr, cmap="Reds", vmin=lo, vmax=hi, aspect="auto", interpolation="nearest", origin="upper")
+    fig.colorbar(im, ax=ax, label="VRH score (scale from 0)" if lo == 0 else f"VRH score (scale from {lo:.3g})",
+                 shrink=0.9)
     if len(top):
         ax.scatter([h for _, h in top], [l for l, _ in top], s=40, facecolors="none", edgecolors="#1f77b4",
                    linewidths=1.2, label=f"ringed: the top-{len(top)} heads")
@@ -62,6 +67,21 @@ def score_heatmap(scores, *, title: str, top: Sequence[Sequence[int]] = ()) -> b
     ax.yaxis.set_major_locator(MaxNLocator(integer=True, nbins=16))
     ax.set_title(wrap_title(title, width - 0.4), fontsize=TITLE_SIZE)
     return to_png(fig)
+
+
+def heatmap_range(scores) -> tuple[float, float]:
+    """``(vmin, vmax)`` of a score heatmap: from 0 (or the lowest score, where one is negative) to the highest.
+
+    >>> heatmap_range([[0.0398, 0.0401]])
+    (0.0, 0.0401)
+    >>> heatmap_range([[-0.5, 2.0]])
+    (-0.5, 2.0)
+    """
+    arr = np.asarray(scores, dtype=float)
+    finite = arr[np.isfinite(arr)]
+    lo = min(0.0, float(finite.min())) if finite.size else 0.0
+    hi = float(finite.max()) if finite.size else 1.0
+    return lo, (hi if hi > lo else lo + 1.0)
 
 
 LOG_COUNTS_FROM = 50  # a histogram's count axis is logarithmic only when a bar holds this many heads
@@ -417,6 +437,6 @@ def labelled_bars(labels: Sequence[str], values: Sequence[float | None], colors:
     ax.set_title(wrap_title(title, fig.get_figwidth() - 0.6), fontsize=TITLE_SIZE)
     return to_png(fig)
 
-__all__ = ["score_heatmap", "score_histogram", "score_histogram_figure", "axis_scales", "k_curve", "outcome_bars",
-           "wrap_label", "transfer_bars", "curve_family", "stability_curve", "split_reference", "STD_WORDS", "labelled_bars",
-           "attention_overlay", "to_png", "new_figure"]
+__all__ = ["score_heatmap", "heatmap_range", "score_histogram", "score_histogram_figure", "axis_scales", "k_curve",
+           "outcome_bars", "wrap_label", "transfer_bars", "curve_family", "stability_curve", "split_reference",
+           "STD_WORDS", "labelled_bars", "attention_overlay", "to_png", "new_figure"]

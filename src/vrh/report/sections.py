@@ -246,7 +246,8 @@ def scores_section(runs: list[Run], kc: KChoice) -> Section | None:
         title = run.title(", ".join(x for x in (hs.scorer, is_num(hs.n_scored) and f"n={hs.n_scored}") if x))
         sub = Section(run.name, level=3)
         sub.add(Fig(f"{slug(run.name)}-heatmap", plots.score_heatmap(scores, title=title, top=ranking[:kk]),
-                    f"Layer x head VRH scores; ringed: the {kc.caption(scores.size)}."))
+                    f"Layer x head VRH scores; ringed: the {kc.caption(scores.size)}. The colour scale runs from "
+                    f"{plots.heatmap_range(scores)[0]:g} to the highest score."))
         hist = plots.score_histogram_figure(scores, title=title, thresholds=th.values)
         sub.add(Fig(f"{slug(run.name)}-histogram", plots.to_png(hist),
                     f"Distribution of head scores ({plots.axis_scales(hist.axes[0])}); vertical lines: the sparsity "
@@ -451,6 +452,8 @@ def overlay_section(runs: list[Run], kc: KChoice) -> Section | None:
         records = {str(rec.get("id")): rec for rec in run.samples}
         ranking = run.head_scores.ranking() if run.head_scores is not None else []
         named, why_unnamed = dataset_images(run)
+        settings = run.config.get("config") if isinstance(run.config.get("config"), dict) else {}
+        min_overlap = settings.get("min_overlap") if is_num(settings.get("min_overlap")) else 0.0
         for i, (sid, (att, rects)) in enumerate(list(run.overlays.items())[:MAX_OVERLAYS]):
             rec = records.get(sid, {})
             if att.ndim != 3:
@@ -464,11 +467,15 @@ def overlay_section(runs: list[Run], kc: KChoice) -> Section | None:
             if image is None:
                 left_out.append(f"{run.name}/{short(sid)} ({why})")
             png = plots.attention_overlay(att, rects, ranking[:kk], image=image, gt_box=rec.get("gt_box"),
-                                          pred_box=rec.get("pred_box"), title=title)
+                                          pred_box=rec.get("pred_box"), title=title, min_overlap=min_overlap)
             s.add(Fig(f"{slug(run.name)}-overlay-{i}-{slug(sid)}", png,  # the index: ids may share a slug
                       f"Sample {sid}; {kc.caption(att.shape[0] * att.shape[1])} of {run.name}. Each attention "
-                      "panel has its own colour scale, from 0 to its peak (its colour bar); each title compares "
-                      "the panel's peak with the top-k panel's."))
+                      "panel has its own colour scale, from 0 to its peak, or to "
+                      f"{overlay.EVEN_FLOOR:g}x its even share where the peak is lower, so a nearly even map is "
+                      "drawn light (its colour bar says which); each title compares the panel's peak with the "
+                      "top-k panel's and gives the share of attention on the cells detection counts as in the "
+                      "GT box (any overlap" + (f", at least {100 * min_overlap:.3g}% of the cell" if min_overlap > 0
+                                               else "") + ")."))
     if left_out:
         s.add(Text(f"{len(left_out)} overlay image(s) not embedded: " + "; ".join(left_out) + ".", muted=True))
     return s if len(s.blocks) > 1 else None
