@@ -66,7 +66,7 @@ FILES = {
                    "random_recall_mean": 0.25, "random_recall_std": 0.0, "conditions": [], "top_heads": [[2, 6]],
                    "random_warnings": [], "elapsed_seconds": 1.0},
     "compare-heads": {"num_layers": 4, "num_heads": 8, "n_heads": 32, "overlap": [{"k": 5, "intersection": 1}],
-                      "rank_correlation": None, "warnings": [], "a": {"name": "a"}, "b": {"name": "b"}, "matrix": None,
+                      "lists": None, "rank_correlation": None, "warnings": [], "a": {"name": "a"}, "b": {"name": "b"}, "matrix": None,
                       "elapsed_seconds": 1.0},
 }
 CURVE = {"scorer": "out/sum/mean", "omega": "mean", "k": 2, "bootstrap": 2, "n_total": 4, "n_values": [1, 4],

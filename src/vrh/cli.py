@@ -13,13 +13,13 @@ import os
 import sys
 from collections.abc import Sequence
 
-from vrh.commands import (compare, compare_heads, data, demo, detect, dpo, dpo_pairs, dpo_train, evaluate, models,
-                          organism, probe_format, report, stability, study, sweep, text_heads, transfer)
+from vrh.commands import (compare, compare_heads, data, demo, detect, dpo, dpo_pairs, dpo_train, evaluate, heads,
+                          models, organism, probe_format, report, stability, study, sweep, text_heads, transfer)
 from vrh.options import add_options, parse_config
 
 # the order is the order of --help
-COMMANDS = (demo, detect, evaluate, sweep, compare, transfer, text_heads, compare_heads, stability, dpo_pairs, dpo_train,
-            dpo, study, report, organism, data, models, probe_format)
+COMMANDS = (demo, detect, evaluate, sweep, compare, transfer, text_heads, compare_heads, heads, stability, dpo_pairs,
+            dpo_train, dpo, study, report, organism, data, models, probe_format)
 
 
 class Parser(argparse.ArgumentParser):

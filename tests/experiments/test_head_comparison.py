@@ -112,3 +112,51 @@ def test_cross_masking_matrix_on_organism_c(tmp_path, organism_c):
     n_cond = len(m["conditions"])  # none, A, B and two random sets
     assert n_cond == 5 and sum(r["task"] == "needle" for r in recs) == 3 * n_cond
     assert sum(r["task"] == "grounding" for r in recs) == 6 * n_cond
+
+
+def test_topk_never_cuts_through_tied_or_zero_scores(tmp_path):
+    """Issue 46 item 4: a text-heads run whose map scores 24 of 32 heads exactly 0; its "top-10" and "top-20"
+    would be its 8 scored heads plus zeros picked by (layer, head) order."""
+    a = _scores_run(tmp_path / "a", torch.arange(32.0).reshape(4, 8))
+    z = torch.zeros(32)
+    z[torch.tensor([31, 29, 27, 25, 23, 21, 19, 17])] = torch.arange(8.0, 0.0, -1.0)  # 8 distinct, 24 zeros
+    b = _scores_run(tmp_path / "b", z.reshape(4, 8), command="text-heads")
+    res = head_comparison.run_compare_heads(CompareHeadsSettings(heads=a, heads_b=b, overlap_ks=(5, 10, 20),
+                                                                 out=str(tmp_path / "c")))
+    assert [o["k"] for o in res["overlap"]] == [5, 8]  # capped at the 8 heads scored above the tie
+    assert len(res["warnings"]) == 1 and "24 of its 32 heads tie at score 0" in res["warnings"][0]
+    assert "capped at k = 8" in res["warnings"][0] and res["lists"] is None  # two score maps: no whole lists
+    assert head_comparison.untied_k([2.0, 1.0, 1.0, 0.5], 2) == 1  # a tie among non-zero scores too
+
+
+def test_lists_of_different_lengths_are_compared_whole_with_hypergeometric_chance(tmp_path, capsys):
+    res = head_comparison.run_compare_heads(CompareHeadsSettings(
+        heads="paper:Qwen2.5-VL-7B/RefCOCO", heads_b="qrhead:Qwen2.5-7B-Instruct/NQ", out=str(tmp_path / "q")))
+    w = res["lists"]
+    assert res["overlap"] == [] and res["b"]["kind"] == "text"  # QRHead's list is a set: no top-k
+    assert (w["size_a"], w["size_b"], w["n"], w["intersection"]) == (20, 16, 784, 8)
+    assert sorted(map(tuple, w["shared"])) == [(16, 0), (16, 1), (16, 17), (16, 20), (17, 18), (18, 16), (19, 17),
+                                               (19, 19)]
+    assert round(w["chance"], 2) == 0.41 and f"{w['p_value']:.2g}" == "4.2e-10"
+    assert "share **8** (chance 0.41, hypergeometric p 4.2e-10" in (tmp_path / "q" / "compare_heads.md").read_text()
+    assert "8 of 20 and 16 heads shared" in capsys.readouterr().out
+    # two ranked lists of different lengths: top-k up to the shorter, and the whole lists
+    res = head_comparison.run_compare_heads(CompareHeadsSettings(
+        heads="paper:Qwen3-VL-8B/RefCOCO", heads_b="21:31,21:18,0:0", out=str(tmp_path / "r")))
+    assert [o["k"] for o in res["overlap"]] == [3] and res["lists"]["size_b"] == 3
+    # a score map against a list: the map's top-m, m the list's length
+    a = _scores_run(tmp_path / "a", torch.arange(32.0).reshape(4, 8))
+    res = head_comparison.run_compare_heads(CompareHeadsSettings(heads=a, heads_b="3:7,3:6,0:0",
+                                                                 out=str(tmp_path / "s")))
+    assert res["lists"]["a_from"] == "top 3 of its scores" and res["lists"]["intersection"] == 2
+
+
+def test_a_named_list_on_another_grid_is_refused_in_one_line(tmp_path, capsys):
+    assert main(["compare-heads", "--heads", "paper:Qwen3-VL-8B/RefCOCO", "--heads-b", "qrhead:Qwen2.5-7B-Instruct/NQ",
+                 "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err
+    assert "different grids" in err and len(err.strip().splitlines()) == 1
+    assert main(["compare-heads", "--heads", "paper:Qwen2.5-VL-7B/RefCOCO", "--heads-b", "qrhead:Gemma-3-4B-it/mid",
+                 "--out", str(tmp_path / "y")]) == 2
+    err = capsys.readouterr().err
+    assert "does not fit its model; refused" in err and len(err.strip().splitlines()) == 1

@@ -213,7 +213,8 @@ class HeadSource:
 
 def head_source(spec: str | None, scorer: str | None, num_layers: int | None = None, num_heads: int | None = None,
                 option: str = "--mask-heads") -> HeadSource:
-    """Resolve a detection run folder, a ``LAYER:HEAD,...`` list or a paper list ``paper:MODEL/BENCHMARK``,
+    """Resolve a detection run folder, a ``LAYER:HEAD,...`` list or a named list (``paper:MODEL/BENCHMARK``,
+    ``qrhead:MODEL/DATA``: :mod:`vrh.data.published_heads`),
     checked against the model's grid when ``num_layers``/``num_heads`` are given. A missing folder is reported
     as a missing folder."""
     import re
@@ -221,13 +222,13 @@ def head_source(spec: str | None, scorer: str | None, num_layers: int | None = N
 
     from vrh import runs
     from vrh.core.heads import check_grid, parse_head_list
-    from vrh.data.paper_heads import is_paper_spec, paper_heads
+    from vrh.data.published_heads import is_named_spec, named_heads
 
     if spec is None or str(spec).strip() == "":
         return HeadSource("none")
     spec = str(spec)
-    if is_paper_spec(spec):  # paper:MODEL/BENCHMARK, a list the paper publishes (vrh.data.paper_heads)
-        return HeadSource("list", path=spec, heads=paper_heads(spec, num_layers, num_heads, option).heads)
+    if is_named_spec(spec):  # paper:MODEL/BENCHMARK or qrhead:MODEL/DATA, a published list (vrh.data.published_heads)
+        return HeadSource("list", path=spec, heads=named_heads(spec, num_layers, num_heads, option).heads)
     if Path(spec).is_dir():
         hs = runs.read_head_scores(spec)
         name = scorer or hs.scorer

@@ -15,8 +15,15 @@ controls:
   its own task and the other's no more than random heads do.
 
 A side is a run folder (``head_scores.json``; ``text-heads`` runs are the ``text`` kind, detection runs
-``visual``), ``paper:MODEL/BENCHMARK`` (``visual``, the paper's top-20) or a head list in rank order
-(``list``). The run folder: ``config.json``, ``samples.jsonl`` (the matrix's records: grounding samples and
+``visual``), a named set (``paper:MODEL/BENCHMARK``: ``visual``, the paper's top-20 in rank order;
+``qrhead:MODEL/DATA``: ``text``, QRHead's published top-16, a set without a ranking; :mod:`vrh.data.published_heads`)
+or a head list in rank order (``list``).
+
+Lists of different lengths, and lists without a ranking, are compared as wholes (``lists``: the intersection, its
+hypergeometric chance and p over the grid, the shared heads; a score map enters as its top-m, m the list's
+length); the top-k figures need a ranking on both sides. A top-k never cuts through tied scores (24 of 32 heads
+scored exactly 0 in a small ``text-heads`` run): k is capped at the heads above the tie, with a warning, since
+inside a tie the "top" heads would be picked by (layer, head) order. The run folder: ``config.json``, ``samples.jsonl`` (the matrix's records: grounding samples and
 needle tests, each tagged with its condition, labels ``none``, ``top{k}:A``, ``top{k}:B``,
 ``random{k}:s{seed}``), ``compare_heads.md``, ``compare_heads.png`` and, last, ``results.json``.
 """
@@ -39,12 +46,12 @@ def head_side(spec: str, scorer: str | None, option: str) -> dict[str, Any]:
 
     from vrh import runs
     from vrh.core.heads import parse_head_list
-    from vrh.data.paper_heads import is_paper_spec, paper_heads
+    from vrh.data.published_heads import is_named_spec, named_heads
 
-    if is_paper_spec(spec):
-        p = paper_heads(spec, option=option)
-        return {"name": p.name, "kind": "visual", "ranking": [list(h) for h in p.heads], "scores": None,
-                "grid": (p.num_layers, p.num_heads), "text_config": None, "path": None}
+    if is_named_spec(spec):
+        p = named_heads(spec, option=option)
+        return {"name": p.name, "kind": p.kind, "ranking": [list(h) for h in p.heads], "scores": None,
+                "grid": (p.num_layers, p.num_heads), "text_config": None, "path": None, "ranked": p.ranked}
     if Path(spec).is_dir():
         hs = runs.read_head_scores(spec)
         cfg = runs.read_config(spec)
@@ -53,14 +60,14 @@ def head_side(spec: str, scorer: str | None, option: str) -> dict[str, Any]:
         return {"name": spec, "kind": "text" if text else "visual", "ranking": [list(h) for h in hs.ranking(name)],
                 "scores": hs.score_map(name), "grid": (hs.num_layers, hs.num_heads),
                 "text_config": ({**cfg["config"], "contexts": cfg["data"]["contexts"]} if text else None),
-                "path": spec}
+                "path": spec, "ranked": True}
     try:
         heads = parse_head_list(spec)
     except ValueError:
         raise FileNotFoundError(f"{option} {spec}: no such run folder (and not a head list LAYER:HEAD,... nor "
-                                "paper:MODEL/BENCHMARK)") from None
+                                "a named set paper:MODEL/BENCHMARK, qrhead:MODEL/DATA: vrh heads list)") from None
     return {"name": spec, "kind": "list", "ranking": [list(h) for h in heads], "scores": None, "grid": None,
-            "text_config": None, "path": None}
+            "text_config": None, "path": None, "ranked": True}
 
 
 def _grid(a: dict[str, Any], b: dict[str, Any], lm: Any) -> tuple[int, int]:
@@ -88,16 +95,84 @@ def _map(side: dict[str, Any], L: int, H: int) -> tuple[list[list[float]], str]:
     return m, "rank"
 
 
+def _sorted_scores(side: dict[str, Any]) -> list[float] | None:
+    """A score side's scores in its ranking's order (best first), or None for a list."""
+    if side["scores"] is None:
+        return None
+    return [float(side["scores"][l][h]) for l, h in side["ranking"]]
+
+
+def untied_k(values: list[float] | None, k: int) -> int:
+    """The largest k' <= k whose top-k' does not cut through tied scores (``values`` best first; None: a list,
+    whose order is its own). 0 when every cut up to k is inside a tie (an all-zero map).
+
+    >>> untied_k([3.0, 2.0, 1.0, 0.0, 0.0, 0.0], 5), untied_k([3.0, 2.0, 1.0, 0.0, 0.0, 0.0], 2)
+    (3, 2)
+    >>> untied_k([0.0, 0.0, 0.0], 2), untied_k([0.0, 0.0, 0.0], 3), untied_k(None, 4)
+    (0, 3, 4)
+    """
+    if values is None:
+        return k
+    while 0 < k < len(values) and values[k - 1] == values[k]:
+        k -= 1
+    return k
+
+
+def _tie_note(side: dict[str, Any], values: list[float], k: int, capped: int) -> str:
+    v = values[capped] if capped < len(values) else values[-1]
+    tied = sum(1 for x in values if x == v)
+    return (f"{side['name']}: {tied} of its {len(values)} heads tie at score {v:g}, so a top-{k} would pick among "
+            f"them by (layer, head) order; the top-k overlaps are capped at k = {capped}, the heads scored above the "
+            "tie" if capped else
+            f"{side['name']}: its top-{k} cuts through {tied} heads tied at score {v:g}: no top-k up to {k} is defined")
+
+
+def topk_ks(a: dict[str, Any], b: dict[str, Any], n: int, ks: tuple[int, ...]) -> tuple[list[int], list[str]]:
+    """The ks of the top-k figures, each capped by the shorter ranking and by ties (:func:`untied_k`), and the
+    warnings for every cap a tie forced. Empty when a side is a set without a ranking."""
+    if not (a.get("ranked", True) and b.get("ranked", True)):
+        return [], []
+    cap = min(len(a["ranking"]), len(b["ranking"]), n)
+    va, vb = _sorted_scores(a), _sorted_scores(b)
+    kk, notes = set(), {}
+    for k in sorted({min(k, cap) for k in ks if k >= 1}):
+        got = min(untied_k(va, k), untied_k(vb, k))
+        for side, vals in ((a, va), (b, vb)):
+            if vals is not None and untied_k(vals, k) < k and any(vals) and side["name"] not in notes:
+                notes[side["name"]] = _tie_note(side, vals, k, untied_k(vals, k))
+        if got:
+            kk.add(got)
+    return sorted(kk), list(notes.values())
+
+
+def whole_lists(a: dict[str, Any], b: dict[str, Any], n: int) -> dict[str, Any] | None:
+    """The whole-list overlap when a side is a list (None when both are score maps: the top-k figures say it):
+    a list as it is, a score map as its top-m, m the other list's length (capped by ties)."""
+    from vrh.scoring.head_overlap import set_overlap
+
+    if a["scores"] is not None and b["scores"] is not None:
+        return None
+
+    def members(side, other):
+        if side["scores"] is None:
+            return side["ranking"], "whole list"
+        m = untied_k(_sorted_scores(side), min(len(other["ranking"]), n))
+        return side["ranking"][:m], f"top {m} of its scores"
+
+    (sa, fa), (sb, fb) = members(a, b), members(b, a)
+    return {**set_overlap([tuple(h) for h in sa], [tuple(h) for h in sb], n).to_json(), "a_from": fa, "b_from": fb}
+
+
 def overlap_figures(a: dict[str, Any], b: dict[str, Any], L: int, H: int, ks: tuple[int, ...]) -> dict[str, Any]:
-    """``overlap`` (one entry per distinct k, capped by the shorter ranking) and ``rank_correlation``."""
+    """``overlap`` (one entry per distinct k, capped by the shorter ranking and by ties; none without a ranking
+    on both sides), ``lists`` (:func:`whole_lists`), ``rank_correlation`` and ``tie_warnings``."""
     import torch
 
     from vrh.experiments.method_comparison import finite_or_none, kendall, spearman
     from vrh.scoring.head_overlap import kendall_null_sd, spearman_null_sd, topk_overlap
 
     n = L * H
-    cap = min(len(a["ranking"]), len(b["ranking"]), n)
-    kk = sorted({min(k, cap) for k in ks if k >= 1})
+    kk, tie_warnings = topk_ks(a, b, n, ks)
     overlap = [topk_overlap([tuple(h) for h in a["ranking"]], [tuple(h) for h in b["ranking"]], k, n).to_json()
                for k in kk]
     rc = None
@@ -105,7 +180,7 @@ def overlap_figures(a: dict[str, Any], b: dict[str, Any], L: int, H: int, ks: tu
         ta, tb = torch.tensor(a["scores"]), torch.tensor(b["scores"])
         rc = {"spearman": finite_or_none(spearman(ta, tb)), "kendall": finite_or_none(kendall(ta, tb)),
               "spearman_null_sd": spearman_null_sd(n), "kendall_null_sd": kendall_null_sd(n)}
-    return {"overlap": overlap, "rank_correlation": rc}
+    return {"overlap": overlap, "lists": whole_lists(a, b, n), "rank_correlation": rc, "tie_warnings": tie_warnings}
 
 
 def _conditions(a: dict[str, Any], b: dict[str, Any], k: int, cfg: CompareHeadsSettings, L: int, H: int):
@@ -151,10 +226,11 @@ def run_compare_heads(cfg: CompareHeadsSettings, lm: Any = None) -> dict[str, An
     notes = [f"{s['name']}: every head scores 0 (e.g. a text-heads run that recalled no needle), so its ranking is "
              "the (layer, head) order and the figures with it measure nothing" for s in (a, b)
              if s["scores"] is not None and not any(v for row in s["scores"] for v in row)]
+    figures = overlap_figures(a, b, L, H, cfg.overlap_ks)
+    notes += figures.pop("tie_warnings")
     for n in notes:
         warn(n)
-    result: dict[str, Any] = {"num_layers": L, "num_heads": H, "n_heads": L * H,
-                              **overlap_figures(a, b, L, H, cfg.overlap_ks), "warnings": notes}
+    result: dict[str, Any] = {"num_layers": L, "num_heads": H, "n_heads": L * H, **figures, "warnings": notes}
     for key, side in (("a", a), ("b", b)):
         m, kind = _map(side, L, H)
         result[key] = {"name": side["name"], "kind": side["kind"], "ranking": side["ranking"], "map": m,
@@ -173,10 +249,13 @@ def run_compare_heads(cfg: CompareHeadsSettings, lm: Any = None) -> dict[str, An
         (run.path / PLOT_NAME).write_bytes(figure(result))
         run.write_results(result)
     print(markdown(result))  # the table on stdout
-    top = result["overlap"][-1] if result["overlap"] else None
+    top, whole = (result["overlap"][-1] if result["overlap"] else None), result.get("lists")
     if top:
         print_result(f"compare-heads: top-{top['k']} shared {top['intersection']} (chance "
                      f"{top['chance']['intersection']:.2f}, p {top['p_value']:.2g}) -> {cfg.out}")
+    elif whole:
+        print_result(f"compare-heads: {whole['intersection']} of {whole['size_a']} and {whole['size_b']} heads shared "
+                     f"(chance {whole['chance']:.2f}, p {whole['p_value']:.2g}) -> {cfg.out}")
     return result
 
 
@@ -188,7 +267,12 @@ def _matrix(cfg: CompareHeadsSettings, lm: Any, a: dict, b: dict, L: int, H: int
     from vrh.experiments.text_heads import evaluate_needles, prepare_tests
     from vrh.tasks import task_from_settings
 
-    k = cfg.k if cfg.k is not None else default_k(L, H)
+    sets = [s for s in (a, b) if not s.get("ranked", True)]  # a published top-16: masked whole, never a part
+    k = cfg.k if cfg.k is not None else len(sets[0]["ranking"]) if sets else default_k(L, H)
+    for s in sets:
+        if k != len(s["ranking"]):
+            raise ValueError(f"--k {k}: {s['name']} is a set of {len(s['ranking'])} heads, not a ranking, so its "
+                             f"cross-masking masks all of them: use --k {len(s['ranking'])} (or omit --k)")
     cond.check_k(k, L, H)
     if k > min(len(a["ranking"]), len(b["ranking"])):
         raise ValueError(f"--k {k}: a head set has only {min(len(a['ranking']), len(b['ranking']))} heads")

@@ -78,7 +78,8 @@ class EvaluateSettings(ModelOptions, DataOptions, EvalOptions, MaskOptions, Gene
     mask_heads: str | None = option(None, metavar="RUN|L:H,...",
                                     help="detection run folder (its top --k heads), a head list LAYER:HEAD,... or "
                                          "paper:MODEL/BENCHMARK (the paper's top-20 list, App. D, e.g. "
-                                         "paper:Qwen2.5-VL-7B/RefCOCO); omit for no masking")
+                                         "paper:Qwen2.5-VL-7B/RefCOCO) or another method's published list (e.g. "
+                                         "qrhead:Qwen2.5-7B-Instruct/NQ; vrh heads list); omit for no masking")
     k: int | None = option(None, parse=optional_int,
                            help="how many top heads of the detection run --mask-heads to mask (or random heads to "
                                 f"draw with --random) (default: {DEFAULT_K_RULE})")
@@ -326,7 +327,7 @@ class TextHeadsSettings(ModelOptions, RunOptions):
                                     help="random-head seeds: one random control of k heads per seed")
     cross_heads: str | None = option(None, metavar="RUN|L:H,...",
                                      help="also mask the top --k heads of this head set on the needle test: a "
-                                          "detection run (e.g. the VRHs), a head list or paper:MODEL/BENCHMARK "
+                                          "detection run (e.g. the VRHs), a head list or a named set (vrh heads list) "
                                           "(default: none)")
     mask_mode: str = redefault(MaskOptions, "mask_mode", "zero")
     exclude_layers: tuple[int, ...] = redefault(MaskOptions, "exclude_layers", ())
@@ -340,7 +341,8 @@ class CompareHeadsSettings(ModelOptions, EvalOptions, MaskOptions, GenerationOpt
     COMMAND: ClassVar[str] = "compare-heads"
 
     heads: str = option(metavar="A", help="head set A: a detection or text-heads run folder, a head list LAYER:HEAD,... "
-                                          "(in rank order) or paper:MODEL/BENCHMARK")
+                                          "(in rank order) or a named set: paper:MODEL/BENCHMARK, "
+                                          "qrhead:MODEL/DATA (vrh heads list)")
     heads_b: str = option(metavar="B", help="head set B, as --heads")
     model: str | None = redefault(ModelOptions, "model", None)
     data: str | None = option(None, help="grounding dataset (with --model): the cross-masking matrix's grounding "

@@ -49,6 +49,15 @@ def markdown(res: Mapping[str, Any]) -> str:
         lines.append(f"| {o['k']} | {o['intersection']} | {c['intersection']:.2f} | {o['fraction']:.2f} | "
                      f"{c['fraction']:.2f} | {o['jaccard']:.3f} | {c['jaccard']:.3f} | {o['p_value']:.3g} | "
                      + " ".join(f"{l}:{h}" for l, h in o["shared"]) + " |")
+    if not res["overlap"]:
+        lines.append("| - | no top-k: " + ("a side is a set without a ranking (a published top-16)" if res.get("lists")
+                                         else "no top-k avoids tied scores") + " | | | | | | | |")
+    w = res.get("lists")
+    if w:
+        lines += ["", f"Whole lists: A ({w['a_from']}, {w['size_a']} heads) and B ({w['b_from']}, {w['size_b']} heads) "
+                  f"share **{w['intersection']}** (chance {w['chance']:.2f}, hypergeometric p {w['p_value']:.2g} over "
+                  f"the {w['n']} heads; Jaccard {w['jaccard']:.3f}): " + (" ".join(f"{l}:{h}" for l, h in w["shared"])
+                                                                        or "none") + "."]
     rc = res.get("rank_correlation")
     lines.append("")
     if rc:
@@ -78,6 +87,7 @@ def figure(res: Mapping[str, Any]) -> bytes:
     """Both maps, each with the other's top-k ringed, and the cross-masking matrix when measured (PNG)."""
     m = res.get("matrix")
     k = res["overlap"][0]["k"] if res["overlap"] else 0
+    whole = not k and bool(res.get("lists"))  # no top-k (a set without a ranking): ring the other whole list
     panels = 3 if m else 2
     fig = new_figure(4.2 * panels, 4.2)
     for i, side in enumerate(("a", "b")):
@@ -86,10 +96,11 @@ def figure(res: Mapping[str, Any]) -> bytes:
         ax = fig.add_subplot(1, panels, i + 1)
         im = ax.imshow(arr, cmap="Reds" if s["kind"] != "text" else "Blues", aspect="auto", interpolation="nearest")
         fig.colorbar(im, ax=ax, shrink=0.8, label="rank in list" if s["map_kind"] == "rank" else "score")
-        ring = other["ranking"][:k]
+        ring = other["ranking"] if whole else other["ranking"][:k]
         ax.scatter([h for _, h in ring], [l for l, _ in ring], s=36, facecolors="none", edgecolors="black",
                    linewidths=1.0)
-        ax.set_title(wrap_title(f"{side.upper()}: {s['name']} ({s['kind']}); ringed: {other['kind']} top-{k}", 4.0),
+        ringed = f"all {len(ring)} of {other['kind']}" if whole else f"{other['kind']} top-{k}"
+        ax.set_title(wrap_title(f"{side.upper()}: {s['name']} ({s['kind']}); ringed: {ringed}", 4.0),
                      fontsize=TITLE_SIZE)
         ax.set_xlabel("head (0-based)")
         ax.set_ylabel("layer (0-based)")
@@ -163,6 +174,11 @@ def head_comparison_section(runs: list) -> Any:
                       [[str(o["k"]), str(o["intersection"]), f"{o['chance']['intersection']:.2f}",
                         f"{o['jaccard']:.3f}", f"{o['chance']['jaccard']:.3f}", f"{o['p_value']:.3g}"]
                        for o in res["overlap"]], caption="Top-k overlap beside its chance level"))
+        w = res.get("lists")
+        if isinstance(w, dict) and "p_value" in w:
+            sub.add(Text(f"Whole lists ({w.get('size_a')} and {w.get('size_b')} heads): {w.get('intersection')} shared "
+                         f"(chance {w.get('chance', 0):.2f}, p {w['p_value']:.2g}): "
+                         + " ".join(f"{h[0]}:{h[1]}" for h in w.get("shared", []) if isinstance(h, list) and len(h) == 2)))
         rc = res.get("rank_correlation")
         if rc:
             sub.add(Text(f"Spearman {_f(rc['spearman'])} (null sd {rc['spearman_null_sd']:.3f}), Kendall "

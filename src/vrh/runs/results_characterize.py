@@ -234,7 +234,8 @@ class TextHeadsResults(RunResults):
 @dataclass(frozen=True, kw_only=True)
 class CompareHeadsResults(RunResults):
     """``vrh compare-heads`` (:mod:`vrh.experiments.head_comparison`): two head sets' overlap with chance levels
-    (``overlap``: per k, :meth:`vrh.scoring.head_overlap.TopKOverlap.to_json`), rank correlations with their
+    (``overlap``: per k, :meth:`vrh.scoring.head_overlap.TopKOverlap.to_json`; ``lists``: the whole lists,
+    :meth:`vrh.scoring.head_overlap.SetOverlap.to_json`, when a side is a list), rank correlations with their
     null spread (null when a side is a list), each side (``name``, ``kind``, ``ranking``, ``map``, ``map_kind``)
     and, with ``--model``, the cross-masking ``matrix`` (``k``, ``seeds``, ``mask_mode``, ``conditions``,
     ``grounding`` and/or ``needle``: ``none``, ``a``, ``b``, ``random``, ``random_mean``, ``random_std``, ``n``)."""
@@ -244,6 +245,7 @@ class CompareHeadsResults(RunResults):
     num_heads: int | None
     n_heads: int | None
     overlap: list[JsonObject] | None
+    lists: JsonObject | None = None  # whole-list overlap (a side is a list): SetOverlap.to_json + a_from, b_from
     rank_correlation: dict[str, float | None] | None
     warnings: list[str] | None
     a: JsonObject | None

@@ -125,3 +125,85 @@ def kendall_null_sd(n: int) -> float:
     0.1243
     """
     return math.sqrt(2 * (2 * n + 5) / (9 * n * (n - 1))) if n > 1 else float("nan")
+
+
+# --- two sets of different sizes ------------------------------------------------------------------------
+def p_at_least_sets(x: int, size_a: int, size_b: int, n: int) -> float:
+    """``P(X >= x)`` for ``X`` the intersection of a fixed ``size_a``-subset and an independent uniformly drawn
+    ``size_b``-subset of ``n`` heads (hypergeometric upper tail), summed exactly in integers (a p of 1e-30 keeps
+    its digits: the ratio of two integers is rounded once).
+
+    >>> round(p_at_least_sets(1, 1, 2, 4), 4), p_at_least_sets(0, 3, 3, 9)  # 1 - C(3,2)/C(4,2) = 1/2
+    (0.5, 1.0)
+    >>> f"{p_at_least_sets(8, 20, 16, 784):.2g}"  # the paper's top-20 and a top-16 sharing 8 of 784 heads
+    '4.2e-10'
+    """
+    if not (0 <= size_a <= n and 0 <= size_b <= n):
+        raise ValueError(f"set sizes {size_a} and {size_b} must lie in [0, {n}] (the number of heads)")
+    if x <= 0:
+        return 1.0
+    tail = sum(math.comb(size_a, i) * math.comb(n - size_a, size_b - i) for i in range(x, min(size_a, size_b) + 1))
+    return tail / math.comb(n, size_b)
+
+
+@dataclass(frozen=True)
+class SetOverlap:
+    """Two head sets of any sizes compared as wholes: what they share, and what chance alone would give."""
+
+    n: int
+    size_a: int
+    size_b: int
+    intersection: int
+    jaccard: float  # |A & B| / |A | B|
+    shared: tuple[Head, ...]  # in A's order
+    chance: float  # E[X] = size_a * size_b / n
+    p_value: float  # P(X >= intersection), hypergeometric
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["shared"] = [list(h) for h in self.shared]
+        return d
+
+
+def set_overlap(a: Sequence[Head], b: Sequence[Head], n: int) -> SetOverlap:
+    """Whole-list overlap of head sets ``a`` and ``b`` (any lengths, no ranking needed) among ``n`` heads.
+
+    >>> o = set_overlap([(0, 0), (0, 1), (1, 0)], [(1, 0), (1, 1)], n=4)
+    >>> o.intersection, o.shared, o.chance, round(o.jaccard, 4), o.p_value
+    (1, ((1, 0),), 1.5, 0.25, 1.0)
+    """
+    ta = list(dict.fromkeys(tuple(map(int, h)) for h in a))
+    tb = set(tuple(map(int, h)) for h in b)
+    shared = tuple(h for h in ta if h in tb)
+    x, na, nb = len(shared), len(ta), len(tb)
+    union = na + nb - x
+    return SetOverlap(n=n, size_a=na, size_b=nb, intersection=x, jaccard=x / union if union else 0.0, shared=shared,
+                      chance=na * nb / n, p_value=p_at_least_sets(x, na, nb, n))
+
+
+def layer_matched_null(a: Sequence[Head], b: Sequence[Head], num_heads: int) -> tuple[float, list[float]]:
+    """The chance overlap when each set's heads are random *within their layers*: per layer ``l``, ``X_l`` is
+    hypergeometric (``num_heads`` heads, ``a_l`` and ``b_l`` drawn), the layers independent. Returns the
+    expected overlap and the pmf of the total (exact convolution). A stricter null than the uniform one: two
+    kinds of heads that both sit in the middle layers share more by chance than two uniform draws.
+
+    >>> e, pmf = layer_matched_null([(0, 0), (1, 0)], [(0, 1), (2, 0)], num_heads=2)
+    >>> e, [round(p, 2) for p in pmf]  # layer 0: 1 of 2 against 1 of 2 -> 1/2; layers 1, 2: nothing in common
+    (0.5, [0.5, 0.5])
+    """
+    from collections import Counter
+
+    ca, cb = Counter(h[0] for h in a), Counter(h[0] for h in b)
+    total = [1.0]
+    expected = 0.0
+    for layer in set(ca) & set(cb):
+        na, nb = ca[layer], cb[layer]
+        denom = math.comb(num_heads, nb)
+        pmf = [math.comb(na, i) * math.comb(num_heads - na, nb - i) / denom for i in range(min(na, nb) + 1)]
+        expected += na * nb / num_heads
+        conv = [0.0] * (len(total) + len(pmf) - 1)
+        for i, p in enumerate(total):
+            for j, q in enumerate(pmf):
+                conv[i + j] += p * q
+        total = conv
+    return expected, total
