@@ -119,19 +119,40 @@ def _still_open(text: str) -> str:
     return "".join(reversed(stack))
 
 
-def read_json(path: str | os.PathLike) -> Any:
-    """A whole JSON file (UTF-8). Not UTF-8, not JSON, or nested deeper than the parser can read: a ValueError
-    naming the file and the line (``x.json is not valid JSON (Expecting value at line 3, column 9)``)."""
+_KINDS = {dict: "an object", list: "an array", str: "a string", int: "a number", float: "a number",
+          bool: "true/false", type(None): "null"}
+
+
+def kind(value: Any) -> str:
+    """How JSON calls ``value``'s type, for messages (``{}`` -> ``an object``)."""
+    return _KINDS.get(type(value), type(value).__name__)
+
+
+def read_json(path: str | os.PathLike, *, max_bytes: int | None = None, max_depth: int | None = None,
+              expect: type | None = None) -> Any:
+    """A whole JSON file (UTF-8). Every way it can be bad is a ValueError naming the file: larger than
+    ``max_bytes`` (checked before reading: nothing is allocated), not UTF-8, not JSON, nested deeper than
+    ``max_depth`` levels (None: than the parser can read), or, given ``expect`` (``dict``, ``list``), a value of
+    another type (``x.json is not valid JSON (Expecting value at line 3, column 9)``, ``results.json holds an
+    array, not an object``). One BOM (what Windows tools write first) is skipped."""
     path = Path(path)
+    if max_bytes is not None:
+        size = path.stat().st_size
+        if size > max_bytes:
+            raise ValueError(f"{path} is {size:,} bytes, more than the {max_bytes:,} vrh reads of such a file; "
+                             "it is not one vrh or a checkpoint writes")
     raw = path.read_bytes()
     try:
-        text = raw.decode("utf-8")
+        text = raw.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as e:
         line = raw.count(b"\n", 0, e.start) + 1
         raise ValueError(f"{path} is not UTF-8 (byte 0x{raw[e.start]:02x} on line {line}); JSON files must be "
                          "UTF-8") from None
     try:
-        return loads(text, max_depth=None)
+        value = loads(text, max_depth=max_depth)
     except json.JSONDecodeError as e:
         raise ValueError(f"{path} is not valid JSON ({problem(e, 'file')} at line {e.lineno}, column {e.colno})"
                          ) from None
+    if expect is not None and not isinstance(value, expect):
+        raise ValueError(f"{path} holds {kind(value)}, not {_KINDS.get(expect, expect.__name__)}")
+    return value

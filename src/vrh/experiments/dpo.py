@@ -411,7 +411,7 @@ def _checkpoint_loader(trainer: Any):
 
 def _load_weights(model: Any, folder: str | os.PathLike) -> None:
     """Load the weights ``save_pretrained`` wrote to ``folder`` into ``model`` (strict: see above)."""
-    saved = type(model).from_pretrained(str(folder), dtype=model.dtype)
+    saved = type(model).from_pretrained(str(folder), dtype=model.dtype, trust_remote_code=False)
     model.load_state_dict(saved.state_dict())
 
 

@@ -42,10 +42,9 @@ def checkpoint_folder(path: str, revision: str | None = None) -> Path:
 def read_config(path: str | Path) -> dict[str, Any]:
     """The raw ``config.json`` of a checkpoint folder, as a dict (no ``AutoConfig``: transformers does not
     define these model types)."""
-    file = Path(path) / "config.json"
-    if not file.is_file():
-        raise FileNotFoundError(f"{path} has no config.json")
-    return json.loads(file.read_text(encoding="utf-8"))
+    from vrh.models import preflight
+
+    return preflight.read_config(str(path))
 
 
 def tokenizer_config(folder: str | Path) -> Any:
@@ -53,10 +52,13 @@ def tokenizer_config(folder: str | Path) -> Any:
     Left to itself, AutoTokenizer builds the same object with ``PretrainedConfig.from_pretrained``, which warns on
     every load that the checkpoint's model type is not the base class's ("You are using a model of type ..."):
     true of every composed family and no news. ``from_dict`` builds it without that warning (and without
-    silencing any other). None for a folder without ``config.json`` (a processor saved alone): nothing to read."""
+    silencing any other). None for a folder without ``config.json`` (a processor saved alone): nothing to read.
+    Its ``auto_map`` (the published remote code this family's port replaces) is left out: no Auto class sees it."""
     from transformers import PretrainedConfig
 
-    return PretrainedConfig.from_dict(read_config(folder)) if (Path(folder) / "config.json").is_file() else None
+    if not (Path(folder) / "config.json").is_file():
+        return None
+    return PretrainedConfig.from_dict({k: v for k, v in read_config(folder).items() if k != "auto_map"})
 
 
 def weight_files(folder: Path) -> list[Path]:
@@ -150,7 +152,7 @@ class ComposedAdapter(Adapter):
         if (folder / "generation_config.json").is_file():  # the checkpoint's stop tokens (Magma-8B: <|eot_id|>)
             from transformers import GenerationConfig
 
-            model.generation_config = GenerationConfig.from_pretrained(str(folder))
+            model.generation_config = GenerationConfig.from_pretrained(str(folder), trust_remote_code=False)
         processor = self.processor_for(str(folder))
         processor.tokenizer.padding_side = "left"
         self.on_load(model, processor)

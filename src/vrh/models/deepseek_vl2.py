@@ -562,4 +562,4 @@ class DeepseekVL2Processor:
         config.pop("processor_class", None)
         from vrh.models.composed import tokenizer_config
 
-        return cls(AutoTokenizer.from_pretrained(str(folder), config=tokenizer_config(folder)), **config)
+        return cls(AutoTokenizer.from_pretrained(str(folder), config=tokenizer_config(folder), trust_remote_code=False), **config)

@@ -107,15 +107,16 @@ def _convert(path: Path, out: Path) -> None:
     from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name, trust_remote_code=False)
     tok.add_special_tokens({"additional_special_tokens": [IMAGE_SOFT_TOKEN]})
     if tok.convert_tokens_to_ids(IMAGE_SOFT_TOKEN) != len(tok) - 1:
         raise RuntimeError("the GGUF tokenizer already had <image_soft_token>; the base has changed")
     tok.chat_template = CHAT_TEMPLATE
     tok.save_pretrained(str(out))
     # reloaded with the roles, so that the saved tokenizer_config.json carries them
-    AutoTokenizer.from_pretrained(str(out), extra_special_tokens=TOKEN_ROLES).save_pretrained(str(out))
-    lm = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
+    AutoTokenizer.from_pretrained(str(out), extra_special_tokens=TOKEN_ROLES, trust_remote_code=False).save_pretrained(str(out))
+    lm = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32,
+                                              trust_remote_code=False)
     state = {k: v.contiguous() for k, v in lm.state_dict().items() if k != "lm_head.weight"}  # tied to embed_tokens
     save_file(state, str(out / LM_FILE), metadata={"format": "pt", "source": f"{PIP_PACKAGE} (GGUF Q4_K_M)"})
     cfg = lm.config.to_dict()
@@ -152,4 +153,4 @@ def causal_lm(folder: Path | None = None):
     state["lm_head.weight"] = state["model.embed_tokens.weight"]  # tied: one tensor under both names
     load_strict(model, state, what=f"the base LM folder {folder}")
     model.tie_weights()
-    return model.eval(), AutoTokenizer.from_pretrained(str(folder))
+    return model.eval(), AutoTokenizer.from_pretrained(str(folder), trust_remote_code=False)

@@ -154,21 +154,24 @@ def inspect_checkpoint(checkpoint: str, *, image_sizes: tuple[tuple[int, int], .
     import importlib
 
     import torch
-    from transformers import AutoConfig, PretrainedConfig
+    from transformers import AutoConfig
 
     from vrh.models.adapters import get_adapter
+    from vrh.models import preflight
     from vrh.models.composed import ComposedAdapter
 
     path = resolve_local(checkpoint, revision)
-    raw, _ = PretrainedConfig.get_config_dict(str(path))
+    raw = preflight.read_config(str(path))
     chosen = get_adapter(raw.get("model_type", ""), adapter=adapter)  # refuses remote-code families first
+    if not getattr(chosen, "runs_remote_code", False):  # a custom adapter's explicit opt-in (docs/adapters.md)
+        preflight.refuse_remote_code(str(path), ported=getattr(chosen, "ported_remote_code", ()))
     if isinstance(chosen, ComposedAdapter):  # a family transformers has no class for: vrh builds its modules
         with torch.device("meta"):
             model = chosen.build_model(raw)
     else:
         if not chosen.model_class:
             raise ValueError(f"adapter {type(chosen).__name__} names no model_class; inspect cannot build the model")
-        config = AutoConfig.from_pretrained(str(path))
+        config = AutoConfig.from_pretrained(str(path), trust_remote_code=False)
         cls = getattr(importlib.import_module("transformers"), chosen.model_class)
         with torch.device("meta"):  # parameters get shapes and no storage
             model = cls._from_config(config)

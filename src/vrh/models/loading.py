@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from vrh.models import answer_formats
+from vrh.models import answer_formats, preflight
 from vrh.models.adapters import Adapter, get_adapter
 from vrh.infra.console import quiet_library_progress
 
@@ -220,9 +220,8 @@ def load_model(model: str, *, device: str = "cpu", dtype: str = "float32", revis
     is refused (:class:`TensorParallelRefused`).
 
     The model type is read from the raw ``config.json``, not through ``AutoConfig``: for a remote-code
-    family that would run (or interactively offer to run) the checkpoint's code; vrh refuses it instead."""
-    from transformers import PretrainedConfig
-
+    family that would run (or interactively offer to run) the checkpoint's code; vrh refuses it instead, and a
+    folder that names code of its own in any file transformers reads (:mod:`vrh.models.preflight`)."""
     check_device(device)
     quiet_library_progress()
     device_map = resolve_device_map(device_map)  # before any download: a bad value fails at once
@@ -242,9 +241,10 @@ def load_model(model: str, *, device: str = "cpu", dtype: str = "float32", revis
         except FileNotFoundError as e:
             guess = _organism_guess(model)
             raise FileNotFoundError(f"{e}" + (f"; did you mean {guess!r}?" if guess else "")) from None
-    kwargs = {"revision": revision} if revision else {}
-    config, _ = PretrainedConfig.get_config_dict(path, **kwargs)
+    config = preflight.read_config(path, revision)
     chosen = get_adapter(config.get("model_type", ""), adapter=adapter)
+    if not getattr(chosen, "runs_remote_code", False):  # a custom adapter's explicit opt-in (docs/adapters.md)
+        preflight.refuse_remote_code(path, ported=getattr(chosen, "ported_remote_code", ()), revision=revision)
     fmt = answer_formats.resolve(answer_format, chosen)  # a bad name fails before the weights load
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; choose from {sorted(DTYPES)}")

@@ -376,7 +376,7 @@ class MagmaProcessor:
         settings = json.loads(file.read_text(encoding="utf-8"))
         if settings.get("image_processor_type") != "MagmaImageProcessor":
             raise ValueError(f"{file} names {settings.get('image_processor_type')!r}, not MagmaImageProcessor")
-        return cls(MagmaImageProcessor(**settings), PreTrainedTokenizerFast.from_pretrained(str(folder)))
+        return cls(MagmaImageProcessor(**settings), PreTrainedTokenizerFast.from_pretrained(str(folder), trust_remote_code=False))
 
     def save_pretrained(self, folder: str | Path) -> None:
         Path(folder).mkdir(parents=True, exist_ok=True)

@@ -90,6 +90,10 @@ class Adapter:
     answer_formats: tuple = ()
     answer_format = None  # the variant in use, set by answer_formats.apply (None: the family's own methods)
     answer_sep: str = ""  # text between the generation prompt and a teacher-forced answer (chat_spans)
+    # files whose auto_map names remote code this family's vrh port replaces (read by vrh itself, never by an Auto
+    # class): the published checkpoint ships them; any other auto_map is refused (vrh.models.preflight)
+    ported_remote_code: tuple[str, ...] = ()
+    runs_remote_code = False  # True only in a custom adapter whose load() opts in to the checkpoint's code itself
 
     # --- loading -------------------------------------------------------------------------------
     def load(self, path: str, *, dtype: torch.dtype = torch.float32, device: str = "cpu",
@@ -106,7 +110,8 @@ class Adapter:
         if not self.model_class:
             raise NotImplementedError(f"{type(self).__name__} sets no model_class and does not override load()")
         cls = getattr(importlib.import_module("transformers"), self.model_class)
-        model = cls.from_pretrained(path, dtype=dtype, attn_implementation=attn_implementation, device_map=device_map)
+        model = cls.from_pretrained(path, dtype=dtype, attn_implementation=attn_implementation, device_map=device_map,
+                                    trust_remote_code=False)
         processor = self.processor_for(path)
         processor.tokenizer.padding_side = "left"
         self.on_load(model, processor)
@@ -428,12 +433,12 @@ def _load_processor(path: str, processor_class: str) -> Any:
     from transformers import AutoProcessor
 
     try:
-        return AutoProcessor.from_pretrained(path)
+        return AutoProcessor.from_pretrained(path, trust_remote_code=False)
     except (ImportError, OSError, ValueError, TypeError, AttributeError):  # e.g. no torchvision for videos
         if not processor_class:
             raise
         cls = getattr(importlib.import_module("transformers"), processor_class)
-        return image_only(cls).from_pretrained(path)
+        return image_only(cls).from_pretrained(path, trust_remote_code=False)
 
 
 _REGISTRY: dict[str, type[Adapter]] = {}

@@ -56,6 +56,7 @@ class DeepseekVL2Adapter(ComposedAdapter):
                                    about="<|grounding|> (the README's grounded-conversation tag) and the family's "
                                          "own <|ref|>..<|det|> 0-999 answer"),
                       *shared("norm999", "norm1000", "pixels"))
+    ported_remote_code = ("config.json",)  # names the remote code (the published file)
     config_gaps = ("DeepSeek-VL2-Small: its published config.json was seen only as an excerpt that stops at "
                    "language_config.q_lora_rank (qk_*/v_head_dim, topk_method, norm_topk_prob, rope_scaling are the "
                    "remote code's defaults, unverified) and its processor_config.json not at all (Tiny's assumed); "

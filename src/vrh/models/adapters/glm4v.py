@@ -69,7 +69,7 @@ class Glm4vAdapter(QwenVLAdapter):
         """Pick the model and processor classes from the checkpoint's ``model_type`` (glm4v or glm46v)."""
         from transformers import AutoConfig
 
-        model_type = AutoConfig.from_pretrained(path).model_type
+        model_type = AutoConfig.from_pretrained(path, trust_remote_code=False).model_type
         if model_type not in self._CLASSES:
             raise ValueError(f"the glm4v adapter serves model types {sorted(self._CLASSES)}, not {model_type!r}")
         self.model_class, self.processor_class = self._CLASSES[model_type]

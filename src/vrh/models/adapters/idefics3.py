@@ -94,7 +94,7 @@ class Idefics3Adapter(ChatTemplateAdapter):
         """Pick the classes from the checkpoint's ``model_type`` (idefics3 or smolvlm)."""
         from transformers import AutoConfig
 
-        model_type = AutoConfig.from_pretrained(path).model_type
+        model_type = AutoConfig.from_pretrained(path, trust_remote_code=False).model_type
         if model_type not in self._CLASSES:
             raise ValueError(f"the idefics3 adapter serves model types {sorted(self._CLASSES)}, not {model_type!r}")
         self.model_class, self.processor_class = self._CLASSES[model_type]
@@ -108,9 +108,9 @@ class Idefics3Adapter(ChatTemplateAdapter):
 
         processor_class = getattr(transformers, self.processor_class)
         if self.processor_class != "SmolVLMProcessor":
-            return processor_class.from_pretrained(path)
+            return processor_class.from_pretrained(path, trust_remote_code=False)
         try:
-            return image_only(processor_class).from_pretrained(path, video_processor=None)
+            return image_only(processor_class).from_pretrained(path, video_processor=None, trust_remote_code=False)
         except ImportError as err:  # SmolVLMProcessor refuses to build without num2words (used for videos)
             raise ImportError(f"loading the SmolVLM processor of {path} failed: {err} (SmolVLMProcessor needs "
                               "the num2words package even for images: pip install num2words)") from err

@@ -54,6 +54,7 @@ class MagmaAdapter(ComposedAdapter, ChatTemplateAdapter):
                                    "sentence describes: {expression}", "norm1",
                                    about="LLaVA-1.5's RefCOCO prompt (no frame stated), 0-1 floats read"),
                       *shared("norm1", "norm1000", "pixels", "resized", "json_norm1000", "json_pixels"))
+    ported_remote_code = ("config.json", "preprocessor_config.json")  # both name the remote code (published files)
     config_gaps = ("Magma-8B: its published config.json was seen only as an excerpt (lines 1-17 and one commit's "
                    "diff): vocab_size and the vision_config (img_anyres_strategy 'crop' or 'global': both built) are "
                    "not in it; its tokenizer_config.json (the chat template: Llama 3's assumed) was not seen")

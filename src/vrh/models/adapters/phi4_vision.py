@@ -46,6 +46,7 @@ class Phi4VisionAdapter(ComposedAdapter):
     answer_sep = ""  # the answer follows "<|im_start|>assistant<|im_sep|>" directly
     # the format is undocumented: the candidates a researcher tries first (module docstring), NATIVE the default
     answer_formats = (NATIVE, *shared("norm1", "json_norm1000", "pixels", "resized", "json_pixels", "json_resized"))
+    ported_remote_code = ("config.json", "preprocessor_config.json")  # both name the remote code (published files)
     config_gaps = ("Phi-4-Reasoning-Vision-15B: config.json, preprocessor config and chat template are the released "
                    "files; its tokenizer files were not seen (whether it adds a BOS)")
 
