@@ -272,3 +272,31 @@ def test_stability_band_stays_in_range_and_the_reference_point_stands_apart(draw
 def test_split_reference_takes_out_only_the_whole_set():
     assert plots.split_reference([1, 4], [0.5, 1.0], 6) == ([1, 4], [0.5, 1.0], [])
     assert plots.split_reference([1, 6], [0.5, 1.0], None) == ([1, 6], [0.5, 1.0], [])
+
+
+def test_ten_methods_become_small_multiples_with_a_legend_smaller_than_a_panel(drawn, monkeypatch):
+    """Ten lines overlapped in one panel and the legend was larger than the plot (issue 46 item 8)."""
+    from vrh.report import methods_figure
+
+    rng = np.random.default_rng(1)
+    curves = {f"method {i}": list(rng.random(4)) for i in range(9)}
+    curves["ours"] = [0.9, 0.5, 0.3, 0.1]
+    curves["twin"] = curves["method 3"]
+    curves["random"] = [0.9, 0.9, 0.88, 0.86]
+    monkeypatch.setattr(methods_figure, "to_png", plots.to_png)  # drawn's recorder
+    methods_figure.method_curves([0, 1, 3, 10], curves, title=LONG_TITLE, baseline=0.92, highlight="ours")
+    fig = drawn[0]
+    fig.canvas.draw()
+    panels = [ax for ax in fig.axes if ax.lines]
+    assert [ax.get_title() for ax in panels][:1] == ["ours"] and len(panels) == 10  # twins share a panel
+    assert "method 3 = twin" in [ax.get_title() for ax in panels]
+    assert all(len(ax.lines) <= 4 for ax in panels)  # its curve, the default, random, unmasked
+    (legend,) = fig.legends
+    area = lambda b: b.width * b.height  # noqa: E731
+    assert area(_box(legend, fig)) < area(_box(panels[0].patch, fig))
+    assert not any(_box(legend, fig).overlaps(_box(ax.patch, fig)) for ax in panels)
+    for artist in (fig._suptitle, legend, *(ax.title for ax in panels)):
+        assert _inside(artist, fig), artist
+    few = {"ours": [0.9, 0.5], "other": [0.9, 0.8], "random": [0.9, 0.9]}
+    methods_figure.method_curves([0, 1], few, title="t", highlight="ours")  # a few methods: still one panel
+    assert len([ax for ax in drawn[-1].axes if ax.lines]) == 1

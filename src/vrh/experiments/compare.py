@@ -99,11 +99,13 @@ def markdown_table(result: CompareResults) -> str:
 
 def save_plot(result: CompareResults, path: Path, title: str) -> None:
     """Accuracy vs k per method, random in grey and the default in red (the report's curve style)."""
-    from vrh.report.plots import curve_family
+    from vrh.report.methods_figure import method_curves
 
-    named = {(f"{n} (ours)" if n == result.default_method else n): m.accuracy for n, m in result.methods.items()}
+    ours = f"{result.default_method} (ours)"
+    named = {(ours if n == result.default_method else n): m.accuracy for n, m in result.methods.items()}
     named["random"] = result.random.mean
-    path.write_bytes(curve_family(result.k, named, baseline=result.baseline_accuracy, title=title))
+    path.write_bytes(method_curves(result.k, named, baseline=result.baseline_accuracy, title=title,
+                                   highlight=ours if ours in named else None))
 
 
 def run_compare(cfg: CompareSettings, lm: Any = None) -> CompareResults:

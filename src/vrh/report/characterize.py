@@ -15,6 +15,7 @@ from vrh.infra.console import heads_text
 from vrh.report import plots
 from vrh.report.document import Fig, Section, Table, Text, slug
 from vrh.report.load import Run, at, is_num, model_pair, num, or_missing, pct, pm, short
+from vrh.report.methods_figure import ONE_PANEL_METHODS, method_curves
 from vrh.report.notes import random_control_blocks
 from vrh.report.sections import recorded_sparsity, sparsity_thresholds
 from vrh.report.style import RANDOM_COLOR, VRH_COLOR, VRH_LIGHT
@@ -224,10 +225,14 @@ def compare_section(runs: list[Run]) -> Section | None:
         sub = Section(run.name, level=3)
         if curves and len(ks) > 1:
             default = r.default_method
-            sub.add(Fig(f"{slug(run.name)}-compare", plots.curve_family(
+            panels = len([n for n in curves if n != "random"]) > ONE_PANEL_METHODS
+            sub.add(Fig(f"{slug(run.name)}-compare", method_curves(
                 ks, curves, baseline=r.baseline_accuracy, title=run.title(), highlight=default),
                 "Accuracy vs k per method" + (f"; red: the default method ({default})" if default in curves else "")
-                + "; methods with identical accuracies at every k share one line and one legend entry (a = b)."))
+                + ("; one panel per method, each with the default method, the random heads and the unmasked "
+                   "model drawn thin for reference; methods with identical accuracies at every k share a panel "
+                   "(a = b); the numbers are in the table." if panels else
+                   "; methods with identical accuracies at every k share one line and one legend entry (a = b).")))
         sub.add(*random_control_blocks(run))
         rstd = random.std or []
         rows = [[n] + [pct(at(a, i)) for i in range(len(ks))] for n, a in methods.items()]

@@ -22,7 +22,8 @@ from vrh.report.document import Fig, Section, Table, Text, slug
 from vrh.report.kchoice import study_k
 from vrh.report.load import Run, is_num, pct
 from vrh.report.paper import paper_benchmark, paper_model, paper_numbers
-from vrh.report.plots import curve_family, k_axis, labelled_bars, outcome_bars, split_reference, transfer_bars
+from vrh.report.methods_figure import method_curves
+from vrh.report.plots import k_axis, labelled_bars, outcome_bars, split_reference, transfer_bars
 from vrh.report.style import (BASELINE_COLOR, OTHER_COLORS, RANDOM_COLOR, TITLE_SIZE, VRH_COLOR, curve_style,
                               new_figure, plain_log_ticks, to_png)
 
@@ -353,7 +354,7 @@ def _methods_figure(m: str, b: str, res) -> list[Fig]:
         return []
     title = f"{m} on {b}: accuracy with each method's top-k heads masked"
     if len(ks) > 1:
-        png = curve_family(ks, curves, baseline=res.baseline_accuracy, title=title, highlight=res.default_method)
+        png = method_curves(ks, curves, baseline=res.baseline_accuracy, title=title, highlight=res.default_method)
     else:
         colors = [VRH_COLOR if n == res.default_method else RANDOM_COLOR if n == "random" else OTHER_COLORS[0]
                   for n in curves]
