@@ -20,9 +20,9 @@ model's grid is refused everywhere (QRHead's Gemma-3-4B-it "mid" file names head
 query heads per layer: it cannot be that model's heads as numbered here).
 
 Not shipped: Retrieval Heads' per-head copy-paste scores (nightdessert/Retrieval_Head ``head_score/*.json``) and
-OCR Heads' (baekingeol/OCR_Head ``retrieval_score/``) are score maps of models that none of the paper's VLMs
-sits on (Llama-2, Mistral, Mixtral, Qwen1.5, Yi; InternVL2-8B, Qwen2-VL-2B), and they are not among the
-project's real files, so no test could check a transcription against them; they are not invented here.
+OCR Heads' (baekingeol/OCR_Head ``retrieval_score/``) are score maps of models that none of the four VLMs with
+published lists sits on (Llama-2, Mistral, Mixtral, Qwen1.5, Yi; InternVL2-8B, Qwen2-VL-2B), and they are not
+among the project's real files, so no test could hold a transcription to them; they are not invented here.
 """
 
 from __future__ import annotations

@@ -8,9 +8,9 @@ Three crossings, each a whole-list intersection with its hypergeometric chance a
   published text list on the same language backbone (:mod:`vrh.data.published_heads`): Qwen2.5-VL-7B and
   InternVL3-8B (LM: Qwen2.5-7B, Tab. A7) against QRHead's Qwen2.5-7B-Instruct/NQ; Qwen3-VL-8B and InternVL3.5-8B
   (LM: Qwen3-8B) against QRHead's Qwen3-8B/NQ. The match is by backbone family and size, on one grid: the
-  VLMs' LMs were trained further (multimodal training, and Qwen2.5-VL's from a base checkpoint, not from the
-  -Instruct one QRHead scored), so the same (layer, head) is the same position in a related network, not the
-  same weights.
+  VLMs' LMs were trained further (multimodal training) from checkpoints of that family, while QRHead scored the
+  released Qwen2.5-7B-Instruct and Qwen3-8B, so the same (layer, head) is the same position in a related
+  network, not the same weights.
 * **across benchmarks**: one model's lists on two benchmarks (the paper's claim that VRHs are task-general).
 * **across models**: two VLMs on one backbone, the same benchmark or two (its claim that they come with the
   backbone, Fig. 7), from its own tables.

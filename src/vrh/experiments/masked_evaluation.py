@@ -84,7 +84,8 @@ def run_evaluate(cfg: EvaluateSettings, lm: Any = None) -> EvaluateResults:
     cfg = fit_random_pool(cfg, lm)  # --random-from: a cross-attention model's pool
     condition, head_info = resolve_condition(cfg, lm.num_layers, lm.num_heads)
     if condition.kind in ("top_k", "random"):
-        rule = "" if cfg.k is not None else f" (--k default: {DEFAULT_K_RULE})"
+        rule = ("" if cfg.k is not None else f" (as many as {src.path or 'the list'} names)" if src.kind == "list"
+                else f" (--k default: {DEFAULT_K_RULE})")
         console.print(f"evaluate: masking {len(condition.heads)} of {lm.num_layers * lm.num_heads} heads "
                       f"({condition.kind.replace('_', '-')}){rule}")
     run = runs.RunFolder(cfg.out, resume=cfg.resume, overwrite=cfg.overwrite)

@@ -63,8 +63,8 @@ def markdown(atlas: Mapping[str, Any]) -> str:
              "chance: each set's heads random within their own layers (the stricter null).", "",
              "Caveats: QRHead scores a head from the *query* tokens' attention to the gold text, the paper a VRH "
              "from the *answer* tokens' attention to the target's image tokens; a QRHead list is a top-16 set, not a "
-             "ranking; the VLMs' LMs were trained further (multimodal training) from the backbone QRHead scored "
-             "(or its base checkpoint), so a shared (layer, head) is the same position in a related network.", "",
+             "ranking; the VLMs' LMs were trained further (multimodal training) from checkpoints of the family whose "
+             "released model QRHead scored, so a shared (layer, head) is the same position in a related network.", "",
              "## Text retrieval heads vs the paper's VRHs", "",
              "| VRH list | text list | shared | chance | p | layer chance | layer p | shared heads |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
