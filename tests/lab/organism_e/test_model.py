@@ -4,8 +4,10 @@ whose teacher-forced answer is the recipe's training answer."""
 
 import json
 
+import pytest
 import torch
 
+from vrh.models import organism_e_base as parts
 from vrh.models.loading import load_model
 from vrh.organism import world
 from vrh_lab.organism_e import data, model as e_model
@@ -45,3 +47,20 @@ def test_the_composed_model_loads_through_the_llava_adapter_with_its_patch_grid(
         want = built(**{k: v for k, v in batch.inputs.items()}).logits
         got = loaded.model(**batch.inputs).logits
     assert torch.allclose(want, got, atol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not parts.available(), reason="organism E's parts are not installed (the organism-e extra)")
+def test_the_real_parts_compose_into_a_llava_that_vrh_loads(tmp_path):
+    """DINOv2-S/14 + SmolLM2-135M from the packages: 30 x 9 = 270 heads, 64 visual tokens at 112 px."""
+    lm, vision = parts.lm_folder(), parts.vision_folder()
+    m = e_model.build(lm, vision, seed=0)
+    m.save_pretrained(tmp_path)
+    e_model.processor(lm).save_pretrained(tmp_path)
+    (tmp_path / "vrh.json").write_text(json.dumps(data.VRH_SETTINGS))
+    loaded = load_model(str(tmp_path))
+    assert (loaded.num_layers, loaded.num_heads) == (30, 9)
+    s = world.grounding_sample(0, 3)
+    batch = loaded.adapter.build_batch(loaded.processor, [world.render(s["scene"])], [data.prompt_of(s)],
+                                       expressions=[s["expression"]])
+    assert len(batch.visual_positions[0]) == 64 and batch.meta[0]["token_grid"] == (8, 8)
