@@ -231,16 +231,20 @@ def test_a_report_that_fails_midway_leaves_the_previous_report_untouched(tmp_pat
         calls = []
 
         def failing(real):
-            def write(self, *a, **kw):
-                calls.append(self)
+            def open_write(root, path, *a, **kw):  # every report file is written through vrh.runs.safe_paths
+                calls.append(path)
+                f = real(root, path, *a, **kw)
                 if len(calls) == fail_at:
+                    f.write(b"torn")  # half a file, then the disk is full
+                    f.close()
                     raise OSError(28, "No space left on device")
-                return real(self, *a, **kw)
-            return write
+                return f
+            return open_write
+
+        from vrh.runs import safe_paths
 
         with monkeypatch.context() as m:
-            m.setattr(Path, "write_bytes", failing(Path.write_bytes))
-            m.setattr(Path, "write_text", failing(Path.write_text))
+            m.setattr(safe_paths, "open_write", failing(safe_paths.open_write))
             with pytest.raises(OSError, match="No space left"):
                 build_report([second], out, title="second")
         assert _snapshot(out) == before, f"write {fail_at} of {n_files} failed"

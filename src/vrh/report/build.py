@@ -59,7 +59,7 @@ from vrh.report.model_cards import planted_notices
 from vrh.report.notes import report_notices
 from vrh.report.plots import STD_WORDS
 from vrh.report.style import PLAIN_TEXT
-from vrh.runs import written
+from vrh.runs import safe_paths, written
 
 HTML_NAME = "report.html"
 MD_NAME = "report.md"
@@ -149,8 +149,8 @@ def build_report(run_dirs: Sequence[str | Path], out_dir: str | Path, *, k: int 
     check_report_folder(out_dir, files)  # again, now that the figures' names are known
     before = written.recorded(out_dir)
     written.record(out_dir, files)  # recorded before they are written: a crash leaves nothing unrecorded
-    fig_dir.mkdir(exist_ok=True)
-    _write_all(files)
+    safe_paths.mkdirs(out_dir, fig_dir)
+    _write_all(out_dir, files)
     _remove_stale_figures(out_dir, before, set(files))
     return {"html": html_path, "md": md_path, "figures": fig_dir}
 
@@ -185,8 +185,9 @@ def _remove_stale_figures(out_dir: Path, before: set[str], keep: set[Path]) -> N
     keep_rel = {written.relative(out_dir, p) for p in keep}
     for rel in sorted(before - keep_rel):
         path = out_dir / rel
-        if not rel.endswith("/") and path.is_file() and not path.is_symlink():
-            path.unlink()
+        # no component a link (a planted ``link/ -> elsewhere`` with ``link/a.txt`` recorded deleted elsewhere/a.txt)
+        if not rel.endswith("/") and safe_paths.is_symlink_free(out_dir, path) and path.is_file():
+            safe_paths.unlink(out_dir, path)
 
 
 def k_notice(kc: KChoice, runs) -> list[Text]:
@@ -203,19 +204,25 @@ def k_notice(kc: KChoice, runs) -> list[Text]:
     return []
 
 
-def _write_all(files: Mapping[Path, bytes]) -> None:
+def _write_all(out_dir: Path, files: Mapping[Path, bytes]) -> None:
     """Write every file under ``<name>.tmp`` first and rename them into place only once all were written:
-    a write that fails (a full disk) leaves every previous file as it was and no temporary behind."""
+    a write that fails (a full disk) leaves every previous file as it was and no temporary behind. Nothing in
+    ``out_dir`` is followed if it is a link (:mod:`vrh.runs.safe_paths`): a planted ``report.html.tmp`` link
+    is unlinked, never written through."""
     staged: list[Path] = []
     try:
         for path, data in files.items():
             staged.append(path.with_name(path.name + ".tmp"))  # before the write: a torn one is removed too
-            staged[-1].write_bytes(data)
+            with safe_paths.open_write(out_dir, staged[-1], "wb", fresh=True) as f:
+                f.write(data)
         for path, tmp in zip(files, staged):
-            tmp.replace(path)
+            safe_paths.replace(out_dir, tmp, path)
     finally:
         for tmp in staged:
-            tmp.unlink(missing_ok=True)  # nothing left of the renamed ones
+            try:
+                safe_paths.unlink(out_dir, tmp)  # nothing left of the renamed ones
+            except OSError:
+                pass  # a folder on the way that is not one (refused above): nothing of vrh's to remove
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
