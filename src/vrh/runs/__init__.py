@@ -35,7 +35,8 @@ cannot run code), and ``.npz`` artefacts keep user strings (sample ids, scorer n
 array names (:func:`_write_named_arrays`).
 
 Every removal in vrh follows :mod:`vrh.runs.written`: remove only what vrh recorded writing, or refuse and
-name what was found.
+name what was found. Every open, write, rename and removal below a folder vrh was given goes through
+:mod:`vrh.runs.safe_paths`: no symlink is followed out of it, in any component.
 
 The contract is split in seven modules, all re-exported here (``from vrh import runs; runs.RunFolder``):
 :mod:`vrh.runs.folder` (names, the folder being written, its lock and clean-up), :mod:`vrh.runs.written` (the

@@ -11,6 +11,7 @@ from typing import Any
 
 from vrh.runs.folder import (CONFIG, DETECT_STATE, EMERGENCE, HEAD_SCORES, OVERLAYS, RESULTS, RunFolder, SAMPLES,
                              SAMPLE_SCORES, SCHEMA_VERSION, is_batch_state_file, read_json, read_jsonl, write_jsonl)
+from vrh.runs import safe_paths
 from vrh.runs.records import SampleRecord
 
 
@@ -153,8 +154,9 @@ def _write_named_arrays(path: Path, names: Sequence[str], fields: Mapping[str, S
     for key, values in fields.items():
         arrays.update({f"{key}_{i}": np.asarray(v) for i, v in enumerate(values)})
     tmp = path.with_name(path.name + ".tmp.npz")
-    np.savez(tmp, **arrays)
-    os.replace(tmp, path)
+    with safe_paths.open_write(path.parent, tmp, "wb", fresh=True) as f:  # a planted link there is not written through
+        np.savez(f, **arrays)
+    safe_paths.replace(path.parent, tmp, path)
 
 
 def _read_named_arrays(z: Any, fields: Sequence[str]) -> dict[str, tuple[Any, ...]] | None:
@@ -280,14 +282,13 @@ def write_batch_state(run_dir: str | os.PathLike, index: int, state: Mapping[str
     import torch
 
     folder = Path(run_dir) / DETECT_STATE
-    folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"batch-{index:06d}.pt"
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
+    with safe_paths.open_write(run_dir, tmp, "wb", fresh=True, mkdir=True) as f:  # detect_state/ never a link
         torch.save(dict(state), f)
         f.flush()
         os.fsync(f.fileno())
-    os.replace(tmp, path)
+    safe_paths.replace(run_dir, tmp, path)
     return path
 
 
@@ -338,6 +339,6 @@ def clear_batch_states(run: RunFolder) -> None:
     if run.world.is_main and folder.is_dir() and not folder.is_symlink():
         for child in folder.iterdir():
             if is_batch_state_file(child):
-                child.unlink()
+                safe_paths.unlink(run.path, child)
         if not any(folder.iterdir()):  # anything else in it is not vrh's: left where it is
-            folder.rmdir()
+            safe_paths.rmdir(run.path, folder)

@@ -16,7 +16,7 @@ from typing import Any
 
 import vrh
 from vrh.infra.distributed import World, world
-from vrh.runs import written
+from vrh.runs import safe_paths, written
 from vrh.runs.records import SampleRecord
 
 CONFIG = "config.json"
@@ -77,16 +77,12 @@ def environment() -> dict[str, Any]:
 
 
 # --- plain files --------------------------------------------------------------------------------------
-def write_json(path: str | os.PathLike, obj: Any) -> None:
-    """Atomic JSON write (temp file + rename): readers never see half a file."""
+def write_json(path: str | os.PathLike, obj: Any, *, root: str | os.PathLike | None = None) -> None:
+    """Atomic JSON write (temp file + rename): readers never see half a file. ``root``: the folder vrh was
+    given that ``path`` lies in (default: its own folder); no name below it is followed if it is a link
+    (:mod:`vrh.runs.safe_paths`)."""
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=1)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    safe_paths.write_atomic(path.parent if root is None else root, path, json.dumps(obj, indent=1) + "\n")
 
 
 def read_json(path: str | os.PathLike) -> Any:
@@ -119,15 +115,18 @@ def shard_name(rank: int, size: int) -> str:
     return f"samples.rank{rank}-of-{size}.jsonl"
 
 
-def write_jsonl(path: str | os.PathLike, records: Iterable[Mapping[str, Any]]) -> Path:
-    """A whole JSONL file written atomically (temp file + rename): a reader never sees half of it."""
+def write_jsonl(path: str | os.PathLike, records: Iterable[Mapping[str, Any]], *,
+                root: str | os.PathLike | None = None) -> Path:
+    """A whole JSONL file written atomically (temp file + rename): a reader never sees half of it (``root``: as
+    :func:`write_json`'s)."""
     path = Path(path)
+    root = path.parent if root is None else root
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
+    with safe_paths.open_write(root, tmp, "w", fresh=True) as f:
         f.writelines(json.dumps(r) + "\n" for r in records)
         f.flush()
         os.fsync(f.fileno())
-    os.replace(tmp, path)
+    safe_paths.replace(root, tmp, path)
     return path
 
 
@@ -222,7 +221,7 @@ class RunFolder:
                                  "run's (rerun with the same settings, or --overwrite to start over):\n  "
                                  + "\n  ".join(shown))
         if self.world.is_main:
-            write_json(self.path / CONFIG, full)
+            write_json(self.path / CONFIG, full, root=self.path)
         return full
 
     def shard_paths(self) -> list[Path]:
@@ -249,11 +248,11 @@ class RunFolder:
         """Append one finished record to ``samples.jsonl`` (to this rank's shard in a data-parallel run)."""
         path = self.path / self._samples_name
         if self._samples is None:
-            # rewrite without a torn last line before appending
-            done = read_jsonl(path) if path.exists() else []
-            with open(path, "w") as f:
-                f.writelines(json.dumps(r) + "\n" for r in done)
-            self._samples = open(path, "a")
+            # rewritten without a torn last line before appending, into a new file renamed over the old one: a
+            # hard-linked copy of the folder (cp -al, rsync --link-dest) keeps its own samples (docs/guide.md)
+            done = read_jsonl(safe_paths.check(self.path, path)) if path.exists() else []
+            write_jsonl(path, done, root=self.path)
+            self._samples = safe_paths.open_append(self.path, path)
         self._samples.write(json.dumps(record) + "\n")
         # flushed to the OS per record (a crashed or killed process loses nothing it finished); fsync per
         # record cost ~0.3 s each on slow disks, so the disk sync happens once, on close
@@ -276,14 +275,14 @@ class RunFolder:
         if not self.world.is_main:
             return
         self.close()
-        write_jsonl(self.path / SAMPLES, list(records))
+        write_jsonl(self.path / SAMPLES, list(records), root=self.path)
         for shard in self.shard_paths():
-            shard.unlink()
+            safe_paths.unlink(self.path, shard)
 
     def write(self, name: str, obj: Any) -> Path:
         """Write the JSON artefact ``name`` (rank 0 only in a data-parallel run)."""
         if self.world.is_main:
-            write_json(self.path / name, obj)
+            write_json(self.path / name, obj, root=self.path)
         return self.path / name
 
     def note_skipped(self, skipped: Iterable[Mapping[str, Any]]) -> None:
@@ -358,7 +357,7 @@ class _Lock:
             return cls._held[key]
         path = folder / LOCK
         while True:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = safe_paths.open_fd(folder, path, os.O_RDWR | os.O_CREAT)  # a planted link is refused, never truncated
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
@@ -366,8 +365,12 @@ class _Lock:
                 os.close(fd)
                 raise RunFolderInUse(_in_use(folder, holder)) from None
             try:
-                same = os.stat(path).st_ino == os.fstat(fd).st_ino
+                st = os.lstat(path)
+                same = st.st_ino == os.fstat(fd).st_ino
             except FileNotFoundError:
+                same = False
+            if same and st.st_nlink > 1:  # a hard-linked copy's lock file: ours is a new one, theirs left alone
+                safe_paths.unlink(folder, path)
                 same = False
             if same:
                 break
@@ -384,8 +387,8 @@ class _Lock:
         if fcntl is None or os.path.realpath(folder) in cls._held:  # this process's own lock is no refusal
             return None
         try:
-            fd = os.open(folder / LOCK, os.O_RDONLY)
-        except OSError:  # no lock file: no holder
+            fd = os.open(folder / LOCK, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:  # no lock file (or a link, refused by check_out): no holder
             return None
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
@@ -400,10 +403,7 @@ class _Lock:
         if self.count > 0 or self.fd < 0:
             return
         self._held.pop(self.key, None)
-        try:
-            self.path.unlink()
-        except FileNotFoundError:
-            pass
+        safe_paths.unlink(self.path.parent, self.path)
         os.close(self.fd)
         self.fd = -1
 
@@ -429,6 +429,9 @@ def check_out(path: str | os.PathLike, *, resume: bool = False, overwrite: bool 
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise FileExistsError(f"--out {path} is a file, not a folder")
+    if (path / LOCK).is_symlink():  # the lock would be written through it (a dangling one creates a file)
+        raise FileExistsError(f"run folder {path}: {LOCK} is a symlink; vrh never writes through one: remove it or "
+                              "choose another --out")
     holder = _Lock.holder(path) if path.is_dir() and not locked and world().is_main else None
     if holder is not None:  # first: a folder another run is writing is no case for --overwrite or --resume
         raise RunFolderInUse(_in_use(path, holder))
@@ -479,7 +482,7 @@ def run_folder_contents(path: str | os.PathLike, what: str = "--overwrite") -> l
         raise FileExistsError(f"{path} is not empty and is not a vrh run folder (no {CONFIG} written by vrh); "
                               f"refusing to delete its contents for {what}: choose another --out")
     own = set(COMMAND_FILES.get(str(read_json(path / CONFIG).get("command")), ()))
-    out, foreign = [], []
+    out, foreign, linked = [], [], []
     for child in sorted(path.iterdir()):
         name = child.name
         if name == LOCK:
@@ -500,6 +503,9 @@ def run_folder_contents(path: str | os.PathLike, what: str = "--overwrite") -> l
             if not found:
                 out.append(child)
             continue
+        if child.is_symlink() and what == "--resume" and not name.endswith((".tmp", ".tmp.npz")):
+            linked.append(name)  # resume would read it, append to it or replace it: never through a link
+            continue
         known = ((name in ARTEFACTS and not real_dir) or (name in own and not child.is_symlink())
                  or (name.endswith((".tmp", ".tmp.npz")) and not real_dir) or child.match(SHARD_GLOB))
         if not known and real_dir and is_run_folder(child):
@@ -511,6 +517,9 @@ def run_folder_contents(path: str | os.PathLike, what: str = "--overwrite") -> l
             out.append(child)
         else:
             foreign.append(name + ("/" if real_dir else ""))
+    if linked:
+        raise FileExistsError(f"{what}: {path} holds symlinks where the run keeps its files ({', '.join(linked[:5])}); "
+                              "vrh never reads or writes through one: remove them, or choose another --out")
     if foreign:
         names = ", ".join(foreign[:5]) + (
             f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
@@ -531,7 +540,7 @@ def clear_run_folder(path: Path) -> None:
             else:
                 _remove_empty(child)  # detect_state/ (vrh's batch files) or a sub-run killed before its config
         else:
-            child.unlink()
+            safe_paths.unlink(path, child)  # a link among vrh's names: the link itself, never its target
 
 
 def is_batch_state_file(path: Path) -> bool:
@@ -550,7 +559,7 @@ def _remove_empty(folder: Path) -> None:
     """Remove ``folder``: a detection state folder (checked: only vrh's batch files) or one emptied by a clear."""
     for child in folder.iterdir():
         if child.name == LOCK or (folder.name == DETECT_STATE and is_batch_state_file(child)):
-            child.unlink()
+            safe_paths.unlink(folder, child)
     folder.rmdir()
 
 

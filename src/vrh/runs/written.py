@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from collections.abc import Iterable
 from pathlib import Path
+
+from vrh.runs import safe_paths
 
 MANIFEST = ".vrh-written"  # in the folder it describes
 _HEADER = "# files vrh wrote into this folder (one JSON string per line, relative; '/' at the end: a tree)\n"
@@ -70,7 +71,7 @@ class Recorder:
                                   "vrh writes only into an empty folder or one it filled before: choose another "
                                   "folder")
         self.have = set() if new else recorded(self.folder)
-        self._file = open(manifest, "a", encoding="utf-8")
+        self._file = safe_paths.open_append(self.folder, manifest, encoding="utf-8")  # never through a link
         if new:
             self._file.write(_HEADER)
 
@@ -209,18 +210,24 @@ def remove_written(folder: str | os.PathLike, what: str = "--overwrite", only: I
             continue
         path = folder / rel.rstrip("/")
         for p in (path, path.with_name(path.name + ".tmp")):
-            if p.is_symlink() or not p.exists():
+            # a link anywhere on the way (not only the last name) is the user's: neither followed nor removed
+            if not safe_paths.is_symlink_free(folder, p) or not p.exists():
                 continue
             if rel.endswith("/") and p.is_dir():
-                shutil.rmtree(p)
+                safe_paths.rmtree(folder, p)  # a link inside the tree is removed itself, never its target
             elif p.is_file():
-                p.unlink()
+                safe_paths.unlink(folder, p)
     if top is None:
-        (folder / MANIFEST).unlink(missing_ok=True)
-    for d, _dirs, _files in sorted(os.walk(folder), key=lambda t: -len(t[0])):  # deepest first
+        safe_paths.unlink(folder, folder / MANIFEST)
+    for d, _dirs, _files in sorted(os.walk(folder), key=lambda t: -len(t[0])):  # deepest first, links not followed
         sub = Path(d)
-        if (top is None and sub == folder) or (sub != folder and (top is None or sub.relative_to(folder).parts[0] in top)):
+        if sub != folder and (top is None or sub.relative_to(folder).parts[0] in top):
             try:
-                sub.rmdir()
+                safe_paths.rmdir(folder, sub)
             except OSError:
                 pass  # not empty: a record-less leftover cannot be here after check_removable, so a race
+    if top is None:
+        try:
+            folder.rmdir()
+        except OSError:
+            pass
