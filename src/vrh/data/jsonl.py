@@ -428,19 +428,21 @@ def _record(sample: Sample, folder: Path) -> dict[str, Any]:
     return rec
 
 
-def write_dataset(samples: Iterable[Sample], path: str | os.PathLike) -> Path:
+def write_dataset(samples: Iterable[Sample], path: str | os.PathLike, *, root: str | os.PathLike | None = None
+                  ) -> Path:
     """Write samples as JSONL (boxes as xyxy; images relative to ``path``'s folder when beneath it).
 
     Written to a temporary file and renamed, so a crash never leaves a half-written dataset (whose
-    hash would then silently differ).
+    hash would then silently differ). ``root``: the folder vrh was given that ``path`` lies in (default: its
+    own folder); neither name is followed if it is a symlink (:mod:`vrh.runs.safe_paths`).
     """
+    from vrh.runs import safe_paths
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if root is None:
+        path.parent.mkdir(parents=True, exist_ok=True)
     lines = [json.dumps(_record(s, path.parent), ensure_ascii=False) + "\n" for s in samples]
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8", newline="\n") as f:
-        f.writelines(lines)
-    os.replace(tmp, path)
+    safe_paths.write_atomic(path.parent if root is None else root, path, "".join(lines), mkdir=True)
     return path
 
 

@@ -32,7 +32,7 @@ from vrh.data.jsonl import load_dataset, write_dataset
 from vrh.data.sources.images import ImageStore
 from vrh.data.sources.paper_counts import ConversionFacts, CountCheck, check_count
 from vrh.data.sources.registry import NotInSubset, RowContext, Skip, SkipRow, get_source
-from vrh.runs import written
+from vrh.runs import safe_paths, written
 
 DATA, SKIPPED, SUMMARY, IMAGES = "data.jsonl", "skipped.jsonl", "convert.json", "images"
 ARTEFACTS = (DATA, SKIPPED, SUMMARY, IMAGES)  # what --overwrite deletes; nothing else in DIR is touched
@@ -239,16 +239,17 @@ def convert(name: str, src: str | Path, out: str | Path, *, split: str | None = 
             advance(len(samples) - before if limit else 1)  # the bar counts samples up to --limit, else rows
     report.n_samples, report.n_images = len(samples), ctx.images.n_written
     failure = report.failure()
-    with open(out / SKIPPED, "w", encoding="utf-8") as f:
-        f.writelines(json.dumps(asdict(s), ensure_ascii=False) + "\n" for s in report.skipped)
+    # never through a link in --out (a planted skipped.jsonl or data.jsonl.tmp): vrh.runs.safe_paths
+    safe_paths.write_atomic(out, out / SKIPPED, "".join(json.dumps(asdict(s), ensure_ascii=False) + "\n"
+                                                        for s in report.skipped))
     summary = report.to_json() | ({"error": failure} if failure else {})
-    (out / SUMMARY).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    safe_paths.write_atomic(out, out / SUMMARY, json.dumps(summary, indent=2) + "\n")
     if failure:
         recorder.close()
         written.remove_written(out, "a failed conversion", only=(IMAGES,))  # what the kept rows wrote: no dataset
         raise ConversionFailed(failure, report)
     recorder.close()
-    write_dataset(samples, out / DATA)
+    write_dataset(samples, out / DATA, root=out)
     load_dataset(out / DATA)  # the written file must load: a failure here is a converter bug, not a bad row
     return report
 

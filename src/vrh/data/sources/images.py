@@ -19,6 +19,7 @@ from typing import Any
 
 from vrh.data.jsonl import BOUNDS_TOLERANCE
 from vrh.data.sources.registry import SkipRow
+from vrh.runs import safe_paths
 
 _EXTENSIONS = {"JPEG": ".jpg", "PNG": ".png", "GIF": ".gif", "BMP": ".bmp", "WEBP": ".webp", "TIFF": ".tif"}
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -80,8 +81,10 @@ class ImageStore:
         if name not in self._names:
             if self.recorder is not None:
                 self.recorder.add(self.folder / name)
-            self.folder.mkdir(parents=True, exist_ok=True)
-            (self.folder / name).write_bytes(data)
+            # below the recorder's folder (the --out vrh was given), no name a link: a new file (vrh.runs.safe_paths)
+            root = self.recorder.folder if self.recorder is not None else self.folder
+            with safe_paths.open_write(root, self.folder / name, "wb", fresh=True, mkdir=True) as f:
+                f.write(data)
             self._names[name] = digest
         self._seen[name_hint, digest] = (self.folder / name, size)
         return self.folder / name, size
