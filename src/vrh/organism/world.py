@@ -364,7 +364,7 @@ def write_split(out_dir: str | Path, n: int, seed: int, task: str = "grounding",
     """Write ``n`` samples as PNGs under ``out_dir/images`` plus ``out_dir/<task>.jsonl``, each file recorded
     first as vrh's (:mod:`vrh.runs.written`: a later ``--overwrite`` removes exactly these). ``out_dir`` must be
     empty or a folder this function (or another vrh writer) filled before."""
-    from vrh.runs import written
+    from vrh.runs import safe_paths, written
 
     if task not in ("grounding", "vqa"):
         raise ValueError(f"task must be grounding or vqa, got {task!r}")
@@ -372,12 +372,13 @@ def write_split(out_dir: str | Path, n: int, seed: int, task: str = "grounding",
     path = out / f"{task}.jsonl"
     sids = [f"{task}-{seed}-{k:06d}" for k in range(n)]
     written.record(out, [path.name, *(f"images/{sid}.png" for sid in sids)])
-    (out / "images").mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as f:
+    safe_paths.mkdirs(out, out / "images")  # no name below out_dir followed if it is a link (vrh.runs.safe_paths)
+    with safe_paths.open_write(out, path, "w", fresh=True) as f:
         for k, sid in enumerate(sids):
             s = grounding_sample(seed, k, size) if task == "grounding" else vqa_sample(seed, k, size)
             rel = f"images/{sid}.png"
-            render(s["scene"]).save(out / rel)
+            with safe_paths.open_write(out, out / rel, "wb", fresh=True) as im:
+                render(s["scene"]).save(im, format="PNG")
             rec = {"id": sid, "image": rel, "task": task, "expression": s.get("expression"),
                    "box": s.get("box"), "box_format": "xyxy", "question": s.get("question"),
                    "answer": s.get("answer")}

@@ -279,10 +279,12 @@ def write_record(out: Path, cell: Cell) -> None:
     """What ``cell`` is started with (atomically: a killed write leaves the previous record)."""
     from vrh.runs import write_json
 
+    from vrh.runs import safe_paths
+
     path = record_path(out, cell)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    safe_paths.mkdirs(out, path.parent)  # .study/cells below the study folder, neither of them a link
     write_json(path, {"id": cell.id, "kind": cell.kind, "fingerprint": cell.fingerprint,
-                      "settings": cell.settings, "deps": list(cell.deps)})
+                      "settings": cell.settings, "deps": list(cell.deps)}, root=out)
 
 
 def cell_state(out: Path, cell: Cell) -> tuple[str, list[str]]:

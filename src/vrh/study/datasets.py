@@ -124,7 +124,7 @@ class DatasetKind(CellKind):
 
         path = prepare(DatasetSpec(**cell.settings["dataset"]), out)
         written.record(out / cell.folder, [DATA_MARK])  # the study's, as everything prepare wrote there
-        write_json(out / cell.folder / DATA_MARK, {"dataset": cell.settings["dataset"], "path": path.name})
+        write_json(out / cell.folder / DATA_MARK, {"dataset": cell.settings["dataset"], "path": path.name}, root=out)
 
     def finished(self, out: Path, cell: Cell) -> bool:
         """Whether the dataset is complete (its JSONL and the mark, written last)."""

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vrh.runs import safe_paths
 from vrh.study.cells import STATE_DIR, Cell, cell_kind, cell_state, write_record
 from vrh.study.kinds import build_cells
 
@@ -103,6 +104,7 @@ def _free_memory() -> None:
 
 def run_cell(cell: Cell, out: Path, models: ModelCache) -> None:
     """Run one cell into ``out / cell.folder`` (recorded as started first)."""
+    safe_paths.check(out, out / cell.folder)  # the cell writes into its folder: no link on the way there
     write_record(out, cell)
     cell_kind(cell.kind).execute(cell, out, models)
 
@@ -113,6 +115,7 @@ def clear_cell(cell: Cell, out: Path) -> None:
     folder = out / cell.folder
     if not folder.exists() and not folder.is_symlink():
         return
+    safe_paths.check(out, folder)  # a link on the way would lead the removal out of the study folder
     cell_kind(cell.kind).clear(out, cell)
 
 
@@ -162,8 +165,9 @@ class StudyLock:
 
     def __init__(self, out: Path):
         check_study_folder(out)
-        (out / STATE_DIR).mkdir(parents=True, exist_ok=True)
-        self.fd = os.open(out / STATE_DIR / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+        # a symlinked .study (or .study/lock) would take the lock and the cell records out of the folder
+        safe_paths.mkdirs(out, out / STATE_DIR)
+        self.fd = safe_paths.open_fd(out, out / STATE_DIR / "lock", os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -183,7 +187,7 @@ def write_study_config(study: Any, out: Path, cells: Sequence[Cell]) -> None:
     from vrh.runs import environment, write_json
     from vrh.runs.folder import RUN_FORMAT, RUN_MARK
 
-    write_json(out / "config.json", {
+    write_json(out / "config.json", root=out, obj={
         RUN_MARK: RUN_FORMAT, "command": STUDY_COMMAND, "study": str(study.path), "name": study.name,
         "models": {m.name: m.model for m in study.models}, "grids": {k: list(v) for k, v in study.grids.items()},
         "benchmarks": [b.name for b in study.benchmarks], "vqa": [v.name for v in study.vqa],
@@ -218,7 +222,7 @@ def study_session(study: Any, out: str | Path, log: Callable[[str], None],
         yield prepare_cells(cells, out, report, log), report
         report.elapsed_seconds = time.time() - t0
         write_json(out / "results.json", {"schema_version": 1, **report.to_json(),
-                                          "cells": {c.id: c.folder for c in cells}, **record})
+                                          "cells": {c.id: c.folder for c in cells}, **record}, root=out)
 
 
 def run_study(study: Any, out: str | Path, *, max_loaded: int = 2, log: Callable[[str], None] = print) -> StudyRun:
