@@ -1,8 +1,11 @@
 import math
-import time
+import re
 
 import pytest
 
+from tests.support.adversarial_text import BOX_CASES, box_text
+from tests.support.regex_work import Model, agrees, recorded, work
+from vrh.data import boxes
 from vrh.data.boxes import (
     Outcome,
     clip_box,
@@ -201,51 +204,39 @@ def test_policy_rejects(text):
 
 
 # Model output is untrusted text: parsing must stay linear in its length. The first case took seconds
-# (quartic in the gap) when blanks could be split between neighbouring quantifiers.
-_GAP = " " * 2400
-ADVERSARIAL = {
-    "whitespace gaps, no closing bracket": "[1" + _GAP + "2" + _GAP + "3" + _GAP + "4" + _GAP + "x",
-    "many gapped lists": ("[1" + " " * 100 + "2" + " " * 100 + "3" + " " * 100 + "4" + " " * 100 + "x") * 24,
-    "long digit run": "[" + "1" * 9999,
-    "digit runs split by blanks": ("[" + "1" * 500 + " ") * 19,
-    "many brackets": "[" * 10000,
-    "many parentheses": "(" * 10000,
-    "nested brackets": "[[[[" * 2500,
-    "bracket and blank": "[ " * 5000,
-    "repeated key": '"bbox_2d":' * 1000,
-    "repeated key and bracket": '"bbox_2d": [' * 800,
-    "key then blanks": '"bbox_2d":' + " " * 9990,
-    "unterminated numbers": "(" + "1," * 4999,
-    "point pairs": "(1,2)," * 1666,
-    "gapped point pairs": "(1 , 2) , (" * 900,
-    "invalid boxes": "[4, 3, 2, 1] " * 769,
-    "dotted numbers": "[1.1.1.1" * 1200,
-    "exponents": "[1e1e1e1e" * 1100,
-    "newlines": "[1\n\n\n" * 2000,
-    "reasoning tags": "<think>" * 1250,
-    "closing tags": "</think>" * 1111,
-    "unclosed reasoning with lists": ("<think>[1, 2, 3, 4]" + " " * 80) * 100,
-    "thousands-like lists": "[1,024, 20, 30] " * 625,
-    "units": "[1px, 2%, 3 px, 4 %] " * 476,
-}
+# (quartic in the gap) when blanks could be split between neighbouring quantifiers. The cases are in
+# tests/support/adversarial_text.py (benchmarks/parsers.py times them at 1x, 8x and 64x).
 
 
-@pytest.mark.parametrize("name", list(ADVERSARIAL))
+def _counted(text: str, check: bool = False) -> int:
+    """The regex steps parse_box takes on ``text`` (tests/support/regex_work.py); ``check``: first check that
+    the counting model reads each pattern it used as re does, on this text."""
+    with recorded(boxes) as calls:
+        parse_box(text)
+    assert calls and (not check or all(agrees(c) for c in set(calls)))
+    return work(calls)
+
+
+@pytest.mark.parametrize("name", list(BOX_CASES))
 def test_parse_is_linear_on_adversarial_text(name):
-    """Parse time grows linearly with the length of an adversarial text: 8x the text takes about 8x the time
-    (backtracking would take 64x or more). A ratio measured side by side, not a wall-clock limit, so a busy
-    machine slows both sides alike; the bound is 20x, plus 0.5 ms for the timer's noise on tiny inputs."""
-    text = ADVERSARIAL[name]
-    assert len(text) <= 10_000
-    short = text[: len(text) // 8]  # the same pattern, an eighth as long
-    best = {text: math.inf, short: math.inf}
-    for _ in range(5):  # interleaved, the best of 5 each: both sides see the same load
-        for t in (text, short):
-            start = time.perf_counter()
-            parse_box(t)
-            best[t] = min(best[t], time.perf_counter() - start)
-    assert best[text] < 20 * best[short] + 5e-4, \
-        f"{name}: {best[text] * 1000:.2f} ms for {len(text)} chars, {best[short] * 1000:.2f} ms for {len(short)}"
+    """The regex work grows linearly with the length of an adversarial text: at 8x the text (10,000
+    characters) the steps per character are those at 1x, within 5% (backtracking would multiply them by 8
+    or more). Steps of the engine counted, not seconds: a busy machine cannot fail it."""
+    short, long = box_text(name, 1 / 8), box_text(name, 1)
+    assert len(long) <= 10_000 and len(long) >= 7 * len(short)
+    per_char_short, per_char_long = _counted(short, check=True) / len(short), _counted(long) / len(long)
+    assert per_char_long <= 1.05 * per_char_short, (name, per_char_short, per_char_long)
+
+
+def test_the_step_count_sees_backtracking():
+    """The count is not blind: the pattern parse_box had before (``\\s*`` on both sides of a number and a
+    ``\\s`` separator) splits a gap of k blanks in O(k) ways per separator, and doubling the gap multiplies
+    its steps per character many times over."""
+    old = re.compile(r"[\[(]\s*(\d+)\s*(?:,|\s)\s*(\d+)\s*(?:,|\s)\s*(\d+)\s*(?:,|\s)\s*(\d+)\s*[\])]")
+    gapped = BOX_CASES["whitespace gaps, no closing bracket"][0]
+    per_char = [Model(old).steps_of("finditer", gapped(n)) / len(gapped(n)) for n in (8, 16)]
+    assert per_char[1] > 4 * per_char[0]
+    assert _counted(gapped(16)) / len(gapped(16)) <= 1.05 * _counted(gapped(8)) / len(gapped(8))
 
 
 def test_long_gaps_still_parse():

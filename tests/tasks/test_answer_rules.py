@@ -107,6 +107,15 @@ def test_the_two_countbenchqa_rules_differ_only_on_number_words():
                                                                                               "countbenchqa"))
 
 
+def test_mathvista_reads_digits_past_a_floats_range_as_wrong():
+    """A 400-digit answer is inf as a float: MathVista's own try/except reads no number there (wrong); it raised
+    OverflowError (found by benchmarks/parsers.py's 10,000-digit answer)."""
+    for answer_type, precision in (("integer", None), ("float", 1)):
+        s = sample("3" if answer_type == "integer" else "1.5", answer_type, "mathvista", precision=precision)
+        assert outcome("1" * 400, s) == "wrong"
+        assert outcome("-" + "9" * 400, s) == "wrong"
+
+
 def test_the_record_names_the_rule_and_the_config_the_option():
     s = sample("A", "choice", "mmstar")
     rec = get_task("vqa").judge(None, s, "Above", {})

@@ -39,6 +39,7 @@ scorer maps to the shortest option and vrh counts as a parse failure.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -347,6 +348,8 @@ def _mathvista(pred: str, gold: Gold) -> Verdict:
         return Verdict(CORRECT if text == gold.choices[ord(gold.answer) - ord("A")] else WRONG, text)
     if gold.answer_type in ("integer", "float", "number"):
         x = float(got)
+        if not math.isfinite(x):  # digits past a float's range: MathVista's try/except reads no number (wrong)
+            return Verdict(WRONG, got)
         norm = str(int(x)) if gold.answer_type != "float" else str(round(x, int(gold.precision or 0)))
         return Verdict(CORRECT if norm == gold.answer.strip() else WRONG, norm)
     return Verdict(CORRECT if got == gold.answer.strip() else WRONG, got)
