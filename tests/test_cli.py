@@ -426,7 +426,8 @@ def test_evaluate_transfer_stability_and_dpo_pairs_print_their_result_on_stdout(
                                                                                  tiny_dataset, capsys):
     """evaluate's accuracy, transfer's four accuracies, stability's overlaps and dpo-pairs' pair count went to
     stderr with the progress (stability's Fig. 8b accuracies were printed nowhere), so ``vrh evaluate ... > acc.txt`` kept nothing (issue 26 item 13, as detect, sweep
-    and compare). dpo-pairs' stdout stays a script: its counts are shell comments before the next commands."""
+    and compare). dpo-pairs' stdout stays a script: its counts are shell comments before the next commands.
+    Accuracies print as percentages, as demo, sweep, compare and dpo print them (issue 46 item 9)."""
     base = ["--model", tiny_checkpoint, "--max-new-tokens", "4", "--batch-size", "4"]
     name = os.path.basename(tiny_checkpoint)  # transfer names its models (A and B are organisms too)
     det = tmp_path / "det"
@@ -435,14 +436,14 @@ def test_evaluate_transfer_stability_and_dpo_pairs_print_their_result_on_stdout(
     capsys.readouterr()
     cases = [
         (["evaluate", *base, "--data", tiny_dataset, "--mask-heads", str(det), "--k", "2", "--n", "2"],
-         lambda r: r["accuracy"], "evaluate: accuracy {:.3f} on 2 samples"),
+         lambda r: 100 * r["accuracy"], "evaluate: accuracy {:.1f}% on 2 samples"),
         (["transfer", *base, "--data", tiny_dataset, "--heads", str(det), "--k", "1", "--seeds", "0", "--n", "2"],
-         lambda r: r["baseline_accuracy"], f"transfer: {name} unmasked {{:.3f}}, {name}'s top-1"),
+         lambda r: 100 * r["baseline_accuracy"], f"transfer: {name} unmasked {{:.1f}}%, {name}'s top-1"),
         (["stability", *base, "--heads", str(det), "--k", "1", "--n-values", "2", "--bootstrap", "2",
           "--n-eval", "2", "--accuracy-draws", "1"], lambda r: r["topk_overlap_mean"][0],
          "stability: top-1 overlap n=2: {:.2f}"),
-        (None, lambda r: r["token_choice"]["rand1_accuracy"], "masked (Fig. 8b): rand1/sum/mean {:.3f}, "),
-        (None, lambda r: r["accuracy_mean"][0], "of each draw masked (mean over draws) n=2: {:.3f}"),
+        (None, lambda r: 100 * r["token_choice"]["rand1_accuracy"], "masked (Fig. 8b): rand1/sum/mean {:.1f}%, "),
+        (None, lambda r: 100 * r["accuracy_mean"][0], "of each draw masked (mean over draws) n=2: {:.1f}%"),
         (["dpo-pairs", *base, "--heads", str(det), "--k", "1", "--n", "3"],
          lambda r: r["n_pairs"], "# dpo-pairs: {} pairs from 3 samples"),
     ]

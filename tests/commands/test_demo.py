@@ -83,9 +83,25 @@ def test_demo_writes_headline_subruns_and_report(finished):
     g = runs.read_results(out / "sweep_grounding")
     assert g["k"] == [0, 1, 3, 6] and r["vrh_masked_accuracy"] == g["vrh"]["accuracy"][2]
     assert runs.read_results(out / "sweep_vqa")["k"] == [0, 3]
+    vqa_random = runs.read_results(out / "sweep_vqa")["random"]  # the VQA row's spread, as grounding's (issue 46 item 9)
+    assert r["vqa"]["random_masked_accuracy_std"] == vqa_random["std"][1] is not None
     assert (out / "report" / "report.html").exists() and r["report"] == str(out / "report" / "report.html")
     # sparsity at the paper's Fig. 5 thresholds, as every other output states it (issue 26 item 7)
     assert sorted(float(t) for t in r["sparsity"]["fraction_above"]) == [0.001, 0.005]
+
+
+def test_the_printed_headline_gives_both_random_rows_their_spread_in_percent(finished, capsys, monkeypatch):
+    from vrh.experiments.demo import print_summary
+
+    monkeypatch.setenv("COLUMNS", "200")  # one table row per line
+    out, r = finished
+    capsys.readouterr()
+    print_summary(runs.results_from_json("demo", runs.read_results(out)))
+    text = capsys.readouterr().out
+    rows = {line.split("│")[1].strip(): line for line in text.splitlines() if line.count("│") >= 3}
+    vqa, grounding = rows["VQA, 3 random heads masked"], rows["grounding, 3 random heads masked"]
+    assert f"{100 * r['vqa']['random_masked_accuracy_mean']:.1f} ± " in vqa and "%" in vqa
+    assert f"{100 * r['random_masked_accuracy_mean']:.1f} ± " in grounding
 
 
 def test_a_plain_rerun_is_refused_like_every_command(finished, organism, capsys):

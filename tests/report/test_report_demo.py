@@ -158,6 +158,18 @@ def test_every_number_of_the_demo_headline_is_in_results_json(demo_run):
     assert "recorded by demo" in table.caption
 
 
+def test_the_demo_vqa_random_row_has_its_spread_like_grounding(demo_run):
+    """The VQA "k random heads" row lacked the ± the grounding row has (issue 46 item 9)."""
+    res = runs.read_results(demo_run)
+    headline = next(s for s in build_sections(load_runs([demo_run]), None) if s.title == "Headline (vrh demo)")
+    table = next(b for b in headline.blocks if isinstance(b, Table) and b.columns[0] == "condition")
+    rows = {r[0]: r for r in table.rows}
+    vqa = res["vqa"]
+    assert rows["VQA, 3 random heads masked"][1] == (f"{100 * vqa['random_masked_accuracy_mean']:.1f} ± "
+                                                     f"{100 * vqa['random_masked_accuracy_std']:.1f}")
+    assert rows["VQA, 3 random heads masked"][2] == rows["grounding, 3 random heads masked"][2]
+
+
 def test_the_demo_random_control_counts_the_sets_of_each_task(demo_run):
     res = runs.read_results(demo_run)
     headline = next(s for s in build_sections(load_runs([demo_run]), None) if s.title == "Headline (vrh demo)")

@@ -121,15 +121,17 @@ def print_summary(r: DemoResults) -> None:
     from vrh.infra.console import console, print_table
 
     pct = lambda x: f"{100 * x:.1f}%" if x is not None else "-"  # noqa: E731
+    pm = lambda m, s: f"{100 * m:.1f} ± {100 * s:.1f}%" if m is not None and s is not None else pct(m)  # noqa: E731
     rows = [
         ["grounding, unmasked", pct(r.baseline_accuracy), ""],
         [f"grounding, top-{r.k} VRHs masked", pct(r.vrh_masked_accuracy),
          f"parse failures {pct(r.vrh_parse_failure_rate)}"],
-        [f"grounding, {r.k} random heads masked", pct(r.random_masked_accuracy_mean),
-         f"mean of seeds {r.random_seeds}"],
+        [f"grounding, {r.k} random heads masked", pm(r.random_masked_accuracy_mean, r.random_masked_accuracy_std),
+         f"mean ± std of seeds {r.random_seeds}"],
         ["VQA, unmasked", pct(r.vqa.baseline_accuracy), ""],
         [f"VQA, top-{r.k} VRHs masked", pct(r.vqa.vrh_masked_accuracy), ""],
-        [f"VQA, {r.k} random heads masked", pct(r.vqa.random_masked_accuracy_mean), ""],
+        [f"VQA, {r.k} random heads masked", pm(r.vqa.random_masked_accuracy_mean, r.vqa.random_masked_accuracy_std),
+         f"mean ± std of seeds {r.random_seeds}"],
     ]
     s = r.sparsity
     print_table(f"vrh demo: {r.k} of {r.num_heads_total} heads masked ({r.elapsed_seconds:.0f} s)",

@@ -35,7 +35,7 @@ def headline(g: SweepResults, v: SweepResults, k: int, seeds: Sequence[int], top
         top_k_heads=[list(h) for h in top_heads],
         sparsity=sparsity,
         vqa=DemoVqa(baseline_accuracy=v.baseline_accuracy, vrh_masked_accuracy=v.vrh.accuracy[vi],
-                    random_masked_accuracy_mean=v.random.mean[vi]),
+                    random_masked_accuracy_mean=v.random.mean[vi], random_masked_accuracy_std=v.random.std[vi]),
         k_curve=DemoKCurve(k=g.k, vrh=g.vrh.accuracy, random_mean=g.random.mean),
         n_detect=n_detect,
         n_eval=g.conditions[0]["n"],

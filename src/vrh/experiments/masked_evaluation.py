@@ -69,7 +69,7 @@ def run_evaluate(cfg: EvaluateSettings, lm: Any = None) -> EvaluateResults:
     from vrh.experiments.heldout import select_eval_samples
     from vrh.experiments.runner import run_conditions
     from vrh.experiments.setup import fit_random_pool, load
-    from vrh.infra.console import console, print_result
+    from vrh.infra.console import console, percent_text, print_result
     from vrh.options import DEFAULT_K_RULE, config_record
     from vrh.runs import TaskSummary
     from vrh.tasks import task_from_settings
@@ -99,6 +99,6 @@ def run_evaluate(cfg: EvaluateSettings, lm: Any = None) -> EvaluateResults:
                                  heads=head_info, condition=condition.to_json(), elapsed_seconds=time.time() - t0)
         run.write_results(result.to_json())
     # the result on stdout (``vrh evaluate ... > acc.txt`` keeps it); progress and notes went to stderr
-    print_result(f"evaluate: accuracy {result.summary.accuracy:.3f} on {result.summary.n} samples "
+    print_result(f"evaluate: accuracy {percent_text(result.summary.accuracy)} on {result.summary.n} samples "
                  f"({len(condition.heads)} heads masked) -> {cfg.out}")
     return result

@@ -238,7 +238,7 @@ def run_stability(cfg: StabilitySettings, lm: Any = None) -> runs.StabilityResul
     from vrh.core.heads import check_grid
     from vrh.experiments.heldout import select_eval_samples
     from vrh.experiments.setup import check_out, fit_random_pool, load
-    from vrh.infra.console import console, print_result
+    from vrh.infra.console import console, percent_text, print_result
     from vrh.options import DEFAULT_K_RULE, config_record, default_k
     from vrh.tasks import get_task
 
@@ -272,11 +272,11 @@ def run_stability(cfg: StabilitySettings, lm: Any = None) -> runs.StabilityResul
                  + (f"; token choice skipped ({skip})" if skip else "") + f" -> {cfg.out}")
     tc = result.token_choice
     if tc is not None:
-        rnd = "-" if tc.random_accuracy is None else f"{tc.random_accuracy:.3f}"
         print_result(f"stability: accuracy with the top-{k} masked (Fig. 8b): rand1/sum/mean "
-                     f"{tc.rand1_accuracy:.3f}, out/sum/mean {tc.out_accuracy:.3f}, {k} random heads {rnd}, "
-                     f"unmasked {tc.baseline_accuracy:.3f}")
+                     f"{percent_text(tc.rand1_accuracy)}, out/sum/mean {percent_text(tc.out_accuracy)}, {k} random "
+                     f"heads {percent_text(tc.random_accuracy)}, unmasked {percent_text(tc.baseline_accuracy)}")
     if result.accuracy_mean is not None:
-        acc = ", ".join(f"n={n}: {a:.3f}" for n, a in zip(result.n_values, result.accuracy_mean) if a is not None)
+        acc = ", ".join(f"n={n}: {percent_text(a)}" for n, a in zip(result.n_values, result.accuracy_mean)
+                        if a is not None)
         print_result(f"stability: accuracy with the top-{k} of each draw masked (mean over draws) {acc}")
     return result

@@ -72,7 +72,7 @@ def run_transfer(cfg: TransferSettings, lm: Any = None) -> TransferResults:
     from vrh.experiments.method_comparison import finite_or_none, map_similarity
     from vrh.experiments.runner import run_conditions
     from vrh.experiments.setup import fit_random_pool, load
-    from vrh.infra.console import console, print_result, warn
+    from vrh.infra.console import console, percent_text, print_result, warn
     from vrh.options import DEFAULT_K_RULE, config_record, default_k
     from vrh.report.load import model_pair
     from vrh.tasks import task_from_settings
@@ -131,7 +131,7 @@ def run_transfer(cfg: TransferSettings, lm: Any = None) -> TransferResults:
     own = result.own_heads_accuracy
     # the models by name: "A" and "B" would read as the organisms of those names
     name_a, name_b = model_pair(model_a or "model A", lm.path)
-    print_result(f"transfer: {name_b} unmasked {result.baseline_accuracy:.3f}, {name_a}'s top-{k} "  # stdout
-                 f"{result.transferred_heads_accuracy:.3f}, own {'-' if own is None else f'{own:.3f}'}, "
-                 f"random {result.random_accuracy_mean:.3f} -> {cfg.out}")
+    print_result(f"transfer: {name_b} unmasked {percent_text(result.baseline_accuracy)}, "  # stdout
+                 f"{name_a}'s top-{k} {percent_text(result.transferred_heads_accuracy)}, own {percent_text(own)}, "
+                 f"random {percent_text(result.random_accuracy_mean)} -> {cfg.out}")
     return result

@@ -207,6 +207,15 @@ def heads_text(heads, sep: str = " ") -> str:
     return sep.join(head_text(h) for h in heads)
 
 
+def percent_text(x: float | None, digits: int = 1) -> str:
+    """An accuracy (a fraction in results.json) as every console line prints it: a percentage.
+
+    >>> percent_text(0.735), percent_text(None), percent_text(1.0)
+    ('73.5%', '-', '100.0%')
+    """
+    return "-" if x is None else f"{100 * x:.{digits}f}%"
+
+
 def is_main_rank() -> bool:
     """True on rank 0 of a data-parallel run (and in any single process): results print there only."""
     from vrh.infra.distributed import world

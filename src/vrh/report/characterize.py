@@ -63,7 +63,9 @@ def demo_section(runs: list[Run]) -> Section | None:
                  f"mean ± {plots.STD_WORDS} over seeds {r.random_seeds}"],
                 ["VQA, unmasked", pct(vqa.baseline_accuracy), ""],
                 [f"VQA, top-{k} VRHs masked", pct(vqa.vrh_masked_accuracy), ""],
-                [f"VQA, {k} random heads masked", pct(vqa.random_masked_accuracy_mean), ""]]
+                [f"VQA, {k} random heads masked", pm(vqa.random_masked_accuracy_mean, vqa.random_masked_accuracy_std),
+                 f"mean ± {plots.STD_WORDS} over seeds {r.random_seeds}"
+                 if is_num(vqa.random_masked_accuracy_std) else ""]]
         s.add(Text(f"{run.name}: {k} of {total} heads masked; top-{k} heads (LAYER:HEAD): "
                    + heads_text(r.top_k_heads or [])))
         s.add(Table(["condition", "accuracy (%)", "note"], rows))

@@ -424,6 +424,7 @@ class DemoVqa(Block):
     baseline_accuracy: float | None
     vrh_masked_accuracy: float | None
     random_masked_accuracy_mean: float | None
+    random_masked_accuracy_std: float | None = optional()  # over the random seeds (np.std), as grounding's
 
 
 @dataclass(frozen=True, kw_only=True)
