@@ -63,6 +63,7 @@ class NeedlePrompt:
     length: int  # values in the needle
     context: int  # the requested prompt length, tokens
     units: int  # haystack units (sentences / items) around the needle
+    question: str = ""  # the question, the end of ``body`` (QRHead's query: ``vrh text-heads --text-scorer qrhead``)
 
     @property
     def chance(self) -> float:
@@ -166,7 +167,7 @@ def build_prompts(count_tokens: Callable[[str], int], *, style: str, contexts: S
                                          f"({count_tokens(wrap(compose([])))} tokens); use a longer context")
                     out.append(NeedlePrompt(id=f"needle-{i:05d}", style=style, body=compose(hay), needle=needle,
                                             values=values, depth=float(depth), length=length, context=int(context),
-                                            units=len(hay)))
+                                            units=len(hay), question=question))
     return out
 
 

@@ -329,6 +329,10 @@ class TextHeadsSettings(ModelOptions, RunOptions):
                                      help="also mask the top --k heads of this head set on the needle test: a "
                                           "detection run (e.g. the VRHs), a head list or a named set (vrh heads list) "
                                           "(default: none)")
+    text_scorer: str = option("copy_paste", choices=("copy_paste", "qrhead"),
+                              help="how a head's text retrieval is scored: copy_paste (Retrieval Heads: what the answer "
+                                   "copies from the needle, over the tests answered right) or qrhead (QRHead: the "
+                                   "question's attention on the needle minus a null question's, over every test)")
     mask_mode: str = redefault(MaskOptions, "mask_mode", "zero")
     exclude_layers: tuple[int, ...] = redefault(MaskOptions, "exclude_layers", ())
     scorer: str | None = redefault(MaskOptions, "scorer", None)

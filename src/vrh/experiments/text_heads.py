@@ -18,6 +18,11 @@ nothing that finished; ``head_scores.json`` (scorer ``copy_paste``: ``vrh sweep 
 --mask-heads`` and ``vrh compare-heads`` read it like a detection run); ``results.json`` written last.
 The config records ``detect_ids`` (the test ids) and an empty ``eval_ids``, which is what a detection run
 records, so the grounding commands accept this folder as a head source.
+
+``--text-scorer qrhead`` scores the heads by QRHead's query-focused criterion instead (where the question's
+tokens look, calibrated by a null question; :mod:`vrh.experiments.text_qrhead`), the definition of the published
+QRHead lists: each ``none`` record then also carries its ``qrhead`` map, ``head_scores.json`` holds both variants
+(the default is ``qrhead``) and the causal test masks the top-k by QR score.
 """
 
 from __future__ import annotations
@@ -165,19 +170,22 @@ def evaluate_needles(lm: Any, prompts: Sequence[NeedlePrompt], tests: Sequence[t
 
 
 def _condition_sets(scores: torch.Tensor, cross: torch.Tensor | None, k: int, cfg: TextHeadsSettings,
-                    cross_heads: tuple | None = None) -> tuple[list, list[str]]:
+                    cross_heads: tuple | None = None, scorer: str = SCORER, cross_whole: bool = False
+                    ) -> tuple[list, list[str]]:
     from vrh.experiments import conditions as cond
 
     L, H = scores.shape
-    conds = [cond.top_k(scores, k, method=SCORER, mask_mode=cfg.mask_mode, label=f"top{k}:text")]
+    conds = [cond.top_k(scores, k, method=scorer, mask_mode=cfg.mask_mode, label=f"top{k}:text")]
     if cross is not None:
         conds.append(cond.top_k(cross, k, method="cross", mask_mode=cfg.mask_mode, label=f"top{k}:cross"))
+    elif cross_heads and cross_whole:  # a published set without a ranking (qrhead:...): all of it
+        conds.append(cond.explicit(cross_heads, mask_mode=cfg.mask_mode, label=f"all{len(cross_heads)}:cross"))
     elif cross_heads:  # a list (a paper list is in its rank order): its first k heads
         conds.append(cond.explicit(cross_heads[:k], mask_mode=cfg.mask_mode, label=f"top{k}:cross"))
     outside = sorted({h for c in conds for h in c.heads})
     n = max(len(c.heads) for c in conds)
     rc = cond.random_controls(L, H, n, cfg.seeds, outside=outside, exclude_layers=cfg.exclude_layers,
-                              method=SCORER, mask_mode=cfg.mask_mode, label="random{k}:s{seed}")
+                              method=scorer, mask_mode=cfg.mask_mode, label="random{k}:s{seed}")
     return conds + rc.conditions, rc.warnings
 
 
@@ -193,6 +201,7 @@ def run_text_heads(cfg: TextHeadsSettings, lm: Any = None) -> dict[str, Any]:
     from vrh.runs.results_characterize import TextHeadsResults
     from vrh.scoring.copy_paste import copy_paste_sample
 
+    scorer = cfg.text_scorer
     t0 = time.time()
     if cfg.cross_heads:  # a missing run folder or a bad list fails before the model loads
         cond.head_source(cfg.cross_heads, cfg.scorer, option="--cross-heads")
@@ -216,6 +225,7 @@ def run_text_heads(cfg: TextHeadsSettings, lm: Any = None) -> dict[str, Any]:
     with run:
         done = {(r.get("condition"), r["id"]): r for r in run.finished_samples()}
         maps: dict[str, torch.Tensor] = {}
+        qr_maps: dict[str, torch.Tensor] = {}
         correct: dict[str, bool] = {}
         with progress(len(prompts), "text-heads: needles", unit="tests") as advance:
             for p, (ids, span) in zip(prompts, tests):
@@ -226,27 +236,41 @@ def run_text_heads(cfg: TextHeadsSettings, lm: Any = None) -> dict[str, Any]:
                         rows, torch.tensor(list(ids) + out_ids.tolist()), out_ids, span)
                     rec = _record(p, cond.none(cfg.mask_mode), text, len(ids), span)
                     rec["copy_paste"] = score.tolist()
+                    if scorer == "qrhead":
+                        from vrh.experiments.text_qrhead import qrhead_text_map
+
+                        rec["qrhead"] = qrhead_text_map(lm, tokenizer_of(lm.processor), chat_wrap(lm.processor),
+                                                        p).tolist()
                     run.append_sample(rec)
                 maps[p.id] = torch.tensor(rec["copy_paste"])
+                if scorer == "qrhead":
+                    qr_maps[p.id] = torch.tensor(rec["qrhead"])
                 correct[p.id] = rec["outcome"] == "correct"
                 advance()
         kept = [maps[i] for i in maps if correct[i]]
-        scores = torch.stack(kept).mean(0) if kept else torch.zeros(L, H)  # (L, H)
+        copy_scores = torch.stack(kept).mean(0) if kept else torch.zeros(L, H)  # (L, H)
         n_correct = len(kept)
-        if not kept:
+        variants = {SCORER: copy_scores}
+        if scorer == "qrhead":  # the mean over every test: the score reads the question, not the answer
+            variants["qrhead"] = torch.stack([qr_maps[p.id] for p in prompts]).mean(0)  # (L, H)
+        elif not kept:
             warn(f"--model {cfg.model} answered none of the {len(prompts)} needle tests exactly: every head scores 0 "
                  "and the ranking is the (layer, head) order; the causal test below tests nothing")
-        _write_scores(run, scores, n_correct, len(prompts))
+        scores = variants[scorer]
+        _write_scores(run, variants, scorer, len(prompts) if scorer == "qrhead" else n_correct, len(prompts))
 
         cross = cross_src.scores if cross_src is not None and cross_src.kind == "run" else None
-        conds, warnings = _condition_sets(scores, cross, k, cfg, cross_src.heads if cross_src else None)
+        from vrh.data.published_heads import is_published_spec
+
+        whole = bool(cfg.cross_heads) and is_published_spec(cfg.cross_heads)  # a set without a ranking: all of it
+        conds, warnings = _condition_sets(scores, cross, k, cfg, cross_src.heads if cross_src else None, scorer, whole)
         for w in warnings:
             warn(w)
         recall = {"none": n_correct / len(prompts),
                   **evaluate_needles(lm, prompts, tests, conds, run, cfg.max_new_tokens, done)}
         rnd = [recall[c.label] for c in conds if c.kind == "random"]
         ranking = [list(h) for h in _ranking(scores)]
-        result = {"model": lm.path, "scorer": SCORER, "k": k, "n": len(prompts),
+        result = {"model": lm.path, "scorer": scorer, "k": k, "n": len(prompts),
                   "n_correct": n_correct, "recall": recall["none"],
                   "recall_chance": float(np.mean([p.chance for p in prompts])),
                   "copied_other_item": _copied_other(run, prompts),
@@ -260,10 +284,10 @@ def run_text_heads(cfg: TextHeadsSettings, lm: Any = None) -> dict[str, Any]:
                   "conditions": [{**c.to_json(), "recall": recall[c.label]} for c in conds],
                   "top_heads": ranking[:20], "random_warnings": warnings, "elapsed_seconds": time.time() - t0}
         run.write_results(TextHeadsResults(**result).to_json())  # the kind's keys, in its order
-    print_table(f"text-heads: top {min(10, L * H)} of {L * H} heads by copy-paste score ({n_correct} of "
+    print_table(f"text-heads: top {min(10, L * H)} of {L * H} heads by {scorer.replace('_', '-')} score ({n_correct} of "
                 f"{len(prompts)} needles recalled exactly)", ["rank", "head (layer:head)", "score"],
                 [[i + 1, f"{l}:{h}", f"{float(scores[l, h]):.4g}"] for i, (l, h) in enumerate(ranking[:10])])
-    cross_txt = f", cross top-{k} {result['cross_heads_recall']:.3f}" if cross_src else ""
+    cross_txt = f", cross {conds[1].label.split(':')[0]} {result['cross_heads_recall']:.3f}" if cross_src else ""
     rnd_txt = "-" if result["random_recall_mean"] is None else f"{result['random_recall_mean']:.3f}"
     print_result(f"text-heads: needle recall {result['recall']:.3f}, top-{k} text heads masked "
                  f"{result['text_heads_recall']:.3f}{cross_txt}, random {rnd_txt} -> {cfg.out}")
@@ -299,11 +323,11 @@ def _ranking(scores: torch.Tensor) -> list[tuple[int, int]]:
     return rank_heads(scores)
 
 
-def _write_scores(run: Any, scores: torch.Tensor, n_correct: int, n: int) -> None:
+def _write_scores(run: Any, variants: dict[str, torch.Tensor], scorer: str, n_scored: int, n: int) -> None:
     from vrh import runs
 
-    ranking = [list(h) for h in _ranking(scores)]
-    variant = {"scores": scores.tolist(), "ranking": ranking, "n_positive_heads": int((scores > 0).sum())}
-    runs.write_head_scores(run, runs.HeadScores(scorer=SCORER, num_layers=scores.shape[0], num_heads=scores.shape[1],
-                                                n_scored=n_correct, variants={SCORER: variant},
-                                                extra={"task": TASK, "n_tests": n}))
+    out = {name: {"scores": s.tolist(), "ranking": [list(h) for h in _ranking(s)], "n_positive_heads": int((s > 0).sum())}
+           for name, s in variants.items()}
+    L, H = variants[scorer].shape
+    runs.write_head_scores(run, runs.HeadScores(scorer=scorer, num_layers=L, num_heads=H, n_scored=n_scored,
+                                                variants=out, extra={"task": TASK, "n_tests": n}))
