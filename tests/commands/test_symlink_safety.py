@@ -142,6 +142,48 @@ def study(e: Env, n: int = 4) -> list[str]:
     return ["study", "run", str(path), "--out", str(e.out)]
 
 
+DPO_STEPS = ["--max-steps", "1", "--lr", "1e-3", "--train-batch-size", "2", "--grad-accum", "1", "--save-steps", "1"]
+
+
+def dpo_train(e: Env, *flags: str) -> list[str]:
+    pytest.importorskip("trl")
+    from tests.experiments.test_dpo import write_pairs
+
+    pairs = e.tmp / "pairs"
+    path = write_pairs(pairs, e.data) if not pairs.exists() else pairs
+    return ["dpo-train", "--model", e.checkpoint, "--pairs", str(path), "--out", str(e.out), *DPO_STEPS, *flags]
+
+
+def demo(e: Env, *flags: str) -> list[str]:
+    return ["demo", "--n-detect", "4", "--n-eval", "4", "--n-vqa", "2", "--batch-size", "4", "--out", str(e.out),
+            *flags]
+
+
+def _dpo_checkpoint_tree(e: Env) -> None:  # a recorded TRL checkpoint holding links out (item 6)
+    from vrh.runs import written
+
+    written.record(e.out / "checkpoints", ["checkpoint-1/"])
+    e.link("checkpoints/checkpoint-1/to_dir", "sub")
+    e.link("checkpoints/checkpoint-1/to_file", "a.txt")
+
+
+def _dpo_unfinished_log_link(e: Env) -> None:
+    from vrh.runs import written
+
+    (e.out / runs.RESULTS).unlink()
+    written.remove_written(e.out / "model")
+    (e.out / "train_log.jsonl").unlink()
+    e.link("train_log.jsonl")
+
+
+def _again(argv, plant, flag="--overwrite"):
+    def setup(e):
+        assert main(argv(e)) == 0
+        plant(e)
+        return argv(e, flag)
+    return setup
+
+
 # --- the cases: (id, setup returning the argv to run after the links are planted) ---------------------
 def _report_fresh_tmp(name):
     def setup(e):
@@ -267,6 +309,13 @@ CASES = [
     Case("convert-images-link", _convert_again(lambda e: (shutil.rmtree(e.out / "images"), e.link("images", "sub")))),
     Case("convert-image-dir-link", _convert_again(_image_dir_link)),
     Case("convert-manifest", _convert_again(lambda e: ((e.out / ".vrh-written").unlink(), e.link(".vrh-written")))),
+    # dpo-train's checkpoints/ and model/, demo's data/ and report/ (item 6)
+    Case("dpo-checkpoint-tree", _again(dpo_train, _dpo_checkpoint_tree), marks=(pytest.mark.slow,)),
+    Case("dpo-model-dir-link", _again(dpo_train, lambda e: e.link("model/inner", "sub")), marks=(pytest.mark.slow,)),
+    Case("dpo-resume-log", _again(dpo_train, _dpo_unfinished_log_link, "--resume"), marks=(pytest.mark.slow,)),
+    Case("demo-data-dir-link", _again(demo, lambda e: e.link("data/images/inner", "sub")), marks=(pytest.mark.slow,)),
+    Case("demo-report-link", _again(demo, lambda e: e.link("report/figures/inner", "sub")),
+         marks=(pytest.mark.slow,)),
     # vrh study run (items 6, 8)
     Case("study-state-dir", _study_fresh(".study", "sub")),
     Case("study-lock", _study_fresh(".study/lock", "a.txt")),

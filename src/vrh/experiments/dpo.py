@@ -54,7 +54,7 @@ from typing import Any
 
 from vrh import runs
 from vrh.infra.console import console
-from vrh.runs import written
+from vrh.runs import safe_paths, written
 
 MODEL_DIR = "model"  # the trained checkpoint, inside a dpo-train run folder
 CHECKPOINTS = "checkpoints"  # TRL's resumable checkpoints while training runs
@@ -194,7 +194,7 @@ def _log_callback(path: Path, *, interactive: bool | None = None, clock=time.mon
 
         def on_log(self, args, state, control, logs=None, **kw):
             rec = {"step": state.global_step, "epoch": state.epoch, **(logs or {})}
-            with _saving(path), open(path, "a") as f:
+            with _saving(path), safe_paths.open_append(path.parent, path) as f:  # never through a link, nor a hard link
                 f.write(json.dumps(rec) + "\n")
             shown = " ".join(f"{k.split('/')[-1]} {rec[k]:.4g}" for k in LOG_KEYS if isinstance(rec.get(k), float))
             if not shown or not progress_enabled():  # the end-of-training summary record has none of them
@@ -248,7 +248,7 @@ def train_dpo(policy: Any, reference: Any, dataset: Any, out: str | os.PathLike,
     if resumed is None:  # from the start: nothing of an earlier training in `out` is kept
         written.remove_written(model_dir, "dpo-train")
         written.remove_written(ckpt_dir, "dpo-train")
-        log.unlink(missing_ok=True)  # one of the run folder's own files (runs.COMMAND_FILES), not a recorded folder
+        safe_paths.unlink(out, log)  # one of the run folder's own files (runs.COMMAND_FILES), not a recorded folder
     else:
         for other in _checkpoints(ckpt_dir):  # older ones, and newer ones a kill left incomplete
             if str(other) != resumed:
@@ -320,7 +320,7 @@ def save_model(trainer: Any, policy: Any, ckpt_dir: Path, model_dir: Path) -> No
         files = sorted(p.relative_to(staging).as_posix() for p in staging.rglob("*") if p.is_file())
         written.record(staging, [f for f in files if f != written.MANIFEST])
         written.remove_written(model_dir, "dpo-train")  # a model of an earlier training in this folder
-        os.replace(staging, model_dir)
+        safe_paths.replace(ckpt_dir.parent, staging, model_dir)
 
 
 def _remove_tree(folder: Path, name: str) -> None:
@@ -332,7 +332,7 @@ def _remove_tree(folder: Path, name: str) -> None:
     if path.is_symlink() or not path.is_dir() or f"{name}/" not in written.recorded(folder):
         raise written.NotWrittenByVrh(f"{path} is not a folder vrh recorded writing; refusing to delete it: move it "
                                       "away, or choose another --out")
-    shutil.rmtree(path)
+    safe_paths.rmtree(folder, path)  # a link inside the tree is removed itself, never what it points to
 
 
 def _trim_log(log: Path, step: int) -> None:
