@@ -140,6 +140,7 @@ def run_sweep(cfg: SweepSettings, lm: Any = None) -> SweepResults:
 
     from vrh.core.heads import check_grid
     from vrh.experiments.conditions import head_source
+    from vrh.experiments.heads_origin import adopt
     from vrh.experiments.heldout import select_eval_samples
     from vrh.experiments.setup import fit_random_pool, load
     from vrh.infra.console import console
@@ -152,7 +153,8 @@ def run_sweep(cfg: SweepSettings, lm: Any = None) -> SweepResults:
         raise FileNotFoundError(f"--heads {cfg.heads}: a detection run folder is expected (vrh detect --out), "
                                 "not a head list")
     samples, data_info = select_eval_samples(cfg.data, cfg.task, cfg.n, [cfg.heads], cfg.disjoint)
-    lm = load(cfg, lm)
+    lm = adopt(load(cfg, lm), cfg.answer_format, cfg.heads, command=cfg.COMMAND, option="--heads", task=cfg.task,
+               uses_answer_format=cfg.task == "grounding")  # the heads' answer format (heads_origin)
     cfg = fit_random_pool(cfg, lm)  # --random-from: a cross-attention model's pool
     check_grid(src.scores.shape, lm.num_layers, lm.num_heads, f"--heads {cfg.heads}")
     ks = cfg.ks if cfg.ks is not None else default_ks(default_k(lm.num_layers, lm.num_heads), lm.num_layers,

@@ -66,6 +66,7 @@ def run_evaluate(cfg: EvaluateSettings, lm: Any = None) -> EvaluateResults:
     import time
 
     from vrh import runs
+    from vrh.experiments.heads_origin import adopt
     from vrh.experiments.heldout import select_eval_samples
     from vrh.experiments.runner import run_conditions
     from vrh.experiments.setup import fit_random_pool, load
@@ -80,7 +81,8 @@ def run_evaluate(cfg: EvaluateSettings, lm: Any = None) -> EvaluateResults:
                                              cfg.disjoint)
     src = cond.head_source(cfg.mask_heads, cfg.scorer)  # a missing run folder or a bad head list fails before loading
     check_k(cfg, src.kind)
-    lm = load(cfg, lm)
+    lm = adopt(load(cfg, lm), cfg.answer_format, cfg.mask_heads, command=cfg.COMMAND, option="--mask-heads",
+               task=cfg.task, uses_answer_format=cfg.task == "grounding")  # the heads' answer format (heads_origin)
     cfg = fit_random_pool(cfg, lm)  # --random-from: a cross-attention model's pool
     condition, head_info = resolve_condition(cfg, lm.num_layers, lm.num_heads)
     if condition.kind in ("top_k", "random"):

@@ -288,12 +288,14 @@ def make_pairs(lm: Any, opts: Any, out: str | os.PathLike, *, random_negatives: 
 def run_pairs(cfg: PairsSettings, lm: Any = None) -> runs.DpoPairsResults:
     """``vrh dpo-pairs``: the pairs run folder at ``cfg.out`` (:func:`make_pairs`); the counts and the next
     commands printed on stdout. A bad ``--heads`` / ``--data`` fails before the model loads."""
+    from vrh.experiments.heads_origin import adopt
     from vrh.experiments.setup import fit_random_pool, load
     from vrh.infra.console import print_result
     from vrh.options import config_record
 
     training_samples(cfg.heads, cfg.data, cfg.train, cfg.n)  # bad --heads / --data fail before the model loads
-    lm = load(cfg, lm)
+    lm = adopt(load(cfg, lm), cfg.answer_format, cfg.heads, command=cfg.COMMAND, option="--heads",
+               task="grounding")  # the heads' answer format (vrh.experiments.heads_origin)
     cfg = fit_random_pool(cfg, lm)  # --random-from: a cross-attention model's pool
     result = make_pairs(lm, cfg, cfg.out, random_negatives=cfg.random_negatives, resume=cfg.resume,
                         overwrite=cfg.overwrite, config={"command": cfg.COMMAND, "config": config_record(cfg)},

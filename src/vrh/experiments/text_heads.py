@@ -51,14 +51,21 @@ def chat_wrap(processor: Any) -> Callable[[str], str]:
     def messages(body: str) -> list[dict[str, Any]]:
         return [{"role": "user", "content": [{"type": "text", "text": body}]}]
 
+    from vrh.models import chat_templates
+
+    def render(obj: Any, body: str) -> str:
+        with chat_templates.bounded(chat_templates.whose(obj)):  # the checkpoint's template: bounded
+            return obj.apply_chat_template(messages(body), add_generation_prompt=True, tokenize=False)
+
     for obj in (processor, tokenizer_of(processor)):
         if getattr(obj, "chat_template", None):
             try:
-                obj.apply_chat_template(messages("x"), add_generation_prompt=True, tokenize=False)
+                render(obj, "x")
+            except chat_templates.TemplateTooCostly:
+                raise  # a hostile template, not one that wants other content
             except (ValueError, TypeError, KeyError, AttributeError):  # a template that wants other content
                 continue
-            return lambda body, obj=obj: obj.apply_chat_template(messages(body), add_generation_prompt=True,
-                                                                 tokenize=False)
+            return lambda body, obj=obj: render(obj, body)
     return lambda body: body + "\nAnswer:"
 
 
@@ -195,6 +202,7 @@ def run_text_heads(cfg: TextHeadsSettings, lm: Any = None) -> dict[str, Any]:
 
     from vrh import runs
     from vrh.experiments import conditions as cond
+    from vrh.experiments.heads_origin import adopt
     from vrh.experiments.setup import load
     from vrh.infra.console import console, print_result, print_table, progress, warn
     from vrh.options import DEFAULT_K_RULE, config_record, default_k
@@ -206,6 +214,9 @@ def run_text_heads(cfg: TextHeadsSettings, lm: Any = None) -> dict[str, Any]:
     if cfg.cross_heads:  # a missing run folder or a bad list fails before the model loads
         cond.head_source(cfg.cross_heads, cfg.scorer, option="--cross-heads")
     lm = load(cfg, lm)
+    if cfg.cross_heads:  # heads of another model: one line naming both (text prompts ask for no box format)
+        adopt(lm, None, cfg.cross_heads, command=cfg.COMMAND, option="--cross-heads", task=None,
+              uses_answer_format=False)
     L, H = lm.num_layers, lm.num_heads
     k = cfg.k if cfg.k is not None else default_k(L, H)
     cond.check_k(k, L, H)

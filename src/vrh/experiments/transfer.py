@@ -84,6 +84,11 @@ def run_transfer(cfg: TransferSettings, lm: Any = None) -> TransferResults:
     samples, data_info = select_eval_samples(cfg.data, cfg.task, cfg.n,
                                              [p for p in (cfg.heads_b, cfg.heads) if p], cfg.disjoint)
     lm = load(cfg, lm)
+    if cfg.heads_b:  # B's own ranking: its answer format is this run's (vrh.experiments.heads_origin)
+        from vrh.experiments.heads_origin import adopt
+
+        lm = adopt(lm, cfg.answer_format, cfg.heads_b, command=cfg.COMMAND, option="--heads-b", task=cfg.task,
+                   uses_answer_format=cfg.task == "grounding")
     cfg = fit_random_pool(cfg, lm)  # --random-from: a cross-attention model's pool
     L, H = lm.num_layers, lm.num_heads
     k = cfg.k if cfg.k is not None else default_k(L, H)
