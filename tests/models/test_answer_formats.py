@@ -63,7 +63,7 @@ def test_a_users_file_is_read_and_its_errors_name_the_entry(tmp_path):
                              {"name": "own_prompt_norm1", "box": "norm1"}]))
     mine = af.read_variants(f)
     assert [v.name for v in mine] == ["ask_1000", "own_prompt_norm1"] and mine[1].prompt is None
-    for content, message in [("{}", "expected a non-empty JSON list"), ("[", "not JSON"),
+    for content, message in [("{}", "expected a non-empty JSON list"), ("[", "is not valid JSON"),
                              ('[{"name": "a", "colour": 1}]', r"entry 0: .*unknown keys \['colour'\]"),
                              ('[{"prompt": "{expression}"}]', "entry 0: expected an object with 'name'"),
                              ('[{"name": "a", "box": "nope"}]', "entry 0: answer format 'a': no box writing"),

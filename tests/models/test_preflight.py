@@ -192,3 +192,96 @@ def test_a_custom_adapter_that_opts_in_is_not_refused(saved, tmp_path, monkeypat
     with pytest.raises(preflight.RemoteCodeRefused):
         load_model(str(folder))
     assert load_model(str(folder), adapter="trusting_adapter:Trusting").adapter.name == "trusting_llava"
+
+
+# --- hostile checkpoints: one line each, sizes checked before anything is allocated (issue 45 items 13, 14) ----
+
+def _json_edit(name, change):
+    def edit(folder: Path) -> None:
+        file = folder / name
+        file.write_text(json.dumps(change(json.loads(file.read_text(encoding="utf-8")))), encoding="utf-8")
+    return edit
+
+
+def _write(name, text):
+    return lambda folder: (folder / name).write_text(text, encoding="utf-8")
+
+
+def _header(folder: Path, change) -> None:
+    """model.safetensors with its header rewritten by ``change(header) -> header`` (the data left as it is)."""
+    file = folder / "model.safetensors"
+    raw = file.read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.dumps(change(json.loads(raw[8:8 + n]))).encode()
+    file.write_bytes(len(header).to_bytes(8, "little") + header + raw[8 + n:])
+
+
+def _claim_more(header: dict) -> dict:
+    name = next(k for k in header if k != "__metadata__")
+    header[name]["shape"] = [d * 1000 for d in header[name]["shape"]]
+    return header
+
+
+def _past_the_end(header: dict) -> dict:
+    name = next(k for k in header if k != "__metadata__")
+    header[name]["data_offsets"] = [0, 2**40]
+    return header
+
+
+def _sparse_tokenizer(folder: Path) -> None:
+    with open(folder / "tokenizer.json", "r+b") as f:
+        f.truncate(1_500_000_000)  # a sparse 1.5 GB file: no disk used, and reading it would take 1.5 GB
+
+
+HOSTILE = {
+    "config a list": (_write("config.json", "[1, 2]"), "config.json holds an array, not an object"),
+    "model_type a list": (_json_edit("config.json", lambda c: {**c, "model_type": ["llava"]}),
+                          "config.json: model_type is an array, not a string"),
+    "hidden_size 2^40": (_json_edit("config.json", lambda c: {**c, "text_config": {**c["text_config"],
+                                                                                    "hidden_size": 2**40}}),
+                         "config.json: text_config.hidden_size is 1099511627776, more than the 65536"),
+    "max_position_embeddings 1e11": (
+        _json_edit("config.json", lambda c: {**c, "text_config": {**c["text_config"],
+                                                                  "max_position_embeddings": 1e11}}),
+        "config.json: text_config.max_position_embeddings is 100000000000.0, not an integer size"),
+    "max_position_embeddings 10**11": (
+        _json_edit("config.json", lambda c: {**c, "vision_config": {**c["vision_config"],
+                                                                    "max_position_embeddings": 10**11}}),
+        "config.json: vision_config.max_position_embeddings is 100000000000, more than the 16777216"),
+    "negative layers": (_json_edit("config.json", lambda c: {**c, "text_config": {**c["text_config"],
+                                                                                   "num_hidden_layers": -3}}),
+                        "text_config.num_hidden_layers is -3, a negative size"),
+    "config nested 1,000 deep": (_write("config.json", '{"model_type": "llava", "x": ' + "[" * 1000 + "]" * 1000 + "}"),
+                                 "config.json is not valid JSON (nested more than 32 levels deep"),
+    "config not UTF-8": (lambda f: (f / "config.json").write_bytes(b'{"model_type": "\xff"}'),
+                         "config.json is not UTF-8"),
+    "a LLaVA config typed phi4-siglip": (_json_edit("config.json", lambda c: {**c, "model_type": "phi4-siglip"}),
+                                         "config.json does not describe a phi4_reasoning_vision checkpoint"),
+    "safetensors header too large": (lambda f: (f / "model.safetensors").write_bytes((2**62).to_bytes(8, "little")),
+                                     "model.safetensors: not a safetensors file (its header claims"),
+    "safetensors claims a bigger tensor": (lambda f: _header(f, _claim_more),
+                                           "claims a dtype, shape or byte range that the file does not hold"),
+    "safetensors offsets past the end": (lambda f: _header(f, _past_the_end),
+                                         "claims a dtype, shape or byte range that the file does not hold"),
+    "safetensors header a list": (lambda f: _header(f, lambda h: [1]),
+                                  "model.safetensors: its safetensors header is an array, not an object"),
+    "tokenizer 1.5 GB": (_sparse_tokenizer, "tokenizer.json is 1,500,000,000 bytes, more than the 268,435,456"),
+    "tokenizer a list": (_write("tokenizer.json", "[]"), "tokenizer.json holds an array, not an object"),
+    "tokenizer not JSON": (_write("tokenizer.json", '{"model": '), "tokenizer.json is not valid JSON"),
+    "weight index escapes the folder": (_write("model.safetensors.index.json",
+                                               '{"weight_map": {"a": "../../elsewhere.safetensors"}}'),
+                                        "weight_map is not an object of tensor name -> a file name in this folder"),
+    "deltas manifest {}": (lambda f: ((f / "vrh_deltas.json").write_text("{}"), (f / "model.safetensors").unlink()),
+                           "vrh_deltas.json: base is missing, not an object with sha256 and version strings"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_a_hostile_checkpoint_is_one_line_naming_its_file(case, saved, tmp_path, no_prompt):
+    folder = shutil.copytree(saved("llava"), tmp_path / "ckpt")
+    spoil, message = HOSTILE[case]
+    spoil(folder)
+    with pytest.raises((ValueError, OSError)) as e:
+        load_model(str(folder))
+    line = str(e.value)
+    assert "\n" not in line and str(folder) in line and message in line, line

@@ -31,7 +31,6 @@ frames apart; a family's own ``parse_box`` (the native variant) keeps its own ru
 from __future__ import annotations
 
 import copy
-import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, fields
@@ -211,10 +210,9 @@ def read_variants(path: str | Path) -> tuple[AnswerFormat, ...]:
     file = Path(path).expanduser()
     if not file.is_file():
         raise FileNotFoundError(f"no answer-format file {file}")
-    try:
-        entries = json.loads(file.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"answer-format file {file}: not JSON ({e})") from None
+    from vrh.infra.json_text import read_json
+
+    entries = read_json(file, max_bytes=2**20, max_depth=8)  # too big, not UTF-8, not JSON: one line naming it
     if not isinstance(entries, list) or not entries:
         raise ValueError(f"answer-format file {file}: expected a non-empty JSON list of "
                          '{"name": ..., "prompt": "... {expression} ...", "box": ...} objects')

@@ -144,7 +144,11 @@ class ComposedAdapter(Adapter):
         config = read_config(folder)
         config = {**config, "_attn_implementation": attn_implementation}
         with empty_parameters():
-            model = self.build_model(config)
+            try:
+                model = self.build_model(config)
+            except (KeyError, TypeError, AttributeError, IndexError) as e:  # a config of another family's shape
+                raise ValueError(f"{folder / 'config.json'} does not describe a {self.name} checkpoint (building it "
+                                 f"failed: {type(e).__name__}: {' '.join(str(e).split())[:160]})") from None
         state = self.convert_state(iter_checkpoint(folder), config)
         state = {k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items()}
         load_strict(model, state, what=f"checkpoint {path}")

@@ -21,7 +21,6 @@ written), with the base's tokenizer. ``--model organism:organism_d`` loads that 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
 import tempfile
@@ -44,9 +43,41 @@ def needs_materializing(path: str | os.PathLike) -> bool:
     return folder.is_dir() and is_delta_folder(folder) and not (folder / WEIGHTS).exists()
 
 
+def read_manifest(folder: Path) -> dict:
+    """``vrh_deltas.json``, checked before use: an object naming its base (``base.sha256``, ``base.version``
+    strings), optionally a sibling whose deltas it uses (``deltas_of``: a folder name beside it) and LoRA settings
+    (``lora.rank`` / ``lora.alpha`` numbers); anything else one line naming the file.
+
+    >>> import tempfile
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> _ = (folder / MANIFEST).write_text("{}")
+    >>> read_manifest(folder)
+    Traceback (most recent call last):
+    ...
+    ValueError: .../vrh_deltas.json: base is missing, not an object with sha256 and version strings
+    """
+    from vrh.infra.json_text import read_json
+
+    file = folder / MANIFEST
+    manifest = read_json(file, max_bytes=2**20, max_depth=16, expect=dict)
+    base = manifest.get("base")
+    if not (isinstance(base, dict) and all(isinstance(base.get(k), str) for k in ("sha256", "version"))):
+        raise ValueError(f"{file}: base is {'missing' if base is None else repr(base)[:80]}, not an object with "
+                         "sha256 and version strings")
+    sibling = manifest.get("deltas_of")
+    if sibling is not None and not (isinstance(sibling, str) and sibling and Path(sibling).name == sibling
+                                    and sibling not in (".", "..")):
+        raise ValueError(f"{file}: deltas_of is {sibling!r}, not the name of a folder beside it")
+    lora = manifest.get("lora") or {}
+    number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)  # noqa: E731
+    if not isinstance(lora, dict) or (lora.get("rank") and not (number(lora["rank"]) and number(lora.get("alpha")))):
+        raise ValueError(f"{file}: lora is {repr(lora)[:80]}, not an object with numbers rank and alpha")
+    return manifest
+
+
 def deltas_file(folder: Path) -> Path:
     """The deltas a folder uses: its own, or its ``deltas_of`` sibling's."""
-    manifest = json.loads((folder / MANIFEST).read_text())
+    manifest = read_manifest(folder)
     return (folder.parent / manifest["deltas_of"] if manifest.get("deltas_of") else folder) / DELTAS
 
 
@@ -88,7 +119,7 @@ def materialize(folder: str | Path, root: Path | None = None) -> Path:
     from vrh.models import gemma_base
 
     folder = Path(folder)
-    manifest = json.loads((folder / MANIFEST).read_text())
+    manifest = read_manifest(folder)
     want = manifest["base"]["sha256"]
     path, sha = gemma_base.gguf_file()
     if sha != want:

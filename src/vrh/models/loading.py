@@ -245,6 +245,7 @@ def load_model(model: str, *, device: str = "cpu", dtype: str = "float32", revis
     chosen = get_adapter(config.get("model_type", ""), adapter=adapter)
     if not getattr(chosen, "runs_remote_code", False):  # a custom adapter's explicit opt-in (docs/adapters.md)
         preflight.refuse_remote_code(path, ported=getattr(chosen, "ported_remote_code", ()), revision=revision)
+    preflight.check_files(path)  # sizes and headers, before anything is allocated from them
     fmt = answer_formats.resolve(answer_format, chosen)  # a bad name fails before the weights load
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; choose from {sorted(DTYPES)}")

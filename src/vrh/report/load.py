@@ -271,25 +271,35 @@ def load_runs(paths: list[str | Path]) -> list[Run]:
     out: dict[Path, Run] = {}  # resolved path -> run, in report order
     parents: dict[Path, Path] = {}  # resolved path of a sub-run -> that of the (first) run naming it
 
-    def add(path: Path, parent: Path | None) -> None:
-        key = path.resolve()
-        if parent is not None and key not in parents:
-            parents[key] = parent
-        if key in out:
-            return
-        run = out[key] = load_run(path)  # not a run folder: FileNotFoundError
-        for name in run.subruns:
-            if not _inside(path / name, key):
-                run.problems.append(f"sub-run {name!r} is no folder inside {run.name}; not read")
+    def add(given: Path) -> None:
+        # depth first, each run before the sub-runs it names, with a stack of its own: 1,300 folders nested in one
+        # another are as many runs, not a RecursionError
+        todo: list[tuple[Path, Path | None, str]] = [(given, None, "")]  # (folder, key of the run naming it, name)
+        while todo:
+            path, parent, name = todo.pop()
+            key = path.resolve()
+            if parent is not None and key not in parents:
+                parents[key] = parent
+            if key in out:
                 continue
             try:
-                add(path / name, key)
-            except FileNotFoundError as e:  # named by the run, not by the user: reported, not raised
-                run.problems.append(f"sub-run {name!r} not found ({e})")
+                run = out[key] = load_run(path)  # not a run folder: FileNotFoundError
+            except FileNotFoundError as e:
+                if parent is None:
+                    raise
+                out[parent].problems.append(f"sub-run {name!r} not found ({e})")  # named by the run, not the user
+                continue
+            named = []
+            for sub in run.subruns:
+                if not _inside(path / sub, key):
+                    run.problems.append(f"sub-run {sub!r} is no folder inside {run.name}; not read")
+                else:
+                    named.append((path / sub, key, sub))
+            todo.extend(reversed(named))
 
     given = Counter(Path(p).resolve() for p in paths)  # the user's repeats, not a sub-run also given
     for p in paths:
-        add(Path(p), None)
+        add(Path(p))
     for key, n in given.items():
         out[key].times_given = n
     _label(out)

@@ -22,13 +22,13 @@ def read_config(run_dir: str | os.PathLike) -> dict[str, Any]:
         if not Path(run_dir).exists():
             raise FileNotFoundError(f"run folder {run_dir} does not exist")
         raise FileNotFoundError(f"{run_dir} is not a vrh run folder (no {CONFIG})")
-    return read_json(path)
+    return read_json(path, expect=dict)
 
 
 def read_results(run_dir: str | os.PathLike) -> dict[str, Any] | None:
     """``results.json`` or None when the run did not finish."""
     path = Path(run_dir) / RESULTS
-    return read_json(path) if path.is_file() else None
+    return read_json(path, expect=dict) if path.is_file() else None
 
 
 def read_samples(run_dir: str | os.PathLike) -> list[SampleRecord]:
@@ -140,7 +140,48 @@ def read_head_scores(run_dir: str | os.PathLike) -> HeadScores:
             raise FileNotFoundError(f"{run_dir} is not a vrh run folder (no {CONFIG}); a detection run "
                                     "folder (vrh detect --out) is expected")
         raise FileNotFoundError(f"{run_dir} has no {HEAD_SCORES}: not a detection run, or it did not finish")
-    return HeadScores.from_json(read_json(path))
+    obj = read_json(path, expect=dict)
+    problem = head_scores_problem(obj)
+    if problem:
+        raise ValueError(f"{path} is not head scores vrh wrote: {problem}")
+    return HeadScores.from_json(obj)
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def head_scores_problem(obj: dict[str, Any]) -> str | None:
+    """What is wrong with a ``head_scores.json`` object, in a few words (None: nothing): the fields every reader
+    indexes (scorer, layer and head counts, each variant's ``[L][H]`` numbers and its in-range ranking), checked
+    before any of them is used.
+
+    >>> head_scores_problem({"scorer": "vrh", "num_layers": 1, "num_heads": 2, "scores": "oops", "ranking": []})
+    "variant 'vrh': scores is a string, not 1 rows of 2 numbers"
+    """
+    from vrh.infra.json_text import kind
+
+    if not isinstance(obj.get("scorer"), str):
+        return f"scorer is {kind(obj.get('scorer'))}, not a name"
+    n_layers, n_heads = obj.get("num_layers"), obj.get("num_heads")
+    if not (_count(n_layers) and _count(n_heads)):
+        return f"num_layers / num_heads are {n_layers!r} / {n_heads!r}, not positive integers"
+    variants = obj.get("variants") or {obj["scorer"]: {"scores": obj.get("scores"), "ranking": obj.get("ranking")}}
+    if not isinstance(variants, dict) or obj["scorer"] not in variants:
+        return f"variants is {kind(variants)} without the scorer {obj['scorer']!r}"
+    number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)  # noqa: E731
+    for name, v in variants.items():
+        shape = f"{n_layers} rows of {n_heads} numbers"
+        scores = v.get("scores") if isinstance(v, dict) else None
+        if not (isinstance(scores, list) and len(scores) == n_layers and all(
+                isinstance(row, list) and len(row) == n_heads and all(number(x) for x in row) for row in scores)):
+            return f"variant {name!r}: scores is {kind(scores)}, not {shape}"
+        ranking = v.get("ranking")
+        if not isinstance(ranking, list) or not all(
+                isinstance(h, list) and len(h) == 2 and all(isinstance(i, int) and not isinstance(i, bool) for i in h)
+                and 0 <= h[0] < n_layers and 0 <= h[1] < n_heads for h in ranking):
+            return f"variant {name!r}: ranking is not a list of [layer, head] pairs inside {n_layers} x {n_heads}"
+    return None
 
 
 def _write_named_arrays(path: Path, names: Sequence[str], fields: Mapping[str, Sequence[Any]]) -> None:

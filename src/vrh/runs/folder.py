@@ -85,9 +85,17 @@ def write_json(path: str | os.PathLike, obj: Any, *, root: str | os.PathLike | N
     safe_paths.write_atomic(path.parent if root is None else root, path, json.dumps(obj, indent=1) + "\n")
 
 
-def read_json(path: str | os.PathLike) -> Any:
-    with open(path) as f:
-        return json.load(f)
+RUN_JSON_MAX_BYTES = 256 * 2**20  # a run folder's JSON file larger than this is not one vrh wrote (real: KB to MB)
+
+
+def read_json(path: str | os.PathLike, *, expect: type | None = None) -> Any:
+    """A JSON file of a run folder (config, results, head scores, ...) through the one JSON reader
+    (:func:`vrh.infra.json_text.read_json`): over :data:`RUN_JSON_MAX_BYTES`, not UTF-8, not JSON, nested deeper
+    than :data:`~vrh.infra.json_text.MAX_DEPTH` levels or, given ``expect``, of another type is a ValueError naming
+    the file, never a traceback (a run folder may come from anyone)."""
+    from vrh.infra import json_text
+
+    return json_text.read_json(path, max_bytes=RUN_JSON_MAX_BYTES, max_depth=json_text.MAX_DEPTH, expect=expect)
 
 
 def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
