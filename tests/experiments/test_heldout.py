@@ -51,3 +51,44 @@ def test_n_larger_than_the_set_names_the_option(tmp_path, tiny_dataset):
         for i in range(12):
             (tmp_path / f"im{i}.png").write_bytes((__import__("pathlib").Path(tiny_dataset).parent / f"im{i}.png").read_bytes())
         select_eval_samples(bad, "vqa", None)
+
+
+def _counting_parser(monkeypatch) -> list[str]:
+    """The ids of the dataset lines parsed from now on (each line read is parsed once)."""
+    import vrh.data.jsonl as jl
+
+    seen, real = [], jl._parse_line
+    monkeypatch.setattr(jl, "_parse_line", lambda rec, *a: seen.append(rec.get("id")) or real(rec, *a))
+    return seen
+
+
+def test_n_samples_stop_the_reading_at_the_nth_and_the_rest_of_the_file_is_never_parsed(tmp_path, tiny_dataset,
+                                                                                       monkeypatch):
+    """Issue 45 item 15: `--n 3` on a 300 MB JSONL parsed (and opened the image of) every line."""
+    seen = _counting_parser(monkeypatch)
+    samples, info = select_eval_samples(tiny_dataset, "grounding", 3)
+    assert [s.id for s in samples] == ["g0", "g1", "g2"] and info["sha256"] == dataset_hash(tiny_dataset)
+    assert seen == ["g0", "q0", "g1", "q1", "g2"]  # the lines up to the third grounding sample, none after
+    seen.clear()
+    run = _det_run(tmp_path / "det", tiny_dataset, ["g0", "g1"], ["g7", "g3", "g5"])
+    samples, _ = select_eval_samples(tiny_dataset, "grounding", 2, [run])  # the held-out split, in file order
+    assert [s.id for s in samples] == ["g3", "g5"] and seen[-1] == "g5" and len(seen) == 11
+    seen.clear()
+    assert [s.id for s in select_eval_samples(tiny_dataset, "vqa", 2, [run])[0]] == ["q0", "q1"] and len(seen) == 4
+
+
+def test_a_broken_line_past_the_selection_is_not_read_and_too_large_an_n_reads_the_whole_file(tmp_path, tiny_dataset):
+    import shutil
+    from pathlib import Path
+
+    from vrh.data import DatasetError
+
+    data = tmp_path / "d.jsonl"
+    data.write_text(Path(tiny_dataset).read_text() + "not json\n")
+    for im in Path(tiny_dataset).parent.glob("*.png"):
+        shutil.copy(im, tmp_path / im.name)
+    assert len(select_eval_samples(data, "grounding", 3)[0]) == 3
+    with pytest.raises(DatasetError, match=r"d.jsonl:25: invalid JSON"):
+        select_eval_samples(data, "grounding", 20)  # more than there are: every line is read, and checked
+    with pytest.raises(ValueError, match=r"--n 13 asks for more samples than there are: 12 grounding"):
+        select_eval_samples(tiny_dataset, "grounding", 13)

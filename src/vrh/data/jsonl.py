@@ -51,7 +51,7 @@ import random
 import re
 import unicodedata
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -351,14 +351,17 @@ def _parse_line(rec: Any, folder: Path, check_images: bool) -> Sample:
 
 
 def load_dataset(path: str | os.PathLike, *, limit: int | None = None, check_images: bool = True,
-                 on_error: str = "raise") -> Samples:
-    """Read and validate a JSONL dataset.
+                 on_error: str = "raise", keep: Callable[[dict[str, Any]], bool] | None = None) -> Samples:
+    """Read and validate a JSONL dataset, one line at a time (never the whole file at once).
 
     ``on_error="raise"`` stops at the first bad line with a :class:`DatasetError` naming file and line;
     ``"skip"`` drops bad lines (including later duplicates of an id) and lists them in the result's
-    ``.report`` (:class:`LoadReport`). ``limit`` stops after that many valid samples. Blank lines are
-    ignored. With ``check_images`` every image must exist; its size is read from the header and GT
-    boxes must lie within it (up to 1px, then clipped onto it).
+    ``.report`` (:class:`LoadReport`). ``limit`` stops reading after that many valid samples. ``keep``: only
+    records it accepts (it sees the parsed JSON object) are loaded and count towards ``limit``; the rest are
+    checked (images aside) and passed over: a selection by task or id that stops reading once it has
+    ``limit`` samples.
+    Blank lines are ignored. With ``check_images`` every image must exist; its size is read from the header
+    and GT boxes must lie within it (up to 1px, then clipped onto it).
     """
     if on_error not in ("raise", "skip"):
         raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
@@ -388,9 +391,14 @@ def load_dataset(path: str | os.PathLike, *, limit: int | None = None, check_ima
                     rec = json_text.loads(line.rstrip("\r\n"))  # nesting past json_text.MAX_DEPTH is invalid too
                 except json.JSONDecodeError as e:
                     raise ValueError(f"invalid JSON at column {e.colno}: {json_text.problem(e)}") from None
-                sample = _parse_line(rec, path.parent, check_images)
+                kept = keep is None or (isinstance(rec, dict) and keep(rec))
+                # a line passed over is still checked, but not its image (opening images is the slow part)
+                sample = _parse_line(rec, path.parent, check_images and kept)
                 if sample.id in first_line:
                     raise ValueError(f"duplicate id {sample.id!r} (first on line {first_line[sample.id]})")
+                if not kept:
+                    first_line[sample.id] = lineno
+                    continue
             except ValueError as e:
                 if on_error == "raise":
                     raise DatasetError(f"{path}:{lineno}: {e}") from None

@@ -10,7 +10,7 @@ dataset's samples of one task, with an error that says what the dataset holds in
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,16 +21,41 @@ from vrh.infra.console import warn
 GROUNDING_HINT = 'this command needs grounding samples ("task": "grounding", with an expression and a box)'
 
 
-def load_task_samples(data: str | Path, task: str, hint: str = "choose --task accordingly"
-                      ) -> tuple[list[Sample], dict[str, Any]]:
+def load_task_samples(data: str | Path, task: str, hint: str = "choose --task accordingly", *,
+                      keep: Callable[[dict[str, Any]], bool] | None = None, limit: int | None = None,
+                      sha256: str | None = None) -> tuple[list[Sample], dict[str, Any]]:
     """The ``task`` samples of a dataset and its identity (path, sha256); an error lists what it has and ends
-    with ``hint`` (what the calling command lets the user change)."""
-    all_samples = load_dataset(data)
-    samples = [s for s in all_samples if s.task == task]
+    with ``hint`` (what the calling command lets the user change). ``keep`` (a test on a line's JSON record)
+    and ``limit``: only the first ``limit`` task samples it accepts, and the file is read no further."""
+    if keep is None and limit is None:
+        all_samples = load_dataset(data)
+        samples = [s for s in all_samples if s.task == task]
+    else:
+        samples = list(load_dataset(data, limit=limit,
+                                    keep=lambda r: r.get("task") == task and (keep is None or keep(r))))
+        all_samples = samples
     if not samples:
+        if keep is not None or limit is not None:
+            return load_task_samples(data, task, hint)  # the whole file, to say what it holds
         have = dict(Counter(s.task for s in all_samples))
         raise ValueError(f"{data} has no {task} samples (it has {have or 'none'}); {hint}")
-    return samples, {"path": str(data), "sha256": dataset_hash(data), "task": task}
+    return samples, {"path": str(data), "sha256": sha256 or dataset_hash(data), "task": task}
+
+
+def _selection(task: str, splits: Sequence[Any], sha256: str, disjoint: bool
+               ) -> Callable[[dict[str, Any]], bool] | None:
+    """The test on a dataset line that :func:`select_eval_samples` applies, when it can be applied line by line
+    (every detection run detected on this dataset, or ``disjoint`` off): then reading stops at ``--n``. None
+    when it cannot: another dataset's ids are checked against every sample (an overlap anywhere is an error)."""
+    if disjoint and any(split.data_sha256 != sha256 for split in splits):
+        return None
+    tests = []
+    for split in splits if disjoint else ():
+        if split.task == task:
+            tests.append((set(split.eval_ids), True))
+        else:
+            tests.append((set(split.detect_ids), False))
+    return lambda rec: all((isinstance(rec.get("id"), str) and rec["id"] in ids) == inside for ids, inside in tests)
 
 
 def select_eval_samples(data: str | Path, task: str, n: int | None, heads_runs: Sequence[str | Path] = (),
@@ -50,7 +75,17 @@ def select_eval_samples(data: str | Path, task: str, n: int | None, heads_runs: 
     ``disjoint=False`` keeps every sample (recorded). ``n`` caps the result; asking for more samples than
     there are is an error naming ``--n``.
     """
-    samples, info = load_task_samples(data, task)
+    samples, info = None, None
+    if n is not None and n >= 1:  # a prefix of the selection: read the file only as far as the n-th sample
+        splits = [runs.read_detection_split(d) for d in heads_runs if d is not None and Path(d).is_dir()]
+        sha256 = dataset_hash(data)
+        keep = _selection(task, splits, sha256, disjoint)
+        if keep is not None:
+            samples, info = load_task_samples(data, task, keep=keep, limit=n, sha256=sha256)
+            if len(samples) < n:  # too few: the whole file, for the counts the errors below give
+                samples = None
+    if samples is None:
+        samples, info = load_task_samples(data, task)
     notes: list[str] = []
     runs_seen: list[str] = []
     for run_dir in heads_runs:

@@ -55,7 +55,7 @@ from vrh.runs.artefacts import (read_config, read_results, read_samples, is_fini
     clear_batch_states)
 from vrh.runs.folder import (CONFIG, SAMPLES, RESULTS, HEAD_SCORES, SAMPLE_SCORES, OVERLAYS, PAIRS, EMERGENCE,
     DETECT_STATE, SHARD_GLOB, ARTEFACTS, LOCK, RUN_MARK, RUN_FORMAT, COMMAND_FILES, SCHEMA_VERSION, git_hash,
-    environment, write_json, read_json, read_jsonl, shard_name, write_jsonl, RunFolder, RunFolderInUse,
+    environment, write_json, read_json, read_jsonl, iter_jsonl, shard_name, write_jsonl, RunFolder, RunFolderInUse,
     is_run_folder, run_folder_contents, clear_run_folder, config_differences)
 from vrh.runs.records import SampleRecord
 from vrh.runs.results import (ENVELOPE, RunResults, TaskSummary, ControlEntry, RandomControlReport, DetectResults,
@@ -76,7 +76,7 @@ __all__ = ["ARTEFACTS", "COMMAND_FILES", "CONFIG", "CompareRandom", "CompareResu
            "config_differences",
            "emergence_causal_task", "environment", "git_hash", "is_finished", "is_run_folder", "iter_runs",
            "load_torch_file", "read_batch_states", "read_config", "read_detection_split", "read_emergence",
-           "read_head_scores", "read_json", "read_jsonl", "read_model_card", "read_overlays", "read_results",
+           "read_head_scores", "read_json", "read_jsonl", "iter_jsonl", "read_model_card", "read_overlays", "read_results",
            "read_sample_scores", "read_samples", "results_from_json", "results_type", "run_folder_contents",
            "shard_name", "write_batch_state", "write_emergence", "write_head_scores", "write_json", "write_jsonl",
            "write_overlays", "write_sample_scores"]

@@ -10,7 +10,7 @@ import platform
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -100,18 +100,25 @@ def read_json(path: str | os.PathLike, *, expect: type | None = None) -> Any:
 
 def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
     """Records of a JSONL file; a torn last line (crash mid-write) is ignored, any other bad line raises."""
-    lines = Path(path).read_text().splitlines()
-    out = []
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            if i == len(lines) - 1:
-                break
-            raise ValueError(f"{path}:{i + 1}: not valid JSON") from None
-    return out
+    return list(iter_jsonl(path))
+
+
+def iter_jsonl(path: str | os.PathLike) -> Iterator[dict[str, Any]]:
+    """The records of a JSONL file one at a time, read line by line (a file is never held whole: a run's
+    ``samples.jsonl`` can be large); a torn last line is ignored, any other bad line raises ValueError."""
+    bad = None  # the line that did not parse: an error unless it is the last one (torn by a crash)
+    with open(path, encoding="utf-8") as f:
+        for i, line in enumerate(f, start=1):
+            if bad is not None:
+                raise ValueError(f"{path}:{bad}: not valid JSON")
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                bad = i
+                continue
+            yield rec
 
 
 def shard_name(rank: int, size: int) -> str:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from vrh.runs import safe_paths
@@ -115,16 +115,35 @@ def recorded(folder: str | os.PathLike) -> set[str]:
     if not manifest.is_file() or manifest.is_symlink():
         return set()
     out = set()
-    for line in manifest.read_text(encoding="utf-8").splitlines():
-        if not line.strip() or line.startswith("#"):
-            continue
-        try:
-            p = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a line torn by a crash names a file that was not written yet
-        if isinstance(p, str) and p and ".." not in p.split("/") and not p.startswith("/"):
-            out.add(p)
+    with open(manifest, "rb") as f:
+        for raw in _lines(f):
+            line = raw.decode("utf-8", "replace")
+            if not line.strip() or line.startswith("#"):
+                continue
+            try:
+                p = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line torn by a crash names a file that was not written yet
+            if isinstance(p, str) and p and ".." not in p.split("/") and not p.startswith("/"):
+                out.add(p)
     return out
+
+
+MAX_LINE = 64 * 1024  # bytes: a record line longer than this names no path vrh wrote (PATH_MAX is 4096)
+
+
+def _lines(f, max_len: int = MAX_LINE) -> Iterator[bytes]:
+    """The lines of the binary file ``f``, one at a time, each at most ``max_len`` bytes: a longer one (a planted
+    or sparse file of a gigabyte without a newline) is skipped as it is read, never held whole."""
+    while True:
+        line = f.readline(max_len + 1)
+        if not line:
+            return
+        if len(line) > max_len and not line.endswith(b"\n"):
+            while line and not line.endswith(b"\n"):
+                line = f.readline(max_len + 1)
+            continue
+        yield line
 
 
 def has_record(folder: str | os.PathLike) -> bool:
