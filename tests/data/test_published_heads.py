@@ -74,7 +74,7 @@ def test_named_heads_covers_both_tables_and_heads_list_names_every_source():
     p = named_heads("paper:InternVL3-8B/RefCOCO")
     assert p.kind == "visual" and p.ranked and len(p.heads) == 20
     rows = all_named_sets()
-    assert len(rows) == 20 + 5 and all(r["source"] for r in rows)
+    assert len(rows) == 20 + 5 + 9 and all(r["source"] for r in rows)
     assert {r["name"] for r in rows} >= {"paper:Qwen2.5-VL-7B/RefCOCO", "qrhead:Gemma-3-4B-it/mid"}
 
 
@@ -92,3 +92,83 @@ def test_mask_heads_and_cross_heads_take_published_lists():
     with pytest.raises(ValueError, match="this model has 36 layers x 32 heads"):
         cond.head_source(spec, None, 36, 32, option="--cross-heads")
     assert cond.head_source("qrhead:Llama-3.1-8B-Instruct/LME", None, 32, 32).heads[0] == (13, 18)
+
+
+# --- published score maps (Retrieval Heads, OCR Heads) --------------------------------------------------------
+HEADS_REAL = QRHEAD.parent
+
+
+def map_from_file(m, raw: bytes):
+    """The map a published file gives, by the rule vrh states for it (recomputed independently of the shipped
+    numbers): Retrieval Heads' mean per "L-H"; OCR Heads' step3 score per "lL_hH"."""
+    import json
+
+    data = json.loads(raw)
+    out = [[None] * m.num_heads for _ in range(m.num_layers)]
+    for key, values in data.items():
+        if m.method == "retrieval-heads":
+            layer, head = map(int, key.split("-"))
+            out[layer][head] = sum(values) / len(values)
+        else:
+            layer, head = map(int, re.fullmatch(r"l(\d+)_h(\d+)", key).groups())
+            zeros = sum(1 for v in values if v == 0)
+            out[layer][head] = sum(values) / len(values) if zeros > 0.1 * len(values) else 0.0
+    return out
+
+
+def _copies():
+    from vrh.data.published_heads import _maps
+
+    for m in _maps():
+        sub = "retrieval_heads" if m.method == "retrieval-heads" else f"ocr_heads/{m.kind}"
+        yield m, HEADS_REAL / sub / Path(m.path).name
+
+
+@pytest.mark.parametrize("m,path", list(_copies()), ids=lambda x: getattr(x, "name", ""))
+def test_every_shipped_map_is_its_file_recomputed(m, path):
+    import hashlib
+
+    if not path.is_file():
+        pytest.skip(f"no copy of {m.path} in ../shared/real/heads (github {m.repo} @ {m.commit[:8]})")
+    raw = path.read_bytes()
+    assert len(raw) == m.size and hashlib.sha1(b"blob %d\0" % len(raw) + raw).hexdigest() == m.blob  # that very file
+    want = map_from_file(m, raw)
+    assert all(abs(a - b) <= 6e-7 for ra, rb in zip(m.scores, want) for a, b in zip(ra, rb))  # 6 decimals
+
+
+def test_maps_carry_their_grid_and_rank_as_their_authors_print_them():
+    from vrh.data.published_heads import _maps, published_map
+
+    grids = {m.name: (m.num_layers, m.num_heads) for m in _maps()}
+    assert grids == {"retrieval-heads:llama-2-7b-80k": (32, 32), "retrieval-heads:llama-2-13b-64k": (40, 40),
+                     "retrieval-heads:Mistral-7B-v0.2-hf": (32, 32), "retrieval-heads:Mixtral-8x7B-v0.1": (32, 32),
+                     "retrieval-heads:Qwen1.5-14B": (40, 40), "retrieval-heads:Qwen1.5-14B-Chat": (40, 40),
+                     "retrieval-heads:Yi-6B-200K": (32, 32), "ocr-heads:InternVL2-8B/image": (32, 32),
+                     "ocr-heads:Qwen2-VL-2B-Instruct/text": (28, 12)}
+    for m in _maps():
+        assert len(m.scores) == m.num_layers and {len(r) for r in m.scores} == {m.num_heads}
+    # Retrieval Heads' README prints llama-2-7b-80k's top 10 with their mean scores, rounded to 2 decimals
+    m = published_map("retrieval-heads:llama-2-7b-80k")
+    readme = [((16, 19), 0.94), ((11, 15), 0.92), ((8, 26), 0.8), ((6, 9), 0.62), ((7, 12), 0.61), ((17, 22), 0.56),
+              ((11, 2), 0.46), ((6, 16), 0.44), ((19, 15), 0.42), ((21, 30), 0.4)]
+    assert [(h, round(m.scores[h[0]][h[1]], 2)) for h in m.ranking[:10]] == readme
+    ocr = published_map("ocr-heads:InternVL2-8B/image")
+    assert sum(v >= 0.1 for row in ocr.scores for v in row) > 0 and ocr.name.endswith("/image")
+
+
+def test_a_score_map_masks_its_top_k_and_compares_as_a_ranking(tmp_path):
+    from vrh.experiments import conditions as cond
+    from vrh.experiments import head_comparison
+    from vrh.experiments.settings import CompareHeadsSettings
+
+    src = cond.head_source("retrieval-heads:llama-2-7b-80k", None, 32, 32)
+    assert src.kind == "run" and tuple(src.scores.shape) == (32, 32) and src.path == "retrieval-heads:llama-2-7b-80k"
+    top = cond.top_k(src.scores, 3, method=src.scorer, mask_mode="zero", source=src.path)
+    assert set(top.heads) == {(16, 19), (11, 15), (8, 26)}
+    with pytest.raises(ValueError, match=r"scores heads of Yi-6B-200K \(32 layers x 32 heads\); this model has 40 "
+                                         r"layers x 40 heads$"):
+        cond.head_source("retrieval-heads:Yi-6B-200K", None, 40, 40)
+    res = head_comparison.run_compare_heads(CompareHeadsSettings(
+        heads="retrieval-heads:Mistral-7B-v0.2-hf", heads_b="retrieval-heads:Mixtral-8x7B-v0.1", out=str(tmp_path / "c")))
+    assert [o["k"] for o in res["overlap"]] == [5, 10, 20] and res["rank_correlation"]["spearman"] is not None
+    assert res["lists"] is None and res["a"]["kind"] == "text"

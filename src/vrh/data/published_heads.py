@@ -19,10 +19,16 @@ in ``grid_source``; a list is refused on a model of another grid, and a list who
 model's grid is refused everywhere (QRHead's Gemma-3-4B-it "mid" file names heads up to 31 of a model with 8
 query heads per layer: it cannot be that model's heads as numbered here).
 
-Not shipped: Retrieval Heads' per-head copy-paste scores (nightdessert/Retrieval_Head ``head_score/*.json``) and
-OCR Heads' (baekingeol/OCR_Head ``retrieval_score/``) are score maps of models that none of the four VLMs with
-published lists sits on (Llama-2, Mistral, Mixtral, Qwen1.5, Yi; InternVL2-8B, Qwen2-VL-2B), and they are not
-among the project's real files, so no test could hold a transcription to them; they are not invented here.
+Whole score maps (:mod:`vrh.data.published_score_maps`, numbers generated from the authors' files at the
+commits named, with each file's git blob id and size): Retrieval Heads' per-head copy-paste scores
+(``retrieval-heads:MODEL``, nightdessert/Retrieval_Head ``head_score/MODEL.json``: ``{"L-H": [score per
+detection]}``, ranked by the mean as its README ranks them) and OCR Heads' (``ocr-heads:MODEL/image`` and
+``/text``, baekingeol/OCR_Head ``retrieval_score/...``: ``{"lL_hH": [score per sample]}``, scored as its
+``step3_extracted_heads.py`` scores them: the mean where more than 10% of a head's entries are 0, else 0; its
+OCR heads are those scoring at least 0.1). A map ranks every head, so top-k and rank correlations apply; as
+``--mask-heads`` it masks the top ``--k``, as a detection run does. Their models are not the backbones of the
+four VLMs with published lists (Llama-2, Mistral, Mixtral, Qwen1.5, Yi; InternVL2-8B, Qwen2-VL-2B), so the
+atlas does not use them; the files are not among the project's real files, so their test skips here.
 """
 
 from __future__ import annotations
@@ -129,7 +135,57 @@ PUBLISHED: tuple[PublishedHeads, ...] = (
              "a head set"),
 )
 
-PREFIXES = tuple(sorted({p.method + ":" for p in PUBLISHED}))
+@dataclass(frozen=True)
+class PublishedMap:
+    """One published per-head score map: a whole ``[L][H]`` map, so a ranking of every head."""
+
+    method: str  # "retrieval-heads" | "ocr-heads"
+    model: str
+    kind: str  # "" (Retrieval Heads) | "image" | "text" (OCR Heads' two detections)
+    num_layers: int
+    num_heads: int
+    repo: str
+    commit: str
+    path: str
+    blob: str  # the file's git blob id at that commit
+    size: int  # its bytes
+    text: str  # the map, layer rows joined by ";", heads by ","
+
+    @property
+    def name(self) -> str:
+        return f"{self.method}:{self.model}" + (f"/{self.kind}" if self.kind else "")
+
+    @property
+    def scores(self) -> tuple[tuple[float, ...], ...]:
+        return tuple(tuple(float(x) for x in row.split(",")) for row in self.text.split(";"))
+
+    @property
+    def ranking(self) -> tuple[Head, ...]:
+        """Every head, best first; ties by (layer, head), as :func:`vrh.core.heads.rank_heads` breaks them."""
+        s = self.scores
+        return tuple(sorted(((l, h) for l in range(self.num_layers) for h in range(self.num_heads)),
+                            key=lambda lh: (-s[lh[0]][lh[1]], lh)))
+
+    @property
+    def ranking_rule(self) -> str:
+        if self.method == "retrieval-heads":
+            return "Retrieval Heads' copy-paste score, the mean over the file's detections (its README's ranking)"
+        return ("OCR Heads' step3 score: the mean over the file's samples where more than 10% of them are 0, else 0 "
+                "(its OCR heads: score >= 0.1)")
+
+    @property
+    def source(self) -> str:
+        return f"github {self.repo} {self.path} @ {self.commit} (blob {self.blob[:12]}, {self.size} bytes)"
+
+
+def _maps() -> tuple[PublishedMap, ...]:
+    from vrh.data.published_score_maps import MAPS
+
+    return tuple(PublishedMap(*row[:10], "".join(row[10])) for row in MAPS)
+
+
+MAP_PREFIXES = ("ocr-heads:", "retrieval-heads:")
+PREFIXES = tuple(sorted({p.method + ":" for p in PUBLISHED} | set(MAP_PREFIXES)))
 
 
 def is_published_spec(spec: Any) -> bool:
@@ -138,7 +194,27 @@ def is_published_spec(spec: Any) -> bool:
 
 
 def published_names() -> list[str]:
-    return [p.name for p in PUBLISHED]
+    return [p.name for p in PUBLISHED] + [m.name for m in _maps()]
+
+
+def published_map(spec: str, num_layers: int | None = None, num_heads: int | None = None,
+                  option: str = "--mask-heads") -> PublishedMap:
+    """Resolve ``retrieval-heads:MODEL`` or ``ocr-heads:MODEL/KIND`` (case-insensitive), checked against the
+    loaded model's grid when given.
+
+    >>> m = published_map("retrieval-heads:llama-2-7b-80k")
+    >>> m.ranking[:3], (m.num_layers, m.num_heads)
+    (((16, 19), (11, 15), (8, 26)), (32, 32))
+    """
+    want = spec.strip().lower()
+    m = next((m for m in _maps() if m.name.lower() == want), None)
+    if m is None:
+        raise ValueError(f"{option} {spec}: no such published score map; vrh ships: "
+                         f"{', '.join(x.name for x in _maps())} (vrh heads list)")
+    if num_layers is not None and (num_layers, num_heads) != (m.num_layers, m.num_heads):
+        raise ValueError(f"{option} {spec} scores heads of {m.model} ({m.num_layers} layers x {m.num_heads} heads); "
+                         f"this model has {num_layers} layers x {num_heads} heads")
+    return m
 
 
 def published_heads(spec: str, num_layers: int | None = None, num_heads: int | None = None,
@@ -153,6 +229,8 @@ def published_heads(spec: str, num_layers: int | None = None, num_heads: int | N
     Traceback (most recent call last):
     ValueError: --mask-heads qrhead:Qwen3-8B/NQ lists heads of Qwen3-8B (36 layers x 32 heads); this model has 28 layers x 28 heads
     """
+    if spec.strip().lower().startswith(MAP_PREFIXES):
+        raise ValueError(f"{option} {spec}: a score map, not a list (published_map)")
     want = spec.strip().lower()
     p = next((p for p in PUBLISHED if p.name.lower() == want), None)
     if p is None:
@@ -180,6 +258,7 @@ class NamedHeads:
     num_heads: int
     ranked: bool  # whether the order is a ranking (top-k comparisons make sense)
     source: str
+    scores: tuple[tuple[float, ...], ...] | None = None  # a whole [L][H] map (heads: every head, best first)
 
 
 def is_named_spec(spec: Any) -> bool:
@@ -204,6 +283,10 @@ def named_heads(spec: str, num_layers: int | None = None, num_heads: int | None 
         p = paper_heads(spec, num_layers, num_heads, option)
         return NamedHeads(p.name, "visual", p.heads, p.num_layers, p.num_heads, True,
                           "the paper's top-20 VRHs (App. D, Tab. A2-A6), rank 1 first")
+    if is_published_spec(spec) and spec.strip().lower().startswith(MAP_PREFIXES):
+        m = published_map(spec, num_layers, num_heads, option)
+        return NamedHeads(m.name, "visual" if m.kind == "image" else "text", m.ranking, m.num_layers, m.num_heads,
+                          True, m.source, m.scores)
     if is_published_spec(spec):
         q = published_heads(spec, num_layers, num_heads, option)
         return NamedHeads(q.name, "text", q.heads, q.num_layers, q.num_heads, q.ranked, q.source)
@@ -225,4 +308,8 @@ def all_named_sets() -> list[dict[str, Any]]:
     for q in PUBLISHED:
         rows.append({"name": q.name, "kind": "text", "n": len(q.heads), "grid": (q.num_layers, q.num_heads),
                      "ranked": q.ranked, "source": q.source, "note": q.note})
+    for m in _maps():
+        rows.append({"name": m.name, "kind": "visual" if m.kind == "image" else "text",
+                     "n": m.num_layers * m.num_heads, "grid": (m.num_layers, m.num_heads), "ranked": True,
+                     "source": m.source, "note": f"a score map: {m.ranking_rule}"})
     return rows

@@ -227,8 +227,11 @@ def head_source(spec: str | None, scorer: str | None, num_layers: int | None = N
     if spec is None or str(spec).strip() == "":
         return HeadSource("none")
     spec = str(spec)
-    if is_named_spec(spec):  # paper:MODEL/BENCHMARK or qrhead:MODEL/DATA, a published list (vrh.data.published_heads)
-        return HeadSource("list", path=spec, heads=named_heads(spec, num_layers, num_heads, option).heads)
+    if is_named_spec(spec):  # paper:MODEL/BENCHMARK, qrhead:MODEL/DATA, ...: published (vrh.data.published_heads)
+        named = named_heads(spec, num_layers, num_heads, option)
+        if named.scores is not None:  # a published score map: its top --k, as a detection run's
+            return HeadSource("run", path=spec, scorer=spec.split(":")[0], scores=torch.tensor(named.scores))
+        return HeadSource("list", path=spec, heads=named.heads)
     if Path(spec).is_dir():
         hs = runs.read_head_scores(spec)
         name = scorer or hs.scorer

@@ -35,6 +35,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from vrh.experiments.settings import CompareHeadsSettings
+from vrh.runs import safe_paths
 
 TABLE_NAME, PLOT_NAME = "compare_heads.md", "compare_heads.png"
 
@@ -50,7 +51,8 @@ def head_side(spec: str, scorer: str | None, option: str) -> dict[str, Any]:
 
     if is_named_spec(spec):
         p = named_heads(spec, option=option)
-        return {"name": p.name, "kind": p.kind, "ranking": [list(h) for h in p.heads], "scores": None,
+        scores = [list(row) for row in p.scores] if p.scores is not None else None  # a published score map
+        return {"name": p.name, "kind": p.kind, "ranking": [list(h) for h in p.heads], "scores": scores,
                 "grid": (p.num_layers, p.num_heads), "text_config": None, "path": None, "ranked": p.ranked}
     if Path(spec).is_dir():
         hs = runs.read_head_scores(spec)
@@ -245,8 +247,8 @@ def run_compare_heads(cfg: CompareHeadsSettings, lm: Any = None) -> dict[str, An
         result["matrix"] = _matrix(cfg, lm, a, b, L, H, run, warn, default_k) if cfg.model else None
         result["elapsed_seconds"] = time.time() - t0
         result = CompareHeadsResults(**result).to_json()  # the kind's keys, in its order
-        (run.path / TABLE_NAME).write_text(markdown(result), encoding="utf-8")
-        (run.path / PLOT_NAME).write_bytes(figure(result))
+        safe_paths.write_atomic(run.path, run.path / TABLE_NAME, markdown(result))  # never through a link
+        safe_paths.write_atomic(run.path, run.path / PLOT_NAME, figure(result))
         run.write_results(result)
     print(markdown(result))  # the table on stdout
     top, whole = (result["overlap"][-1] if result["overlap"] else None), result.get("lists")
