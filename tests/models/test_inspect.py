@@ -129,8 +129,47 @@ def test_a_processor_that_cannot_count_is_one_line_per_size(tmp_path):
     stand_in_tokenizer("qwen2_5_vl").save_pretrained(tmp_path)
     found = inspect_checkpoint(str(tmp_path), image_sizes=((448, 448), (64, 64)))
     assert found.total_heads == 784 and [v.tokens for v in found.visual] == [None, None]
-    assert all(v.note.startswith(f"the processor in {tmp_path} could not expand an image (OSError: ")
-               and "\n" not in v.note for v in found.visual)
+    assert all(v.note.startswith(f"{tmp_path} has no processor config (processor_config.json or "
+                                 "preprocessor_config.json)") and "\n" not in v.note for v in found.visual)
+
+
+@pytest.mark.parametrize("family", ["qwen2_5_vl", "llava"])
+def test_a_folder_of_config_json_alone_says_in_one_line_what_file_it_needs(tmp_path, family):
+    """The README promised a count for a config-only folder, which cannot count without the processor config
+    (it sets how an image becomes tokens); the message was cut mid-word and named an internal temp folder
+    (issue 46 item 11): one whole line naming the file, and the count comes once that file is there."""
+    whole = save_tiny(*TINY_BUILDERS[family](), tmp_path / "whole")
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    shutil.copy(whole / "config.json", bare / "config.json")
+    found = inspect_checkpoint(str(bare), image_sizes=((64, 48),), stand_in=stand_in_tokenizer)
+    (v,) = found.visual
+    assert v.tokens is None and v.note == (
+        f"{bare} has no processor config (processor_config.json or preprocessor_config.json), which sets how an "
+        "image becomes visual tokens: download it too (all but the weights) or save it there with "
+        "processor.save_pretrained(FOLDER)")
+    assert "vrh-stand-in" not in found.format() and found.format().endswith("processor.save_pretrained(FOLDER)")
+    shutil.copy(whole / "processor_config.json", bare / "processor_config.json")  # the configs, no tokenizer
+    (v,) = inspect_checkpoint(str(bare), image_sizes=((64, 48),), stand_in=stand_in_tokenizer).visual
+    assert v.tokens and v.note == STAND_IN_NOTE
+
+
+def test_a_processor_error_through_the_stand_in_names_the_checkpoint_not_the_temp_folder(tmp_path, monkeypatch):
+    from vrh.models.adapters import get_adapter
+
+    whole = save_tiny(*TINY_BUILDERS["qwen2_5_vl"](), tmp_path / "whole")
+    bare = tmp_path / "bare"
+    shutil.copytree(whole, bare, ignore=shutil.ignore_patterns(*TOKENIZER_FILES, *TOKENIZER_DEFINITIONS))
+    adapter = type(get_adapter("qwen2_5_vl"))
+
+    def failing(self, path):
+        raise OSError(f"Can't load image processor for '{path}'. " + "A long explanation follows. " * 20)
+
+    monkeypatch.setattr(adapter, "processor_for", failing)
+    (v,) = inspect_checkpoint(str(bare), image_sizes=((64, 48),), stand_in=stand_in_tokenizer).visual
+    assert f"Can't load image processor for '{bare}'" in v.note and "vrh-stand-in" not in v.note
+    assert v.note.endswith("A long explanation follows.); tried with a stand-in tokenizer, the checkpoint having no "
+                           "tokenizer files")  # whole, not cut mid-word
 
 
 def test_qwen3_vl_8b_shape_gives_1152_heads(tmp_path):

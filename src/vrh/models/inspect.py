@@ -26,8 +26,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-# files any of which makes a folder carry a tokenizer (the processor needs one to expand the image placeholder)
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "qwen.tiktoken", "tokenizer.tiktoken")
+from vrh.models.checkpoint_files import PROCESSOR_CONFIG_FILES, TOKENIZER_FILES, needs_processor_config
+
 # a checkpoint's files that describe a tokenizer whose vocabulary it lacks: a stand-in's own replace them
 TOKENIZER_DEFINITIONS = ("tokenizer_config.json", "special_tokens_map.json", "added_tokens.json")
 STAND_IN_NOTE = ("counted with a stand-in tokenizer: the checkpoint has no tokenizer files; the count does not depend "
@@ -203,6 +203,11 @@ def count_visual_tokens(chosen: Any, model: Any, path: Path, sizes: tuple[tuple[
     same one-line ``note``."""
     if not sizes:
         return []
+    if needs_processor_config(chosen) and not any((path / f).is_file() for f in PROCESSOR_CONFIG_FILES):
+        why = (f"{path} has no processor config ({' or '.join(PROCESSOR_CONFIG_FILES)}), which sets how an image "
+               "becomes visual tokens: download it too (all but the weights) or save it there with "
+               "processor.save_pretrained(FOLDER)")
+        return [VisualCount(w, h, note=why) for w, h in sizes]
     if any((path / f).is_file() for f in TOKENIZER_FILES):
         return _count(chosen, model, path, path, sizes, note="")
     tokenizer = stand_in(chosen.name) if stand_in is not None else None
@@ -252,7 +257,7 @@ def _count(chosen: Any, model: Any, path: Path, source: Path, sizes: tuple[tuple
             counts.append(VisualCount(width, height, tokens=len(batch.visual_positions[0]),
                                       cells=int(batch.cell_tokens[0].sum()), note=note, meta=meta))
     except (OSError, ValueError, TypeError, AttributeError, ImportError, KeyError, NotImplementedError) as e:
-        detail = " ".join(str(e).split())[:300]  # one line
+        detail = " ".join(str(e).replace(str(source), str(path)).split())  # one line, never the stand-in's folder
         why = f"the processor in {path} could not expand an image ({type(e).__name__}: {detail})"
         why += "; tried with a stand-in tokenizer, the checkpoint having no tokenizer files" if note else ""
         return [VisualCount(w, h, note=why) for w, h in sizes]

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from vrh.models import answer_formats, preflight
+from vrh.models import answer_formats, checkpoint_files, preflight
 from vrh.models.adapters import Adapter, get_adapter
 from vrh.infra.console import quiet_library_progress
 
@@ -246,6 +246,7 @@ def load_model(model: str, *, device: str = "cpu", dtype: str = "float32", revis
     if not getattr(chosen, "runs_remote_code", False):  # a custom adapter's explicit opt-in (docs/adapters.md)
         preflight.refuse_remote_code(path, ported=getattr(chosen, "ported_remote_code", ()), revision=revision)
     preflight.check_files(path)  # sizes and headers, before anything is allocated from them
+    checkpoint_files.check_processor_files(path, chosen)  # one line naming a missing tokenizer / processor config
     fmt = answer_formats.resolve(answer_format, chosen)  # a bad name fails before the weights load
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; choose from {sorted(DTYPES)}")
