@@ -9,7 +9,8 @@ grounding benchmarks, ``[layer, head]``, 0-based as printed, shipped in :mod:`vr
 A set is checked twice: against the paper model's own grid (Tab. A7; a list head outside it would be a
 transcription error) and against the loaded model's grid when one is given, so a paper list is never
 applied to a model of another shape (the message names both shapes). Matching a checkpoint to a paper model
-is by hub id (``hub_ids``, case-insensitive), the rule the study report uses.
+is by hub id (``hub_ids``, case-insensitive), the rule the study report uses, and for a local snapshot by its
+``config.json`` (:func:`match_paper_model`: model type and decoder grid).
 """
 
 from __future__ import annotations
@@ -101,6 +102,65 @@ def paper_model_name(model: str | None) -> str | None:
         if str(model).lower() in (i.lower() for i in ids):
             return name
     return None
+
+
+# What a checkpoint's config.json says of a paper model, for a local snapshot no hub id names (the usual cluster
+# setup): its model type, the language model's type where one family wraps several backbones, and the decoder
+# grid of Tab. A7 (a family's sizes differ in it). A fine-tune of the same architecture matches too, which the
+# printed line says.
+_CONFIG_MATCH = {"Qwen2.5-VL-7B": (("qwen2_5_vl",), None), "Qwen3-VL-8B": (("qwen3_vl",), None),
+                 "InternVL3-8B": (("internvl", "internvl_chat"), "qwen2"),
+                 "InternVL3.5-8B": (("internvl", "internvl_chat"), "qwen3")}
+
+
+def paper_model_of_config(config: dict[str, Any]) -> str | None:
+    """The paper model a checkpoint's ``config.json`` (as a dict) has the architecture of, or None.
+
+    >>> paper_model_of_config({"model_type": "qwen2_5_vl", "num_hidden_layers": 28, "num_attention_heads": 28})
+    'Qwen2.5-VL-7B'
+    >>> paper_model_of_config({"model_type": "internvl", "text_config": {"model_type": "qwen2",
+    ...                        "num_hidden_layers": 28, "num_attention_heads": 28}})
+    'InternVL3-8B'
+    >>> paper_model_of_config({"model_type": "qwen2_5_vl", "num_hidden_layers": 36, "num_attention_heads": 16}) is None
+    True
+    """
+    if not isinstance(config, dict):
+        return None
+    text = next((c for c in (config.get("text_config"), config.get("llm_config")) if isinstance(c, dict)), config)
+    grid = (text.get("num_hidden_layers"), text.get("num_attention_heads"))
+    for name, (types, text_type) in _CONFIG_MATCH.items():
+        a7 = _numbers()["models_A7"][name]
+        if (config.get("model_type") in types and (text_type is None or text.get("model_type") == text_type)
+                and grid == (a7["layers"], a7["heads"])):
+            return name
+    return None
+
+
+def match_paper_model(model: str | None) -> tuple[str, str] | None:
+    """``(paper model, how it was matched)`` for a checkpoint: by hub id (:func:`paper_model_name`), else, for a
+    local folder, by its ``config.json`` (:func:`paper_model_of_config`); None when neither names one.
+
+    >>> match_paper_model("Qwen/Qwen2.5-VL-7B-Instruct")
+    ('Qwen2.5-VL-7B', 'hub id')
+    """
+    name = paper_model_name(model)
+    if name is not None:
+        return name, "hub id"
+    config = Path(str(model or "")).expanduser() / "config.json"
+    if not model or not config.is_file():
+        return None
+    from vrh.infra.json_text import read_json
+
+    try:
+        name = paper_model_of_config(read_json(config, expect=dict))
+    except (OSError, ValueError):
+        return None
+    return (name, "config.json: model type and grid") if name else None  # a fine-tune of it matches too
+
+
+def paper_models() -> list[str]:
+    """The paper models that have head lists, in the paper's order."""
+    return list(dict.fromkeys(m for ms in paper_head_sets().values() for m in ms))
 
 
 def benchmark_of_source(source: str | None, split: str | None) -> str | None:

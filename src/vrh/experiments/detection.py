@@ -298,15 +298,26 @@ def run_detect(cfg: DetectRunSettings, lm: LoadedModel | None = None) -> runs.He
 
     settings = take(DetectSettings, cfg)
     check_scorers(settings.scorers, settings.seed)  # bad input fails before the model loads
+    if cfg.paper_model not in (None, "none"):
+        from vrh.experiments.paper_agreement import named_paper_model
+
+        named_paper_model(cfg.paper_model)
     detection_split(cfg.data, settings)
     lm = load(cfg, lm)
     hs = run_detection(lm, cfg.data, cfg.out, settings, overwrite=cfg.overwrite, resume=cfg.resume)
     if settings.answer == "model":
         warn_if_never_correct(cfg.out, cfg.model)
     print_top_heads(hs)
-    from vrh.experiments.paper_agreement import paper_agreement, print_paper_agreement
+    from vrh.experiments.paper_agreement import no_list_line, paper_agreement, print_paper_agreement
 
-    print_paper_agreement(paper_agreement(hs.ranking(), hs.num_layers, hs.num_heads, cfg.model, cfg.data))
+    if cfg.paper_model != "none":
+        agreement = paper_agreement(hs.ranking(), hs.num_layers, hs.num_heads, cfg.model, cfg.data, cfg.paper_model)
+        if agreement is None:
+            from vrh.infra.console import console
+
+            console.print(no_list_line(cfg.model, hs.num_layers, hs.num_heads, cfg.paper_model), markup=False,
+                          highlight=False)
+        print_paper_agreement(agreement)
     return hs
 
 

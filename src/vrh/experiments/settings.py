@@ -65,6 +65,11 @@ class DetectRunSettings(ModelOptions, DataOptions, DetectOptions, GenerationOpti
     COMMAND: ClassVar[str] = "detect"
     DATA_PARALLEL: ClassVar[bool] = True
 
+    paper_model: str | None = option(None, metavar="NAME",
+                                     help="compare the top-20 with this paper model's published lists (App. D), "
+                                          "e.g. Qwen2.5-VL-7B, or 'none' for no comparison (default: the model "
+                                          "the checkpoint's hub id or config.json names)")
+
 
 # --- masked evaluations -------------------------------------------------------------------------------
 @dataclass(frozen=True, kw_only=True)
