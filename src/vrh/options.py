@@ -177,10 +177,11 @@ def parse_config(cls: type, ns: argparse.Namespace, **overrides: Any):
 
 
 def config_record(cfg: Any, exclude: Sequence[str] = ("resume", "overwrite", "threads", "answer_format",
-                                                     "random_from", "share_vision", "share_prefix")
+                                                     "random_from", "share_vision", "share_prefix", "paper_model")
                   ) -> dict[str, Any]:
     """A config as stored in ``config.json``: everything but how this invocation runs (resume/overwrite,
-    thread count, the exact work sharing of :class:`ShareOptions`), so a resumed run's config equals the
+    thread count, the exact work sharing of :class:`ShareOptions`, which paper list detect prints beside its
+    heads), so a resumed run's config equals the
     interrupted one's. ``answer_format`` is recorded
     resolved, where the model is (``model.answer_format``: name, prompt and box writing in effect), not as
     the option was written: the default and the family's first named explicitly are one setting. Likewise
