@@ -310,8 +310,11 @@ class Phi4VisionProcessor:
     def chat_text(self, prompt: str) -> str:
         """The rendered chat of one user turn, ``"<image>\\n" + prompt``, plus the generation prompt (the remote
         ``prepare_inputs_for_generation``)."""
+        from vrh.models import chat_templates
+
         messages = [{"role": "user", "content": f"{IMAGE_TOKEN}\n{prompt}"}]
-        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        with chat_templates.bounded(chat_templates.whose(self.tokenizer)):
+            return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
     def _tokens(self, text: str, n_image: int) -> tuple[list[int], list[tuple[int, int]]]:
         """``text``'s ids and character offsets as the remote ``tokenizer_image_token``: pieces between ``<image>``

@@ -280,8 +280,11 @@ class ChatTemplateAdapter(Adapter):
 
     def chat_text(self, processor: Any, prompt: str) -> str:
         """The rendered chat (user turn with the image then ``prompt``, plus the generation prompt)."""
+        from vrh.models import chat_templates
+
         messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": prompt}]}]
-        return processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        with chat_templates.bounded(chat_templates.whose(processor)):  # the checkpoint's template: bounded
+            return processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
     @staticmethod
     def one_bos(processor: Any, chat: str) -> str:

@@ -81,8 +81,11 @@ class Glm4vAdapter(QwenVLAdapter):
         """The rendered chat ending on a newline, so a teacher-forced answer starts where the model's own
         answer starts (after ``<|assistant|>\\n`` or after the closed empty think block)."""
         messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": prompt}]}]
-        chat = processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
-                                             enable_thinking=self.thinking)
+        from vrh.models import chat_templates
+
+        with chat_templates.bounded(chat_templates.whose(processor)):
+            chat = processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+                                                 enable_thinking=self.thinking)
         return chat if chat.endswith("\n") else chat + "\n"
 
     # --- answers -------------------------------------------------------------------------------

@@ -127,8 +127,11 @@ class Idefics3Adapter(ChatTemplateAdapter):
             return super().chat_text(processor, prompt)
         from transformers import ProcessorMixin
 
+        from vrh.models import chat_templates
+
         messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": prompt}]}]
-        return ProcessorMixin.apply_chat_template(processor, messages, tokenize=False, add_generation_prompt=True)
+        with chat_templates.bounded(chat_templates.whose(processor)):
+            return ProcessorMixin.apply_chat_template(processor, messages, tokenize=False, add_generation_prompt=True)
 
     # --- token -> image map --------------------------------------------------------------------
     def visual_map(self, processor: Any, enc: Any, b: int, image: Any

@@ -102,7 +102,10 @@ class MagmaAdapter(ComposedAdapter, ChatTemplateAdapter):
     def chat_text(self, processor: Any, prompt: str) -> str:
         messages = [{"role": "system", "content": SYSTEM_PROMPT},
                     {"role": "user", "content": self.image_prefix + prompt}]
-        return processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        from vrh.models import chat_templates
+
+        with chat_templates.bounded(chat_templates.whose(processor)):
+            return processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
     def visual_map(self, processor: Any, enc: Any, b: int, image: Any
                    ) -> tuple[torch.Tensor, dict[str, Any], torch.Tensor]:

@@ -77,8 +77,11 @@ class MllamaAdapter(Adapter):
         the processor would add itself (``build_string_from_input``), so the offsets are those of this text."""
         from transformers.models.mllama.processing_mllama import build_string_from_input
 
+        from vrh.models import chat_templates
+
         messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": prompt}]}]
-        chat = processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        with chat_templates.bounded(chat_templates.whose(processor)):
+            chat = processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         return build_string_from_input(chat, processor.bos_token, processor.image_token)
 
     def build_batch(self, processor: Any, images: list, prompts: list[str],
