@@ -84,3 +84,43 @@ def test_the_best_variant_is_the_most_accurate_then_the_best_parsed():
     out = probe.to_json()
     assert out["best"] == "c" and out["variants"][1]["parse_rate"] == 0.5 and out["variants"][1]["accuracy"] == 0.4
     assert fp.FormatProbe(model={}, data={}, tau=0.5).best is None
+
+
+@pytest.fixture(scope="module")
+def world_file(tmp_path_factory):
+    from vrh.organism.world import write_split
+
+    return str(write_split(tmp_path_factory.mktemp("world_eval"), N, seed=7))
+
+
+def test_a_run_where_no_answer_held_a_box_says_so_on_stdout(organism, world_file, tmp_path, capsys):
+    """The organism asked to answer 0-1 fractions writes pixel boxes: every answer fails to parse, and evaluate
+    printed only "accuracy 0.0%" (issue 46 item 12)."""
+    from vrh.commands import evaluate
+
+    evaluate.run(evaluate.Config(model="organism", data=world_file, out=str(tmp_path / "norm1"), n=6,
+                                 answer_format="norm1", max_new_tokens=24), organism)
+    out = capsys.readouterr().out
+    assert "evaluate: every answer failed to parse (6 of 6 held no box in the 'norm1' answer format)" in out
+    assert "vrh probe-format --model" in out and "--answer-format NAME" in out
+    evaluate.run(evaluate.Config(model="organism", data=world_file, out=str(tmp_path / "native"), n=6,
+                                 max_new_tokens=24), organism)
+    assert "failed to parse" not in capsys.readouterr().out
+
+
+def test_the_never_parsed_line_only_for_all_failures(organism):
+    assert fp.never_parsed_line("sweep", 5, 4, organism, "d.jsonl") is None
+    assert fp.never_parsed_line("sweep", 0, 0, organism, "d.jsonl") is None
+    assert fp.never_parsed_line("sweep", 5, 5, organism, "d.jsonl").startswith("sweep: every answer failed to parse")
+
+
+def test_detect_and_sweep_say_it_too(organism, world_file, tmp_path, capsys):
+    from vrh.commands import detect, sweep
+
+    detect.run(detect.Config(model="organism", data=world_file, out=str(tmp_path / "det"), n=4, n_eval=4,
+                             answer_format="norm1", max_new_tokens=24, paper_model="none"), organism)
+    assert "detect: every answer failed to parse (4 of 4" in capsys.readouterr().out
+    sweep.run(sweep.Config(model="organism", data=world_file, out=str(tmp_path / "sw"), n=4, ks=(0, 1), seeds=(0,),
+                           heads=str(tmp_path / "det"), max_new_tokens=24), organism)
+    out = capsys.readouterr().out  # the heads' run's answer format travels: norm1 again
+    assert "sweep: every answer failed to parse (4 of 4 held no box in the 'norm1' answer format)" in out

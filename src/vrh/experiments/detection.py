@@ -307,6 +307,13 @@ def run_detect(cfg: DetectRunSettings, lm: LoadedModel | None = None) -> runs.He
     hs = run_detection(lm, cfg.data, cfg.out, settings, overwrite=cfg.overwrite, resume=cfg.resume)
     if settings.answer == "model":
         warn_if_never_correct(cfg.out, cfg.model)
+        from vrh.experiments.format_probe import never_parsed_line
+        from vrh.infra.console import print_result
+
+        outcomes = [r.get("outcome") for r in runs.read_samples(cfg.out)]
+        line = never_parsed_line(cfg.COMMAND, len(outcomes), outcomes.count("parse_failure"), lm, cfg.data)
+        if line:
+            print_result(line)
     print_top_heads(hs)
     from vrh.experiments.paper_agreement import no_list_line, paper_agreement, print_paper_agreement
 

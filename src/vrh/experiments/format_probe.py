@@ -183,3 +183,14 @@ def _of(results: Sequence[VariantResult], name: str) -> VariantResult:
 
 def _spec(v: VariantResult, variants_file: str | None) -> str:
     return f"{variants_file}:{v.name}" if variants_file and v.origin == str(variants_file) else v.name
+
+
+def never_parsed_line(command: str, n: int | None, failures: int | None, lm: Any, data: Any) -> str | None:
+    """The stdout line for a grounding run in which no answer held a box (``failures`` of ``n`` parse failures):
+    its accuracy of 0 says the answer format is wrong, not that the model cannot ground; None otherwise."""
+    if not n or failures != n:
+        return None
+    fmt = af.in_use(lm.adapter).name
+    return (f"{command}: every answer failed to parse ({n} of {n} held no box in the '{fmt}' answer format), so the "
+            f"accuracy measures the format, not the model: vrh probe-format --model {lm.path} --data {data} tries "
+            "the prompt/answer variants; then rerun with --answer-format NAME")

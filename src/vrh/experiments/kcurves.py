@@ -167,6 +167,14 @@ def run_sweep(cfg: SweepSettings, lm: Any = None) -> SweepResults:
     console.print(f"sweep ({cfg.task}): {len(result.conditions)} conditions x {len(samples)} samples "
                   f"-> {cfg.out}")
     print_curves(result)
+    if cfg.task == "grounding" and result.vrh and 0 in (result.k or []):  # the unmasked row read no box at all
+        from vrh.experiments.format_probe import never_parsed_line
+        from vrh.infra.console import print_result
+
+        rate = (result.vrh.parse_failure_rate or [None] * len(result.k))[result.k.index(0)]
+        line = never_parsed_line(cfg.COMMAND, len(samples), len(samples) if rate == 1 else None, lm, cfg.data)
+        if line:
+            print_result(line)
     return result
 
 

@@ -103,4 +103,11 @@ def run_evaluate(cfg: EvaluateSettings, lm: Any = None) -> EvaluateResults:
     # the result on stdout (``vrh evaluate ... > acc.txt`` keeps it); progress and notes went to stderr
     print_result(f"evaluate: accuracy {percent_text(result.summary.accuracy)} on {result.summary.n} samples "
                  f"({len(condition.heads)} heads masked) -> {cfg.out}")
+    if cfg.task == "grounding":
+        from vrh.experiments.format_probe import never_parsed_line
+
+        counts = result.summary.counts or {}
+        line = never_parsed_line(cfg.COMMAND, result.summary.n, counts.get("parse_failure"), lm, cfg.data)
+        if line:
+            print_result(line)
     return result
