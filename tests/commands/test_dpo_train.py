@@ -41,6 +41,17 @@ def test_dpo_train_then_evaluate_the_trained_model_with_model(tmp_path, tiny_che
     assert main(["dpo-train", "--model", tiny_checkpoint, "--pairs", str(pairs), "--out", str(out), *STEPS,
                  "--lr", "5e-4", "--resume"]) == 2
     assert "settings.lr: 0.001 -> 0.0005" in capsys.readouterr().err
+    # another --dtype or --model is another training too, not this one's result under a new name (issue 45 item 9)
+    assert main(["dpo-train", "--model", tiny_checkpoint, "--pairs", str(pairs), "--out", str(out), *STEPS,
+                 "--dtype", "bfloat16", "--resume"]) == 2
+    assert "config.dtype: float32 -> bfloat16" in capsys.readouterr().err
+    import shutil
+
+    other = shutil.copytree(tiny_checkpoint, tmp_path / "other_model")
+    assert main(["dpo-train", "--model", str(other), "--pairs", str(pairs), "--out", str(out), *STEPS,
+                 "--resume"]) == 2
+    assert f"config.model: {tiny_checkpoint} -> {other}" in capsys.readouterr().err
+    assert runs.read_results(out)["elapsed_seconds"] == res["elapsed_seconds"]  # nothing rewritten
     # --overwrite removes what the training wrote (model/, train_log.jsonl), and trains again
     assert main(["dpo-train", "--model", tiny_checkpoint, "--pairs", str(pairs), "--out", str(out), *STEPS,
                  "--overwrite"]) == 0

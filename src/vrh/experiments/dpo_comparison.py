@@ -16,6 +16,7 @@ per-sample difference of correctness and its standard error (:func:`paired_diffe
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import time
@@ -88,9 +89,12 @@ def train_run(base: str, pairs: str | os.PathLike, out: str | os.PathLike, opts:
                 if f.name in ("lr", "epochs", "max_steps", "beta", "train_batch_size", "grad_accum", "save_steps",
                               "train_seed")}
     run = runs.RunFolder(out, resume=resume, overwrite=overwrite)
-    if resume and run.path.joinpath(runs.RESULTS).is_file():  # finished: reused if made with these settings
+    if resume and run.path.joinpath(runs.RESULTS).is_file():  # finished: reused if made with this whole config
         old = runs.read_config(out)
-        mine = {"pairs": str(dpo.pairs_file(pairs)), "settings": settings}
+        # what an interrupted resume compares, but the loaded model's description (the model is not loaded here:
+        # its --model, --dtype, --adapter, --device are in the command's own record)
+        mine = json.loads(json.dumps({**(config or {}), "pairs": str(dpo.pairs_file(pairs)),
+                                      "n_pairs": len(dataset), "settings": settings}))
         diffs = runs.config_differences({k: old.get(k) for k in mine}, mine)
         run.release()
         if diffs:
