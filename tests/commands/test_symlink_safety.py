@@ -316,6 +316,11 @@ CASES = [
     Case("demo-data-dir-link", _again(demo, lambda e: e.link("data/images/inner", "sub")), marks=(pytest.mark.slow,)),
     Case("demo-report-link", _again(demo, lambda e: e.link("report/figures/inner", "sub")),
          marks=(pytest.mark.slow,)),
+    # vrh data inspect writes into any --out: a link at one of its names is replaced, never written through
+    Case("inspect-json", _run_fresh("inspect.json", argv=lambda e: ["data", "inspect", e.data, "--out", str(e.out),
+                                                                    "--n-render", "1"])),
+    Case("inspect-png", _run_fresh("00_g0.png", argv=lambda e: ["data", "inspect", e.data, "--out", str(e.out),
+                                                                "--n-render", "1"])),
     # vrh study run (items 6, 8)
     Case("study-state-dir", _study_fresh(".study", "sub")),
     Case("study-lock", _study_fresh(".study/lock", "a.txt")),

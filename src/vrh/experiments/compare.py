@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from vrh.experiments.settings import CompareSettings
-from vrh.runs import CompareResults
+from vrh.runs import CompareResults, safe_paths
 
 DETECT_DIR = "detect"
 TABLE_NAME = "compare.md"
@@ -104,8 +104,8 @@ def save_plot(result: CompareResults, path: Path, title: str) -> None:
     ours = f"{result.default_method} (ours)"
     named = {(ours if n == result.default_method else n): m.accuracy for n, m in result.methods.items()}
     named["random"] = result.random.mean
-    path.write_bytes(method_curves(result.k, named, baseline=result.baseline_accuracy, title=title,
-                                   highlight=ours if ours in named else None))
+    safe_paths.write_atomic(path.parent, path, method_curves(result.k, named, baseline=result.baseline_accuracy,
+                                                             title=title, highlight=ours if ours in named else None))
 
 
 def run_compare(cfg: CompareSettings, lm: Any = None) -> CompareResults:
@@ -170,7 +170,7 @@ def run_compare(cfg: CompareSettings, lm: Any = None) -> CompareResults:
             n_evaluations=res.n_evaluations, capture_forwards=hs.extra.get("capture_forwards"),
             extra_capture_forwards=hs.extra.get("extra_capture_forwards"), data=data_info,
             elapsed_seconds=time.time() - t0)
-        (run.path / TABLE_NAME).write_text(markdown_table(result))
+        safe_paths.write_atomic(run.path, run.path / TABLE_NAME, markdown_table(result))  # never through a link
         save_plot(result, run.path / PLOT_NAME, f"{Path(cfg.model).name}: accuracy after masking top-k heads")
         run.write_results(result.to_json())  # last: its presence marks the run finished
     console.print(f"compare: {len(result.methods)} methods x k={result.k} on {len(samples)} held-out samples "

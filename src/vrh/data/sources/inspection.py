@@ -10,6 +10,7 @@ differ; what the conversion did (``--limit``, skips, rows outside the subset, op
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import textwrap
@@ -20,6 +21,7 @@ from typing import Any
 from vrh.data import json_text
 from vrh.data.jsonl import Sample, load_dataset
 from vrh.data.sources.paper_counts import ConversionFacts, check_count
+from vrh.runs import safe_paths
 
 QUANTILES = (0, 25, 50, 75, 100)
 N_TOP = 10  # most frequent answers listed per answer type
@@ -146,7 +148,9 @@ def render(sample: Sample, path: Path) -> Path:
     for i, line in enumerate(lines):
         draw.text((4, H + 4 + i * line_h), line, fill=(0, 0, 0))
     path.parent.mkdir(parents=True, exist_ok=True)
-    canvas.save(path)
+    buf = io.BytesIO()
+    canvas.save(buf, format="PNG")
+    safe_paths.write_atomic(path.parent, path, buf.getvalue())  # a planted link at the name is not written through
     return path
 
 
@@ -161,7 +165,7 @@ def inspect_dataset(path: str | Path, out: str | Path, n_render: int = 8) -> dic
     picks = sorted({round(i * (len(samples) - 1) / max(n_render - 1, 1)) for i in range(n_render)}) if samples else []
     names = [f"{k:02d}_{re.sub(r'[^A-Za-z0-9._+-]+', '_', samples[i].id)}.png" for k, i in enumerate(picks)]
     summary["rendered"] = [render(samples[i], out / name).name for i, name in zip(picks, names)]
-    (out / "inspect.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    safe_paths.write_atomic(out, out / "inspect.json", json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
     return summary
 
 
