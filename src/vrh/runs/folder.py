@@ -195,14 +195,14 @@ class RunFolder:
             self.path.mkdir(parents=True, exist_ok=True)
             try:
                 lock = _Lock.acquire(self.path)
-            except RunFolderInUse as e:
-                err = str(e)
+            except (RunFolderInUse, safe_paths.SymlinkRefused) as e:  # held, or a planted link at the lock's name
+                err = (type(e).__name__, str(e))
         errs = self.world.all_gather(err) if self.world.active else [err]
         first = next((e for e in errs if e), None)
         if first:
             if lock is not None:
                 lock.release()
-            raise RunFolderInUse(first)
+            raise (safe_paths.SymlinkRefused if first[0] == "SymlinkRefused" else RunFolderInUse)(first[1])
         return lock
 
     def release(self) -> None:
