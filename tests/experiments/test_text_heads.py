@@ -89,7 +89,8 @@ def test_resume_recomputes_nothing_that_finished(text_run, organism_c, monkeypat
 
 
 def test_bad_inputs_are_one_line_errors(tmp_path, capsys):
-    rc = main(["text-heads", "--model", "organism:organism_c", "--contexts", "60", "--out", str(tmp_path / "a")])
+    rc = main(["text-heads", "--model", "organism:organism_c", "--haystack", "sentences", "--contexts", "60",
+               "--out", str(tmp_path / "a")])
     assert rc == 2 and "does not have the words" in capsys.readouterr().err  # English on a word-level organism
     rc = main(["text-heads", "--model", "organism:organism_c", "--haystack", "items", "--cross-heads",
                "paper:Qwen2.5-VL-7B/RefCOCO", "--out", str(tmp_path / "b")])
@@ -142,3 +143,17 @@ def test_a_text_heads_run_is_a_head_source_for_the_grounding_commands(text_run, 
                                  max_new_tokens=24, out=str(tmp_path / "sweep")), organism_c)
     masked = [c for c in res["conditions"] if c.get("k") == 2 and c.get("kind") == "top_k"]
     assert masked and sorted(map(tuple, masked[0]["heads"])) == sorted(runs.read_head_scores(out).ranking()[:2])
+
+
+def test_the_default_haystack_is_one_the_tokenizer_has_the_words_of(organism_c, tiny_checkpoint, capsys):
+    """organism C's word-level vocabulary has no English: its default haystack failed (issue 46 item 13)."""
+    from vrh.models.loading import load_model
+
+    cfg = TextHeadsSettings(**{**FAST, "haystack": None, "contexts": (120,)}, out="unused")
+    assert text_heads.resolve_haystack(organism_c, cfg).haystack == "items"
+    assert "text-heads: --haystack items (the tokenizer lacks words of 'sentences': " in capsys.readouterr().err
+    qwen = load_model(tiny_checkpoint)
+    cfg = TextHeadsSettings(**{**FAST, "model": tiny_checkpoint, "haystack": None, "contexts": (200,)}, out="unused")
+    assert text_heads.resolve_haystack(qwen, cfg).haystack == "sentences"
+    assert "--haystack sentences" in capsys.readouterr().err
+    assert text_heads.resolve_haystack(organism_c, TextHeadsSettings(**FAST, out="u")).haystack == "items"  # given

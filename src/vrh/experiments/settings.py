@@ -312,10 +312,13 @@ class TextHeadsSettings(ModelOptions, RunOptions):
 
     COMMAND: ClassVar[str] = "text-heads"
 
-    haystack: str = option("sentences", choices=("sentences", "items"),
-                           help="haystack style: 'sentences' (generated English about coloured shapes, the needle a "
-                                "secret code of random numbers) or 'items' (the item lists organism C read, the "
-                                "needle one item's box; the organisms' vocabulary)")
+    haystack: str | None = option(None, choices=("sentences", "items"),
+                                  help="haystack style: 'sentences' (generated English about coloured shapes, the "
+                                       "needle a secret code of random numbers) or 'items' (the item lists organism "
+                                       "C read, the needle one item's box; the organisms' vocabulary) (default: "
+                                       "sentences where the model's tokenizer has its words, else items; said on "
+                                       "stderr)")
+    answer_format: str | None = option(None, cli=False, help="not read: the needle prompts are text, no box")
     contexts: tuple[int, ...] | None = option(None, parse=ints, metavar="T,T",
                                               help="prompt lengths in tokens (default: a quarter, a half and all of "
                                                    "the model's context less --max-new-tokens, at most 4096)")

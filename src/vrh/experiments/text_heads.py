@@ -125,6 +125,42 @@ def answer(lm: Any, ids: Sequence[int], max_new_tokens: int, capture: bool = Fal
     return new[:n], text, rows
 
 
+def _unknown(tok: Any, wrap: Callable[[str], str], prompts: Sequence[NeedlePrompt]) -> list[str]:
+    """The words of the first prompts that ``tok`` has no token for."""
+    return unknown_words(lambda w: tok(w, add_special_tokens=False)["input_ids"], tok.unk_token_id,
+                         " ".join(wrap(p.body) for p in prompts[:8]))
+
+
+def resolve_haystack(lm: Any, cfg: Any) -> Any:
+    """``cfg`` with its haystack style chosen when not given: ``sentences`` where the model's tokenizer has its
+    words, else ``items`` (the organisms' word-level vocabulary), said on stderr; where neither fits,
+    ``sentences``, which :func:`prepare_tests` then refuses naming the missing words."""
+    from dataclasses import replace
+
+    from vrh.infra.console import console
+
+    if cfg.haystack is not None:
+        return cfg
+    tok, wrap = tokenizer_of(lm.processor), chat_wrap(lm.processor)
+    context = min(cfg.contexts or default_contexts(lm, cfg.max_new_tokens))
+    lacking = {}
+    for style in ("sentences", "items"):
+        try:
+            probe = build_prompts(lambda text: len(encode(tok, text)), style=style, contexts=(context,),
+                                  depths=cfg.depths[:1], lengths=cfg.needle_lengths[:1], needles=1, seed=cfg.seed,
+                                  wrap=wrap)
+        except ValueError:  # no haystack of this style fits the context: prepare_tests says so
+            continue
+        lacking[style] = _unknown(tok, wrap, probe)
+        if not lacking[style]:
+            why = ("" if style == "sentences" else " (no 'sentences' haystack fits the context)"
+                   if not lacking.get("sentences") else
+                   f" (the tokenizer lacks words of 'sentences': {', '.join(lacking['sentences'][:4])})")
+            console.print(f"text-heads: --haystack {style}{why}", markup=False, highlight=False)
+            return replace(cfg, haystack=style)
+    return replace(cfg, haystack="sentences")
+
+
 def prepare_tests(lm: Any, cfg: Any) -> tuple[list[NeedlePrompt], list[tuple[list[int], tuple[int, int]]],
                                                tuple[int, ...]]:
     """The needle tests of ``cfg`` (a :class:`TextHeadsSettings`, or a text-heads run's recorded config as an
@@ -138,8 +174,7 @@ def prepare_tests(lm: Any, cfg: Any) -> tuple[list[NeedlePrompt], list[tuple[lis
     prompts = build_prompts(lambda text: len(encode(tok, text)), style=cfg.haystack, contexts=contexts,
                             depths=cfg.depths, lengths=cfg.needle_lengths, needles=cfg.needles, seed=cfg.seed,
                             wrap=wrap)
-    unknown = unknown_words(lambda w: tok(w, add_special_tokens=False)["input_ids"], tok.unk_token_id,
-                            " ".join(wrap(p.body) for p in prompts[:8]))
+    unknown = _unknown(tok, wrap, prompts)
     if unknown:
         raise ValueError(f"--haystack {cfg.haystack}: the model's tokenizer does not have the words "
                          f"{', '.join(unknown[:8])}{' ...' if len(unknown) > 8 else ''}; a test with unknown tokens is "
@@ -224,6 +259,7 @@ def run_text_heads(cfg: TextHeadsSettings, lm: Any = None) -> dict[str, Any]:
         raise ValueError(f"--k must be >= 1 (the causal test masks the top-k heads), got {k}")
     cross_src = cond.head_source(cfg.cross_heads, cfg.scorer, L, H, option="--cross-heads") if cfg.cross_heads \
         else None
+    cfg = resolve_haystack(lm, cfg)  # recorded resolved: a resume resolves it the same way
     prompts, tests, contexts = prepare_tests(lm, cfg)
     if cfg.k is None:
         console.print(f"text-heads: k = {k} of {L * H} heads (--k default: {DEFAULT_K_RULE})")
