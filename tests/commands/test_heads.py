@@ -14,6 +14,8 @@ def test_heads_list_prints_every_named_set_with_its_source(capsys):
         assert f"{name}  [" in out
     assert "github princeton-pli/QRHead src/qrretriever/configs/Qwen3-8B_qr_head_NQ.yaml @ e2bf69f" in out
     assert "16 heads, a set (no ranking); grid 28 x 28" in out and "does not fit google/gemma-3-4b-it" in out
+    assert "rule: QRHead's top 16 by QR score" in out and "rule: a score map: Retrieval Heads' copy-paste score" in out
+    assert out.count("    rule: ") == out.count("  [")  # every set names how it was ranked
 
 
 def test_heads_atlas_writes_its_table_and_figure(tmp_path, capsys):

@@ -39,6 +39,7 @@ def _list() -> int:
         order = "ranked" if r["ranked"] else "a set (no ranking)"
         print(f"{r['name']}  [{r['kind']}; {r['n']} heads, {order}; grid {r['grid'][0]} x {r['grid'][1]}]")
         print(f"    {r['source']}")
+        print(f"    rule: {r['rule']}")
         if r["note"]:
             print(f"    note: {r['note']}")
     return 0

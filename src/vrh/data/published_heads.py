@@ -295,7 +295,8 @@ def named_heads(spec: str, num_layers: int | None = None, num_heads: int | None 
 
 
 def all_named_sets() -> list[dict[str, Any]]:
-    """Every named set vrh ships, for ``vrh heads list``: name, kind, size, grid, ranked, source and a note."""
+    """Every named set vrh ships, for ``vrh heads list``: name, kind, size, grid, ranked, source, its ranking
+    rule and a note."""
     from vrh.data.paper_heads import paper_head_sets, paper_heads
 
     rows = []
@@ -304,12 +305,12 @@ def all_named_sets() -> list[dict[str, Any]]:
             p = paper_heads(f"paper:{m}/{bench}")
             rows.append({"name": p.name, "kind": "visual", "n": len(p.heads), "grid": (p.num_layers, p.num_heads),
                          "ranked": True, "source": "the paper, App. D (Tab. A2-A6), vrh.data.paper_numbers",
-                         "note": ""})
+                         "rule": "the paper's top 20 by its Eq. 1 score on the benchmark, rank 1 first", "note": ""})
     for q in PUBLISHED:
         rows.append({"name": q.name, "kind": "text", "n": len(q.heads), "grid": (q.num_layers, q.num_heads),
-                     "ranked": q.ranked, "source": q.source, "note": q.note})
+                     "ranked": q.ranked, "source": q.source, "rule": q.ranking_rule, "note": q.note})
     for m in _maps():
         rows.append({"name": m.name, "kind": "visual" if m.kind == "image" else "text",
                      "n": m.num_layers * m.num_heads, "grid": (m.num_layers, m.num_heads), "ranked": True,
-                     "source": m.source, "note": f"a score map: {m.ranking_rule}"})
+                     "source": m.source, "rule": f"a score map: {m.ranking_rule}", "note": ""})
     return rows
