@@ -161,13 +161,46 @@ def resolve_haystack(lm: Any, cfg: Any) -> Any:
     return replace(cfg, haystack="sentences")
 
 
+MAX_TESTS = 100_000  # needle tests one run may hold: each is a greedy answer per condition (the default: 60)
+
+
+def check_settings(cfg: Any) -> None:
+    """What ``vrh text-heads`` refuses before the model loads and before any prompt is built: an empty
+    ``--seeds``, ``--needles`` / ``--contexts`` below 1, no depths or lengths, or more needle tests than
+    :data:`MAX_TESTS` (their number said: building them is quadratic in the context)."""
+    if not cfg.seeds:
+        raise ValueError("--seeds is empty: the random control needs at least one seed (e.g. --seeds 0,1,2)")
+    if cfg.needles < 1:
+        raise ValueError(f"--needles must be >= 1 (tests per context, depth and length), got {cfg.needles}")
+    if cfg.contexts is not None and (not cfg.contexts or min(cfg.contexts) < 1):
+        raise ValueError(f"--contexts must be prompt lengths >= 1 token, got {list(cfg.contexts)}")
+    if not cfg.depths or not cfg.needle_lengths:
+        raise ValueError("--depths and --needle-lengths need at least one value each")
+    n_ctx = len(cfg.contexts) if cfg.contexts else 3  # the default: a quarter, a half and all of the context
+    total = n_ctx * len(cfg.depths) * len(cfg.needle_lengths) * cfg.needles
+    if total > MAX_TESTS:
+        raise ValueError(f"{total:,} needle tests ({n_ctx} contexts x {len(cfg.depths)} depths x "
+                         f"{len(cfg.needle_lengths)} needle lengths x --needles {cfg.needles}) are more than the "
+                         f"{MAX_TESTS:,} one run may hold; lower --needles")
+
+
+def check_contexts(lm: Any, cfg: Any) -> None:
+    """``--contexts`` against the model's positions, before a prompt of that length is built (building one of
+    100,000 tokens took minutes before it was refused)."""
+    from vrh.models.generation import context_limit
+
+    limit = context_limit(lm.model)
+    if cfg.contexts and limit is not None and max(cfg.contexts) + cfg.max_new_tokens > limit:
+        raise ValueError(f"--contexts {max(cfg.contexts)} + --max-new-tokens {cfg.max_new_tokens} exceed the "
+                         f"model's {limit} positions")
+
+
 def prepare_tests(lm: Any, cfg: Any) -> tuple[list[NeedlePrompt], list[tuple[list[int], tuple[int, int]]],
                                                tuple[int, ...]]:
     """The needle tests of ``cfg`` (a :class:`TextHeadsSettings`, or a text-heads run's recorded config as an
     object) for ``lm``: prompts, their token ids and needle spans, and the contexts used. Refuses words the
     tokenizer lacks and prompts beyond the model's context."""
-    from vrh.models.generation import context_limit
-
+    check_contexts(lm, cfg)
     tok = tokenizer_of(lm.processor)
     wrap = chat_wrap(lm.processor)
     contexts = tuple(cfg.contexts or default_contexts(lm, cfg.max_new_tokens))
@@ -179,10 +212,6 @@ def prepare_tests(lm: Any, cfg: Any) -> tuple[list[NeedlePrompt], list[tuple[lis
         raise ValueError(f"--haystack {cfg.haystack}: the model's tokenizer does not have the words "
                          f"{', '.join(unknown[:8])}{' ...' if len(unknown) > 8 else ''}; a test with unknown tokens is "
                          "no fair test (for the shipped organisms use --haystack items)")
-    limit = context_limit(lm.model)
-    if limit is not None and max(contexts) + cfg.max_new_tokens > limit:
-        raise ValueError(f"--contexts {max(contexts)} + --max-new-tokens {cfg.max_new_tokens} exceed the model's "
-                         f"{limit} positions")
     return prompts, [needle_span(tok, wrap(p.body), p.needle) for p in prompts], contexts
 
 
@@ -248,6 +277,7 @@ def run_text_heads(cfg: TextHeadsSettings, lm: Any = None) -> dict[str, Any]:
     t0 = time.time()
     if cfg.cross_heads:  # a missing run folder or a bad list fails before the model loads
         cond.head_source(cfg.cross_heads, cfg.scorer, option="--cross-heads")
+    check_settings(cfg)  # before the model loads
     lm = load(cfg, lm)
     if cfg.cross_heads:  # heads of another model: one line naming both (text prompts ask for no box format)
         adopt(lm, None, cfg.cross_heads, command=cfg.COMMAND, option="--cross-heads", task=None,
@@ -259,6 +289,7 @@ def run_text_heads(cfg: TextHeadsSettings, lm: Any = None) -> dict[str, Any]:
         raise ValueError(f"--k must be >= 1 (the causal test masks the top-k heads), got {k}")
     cross_src = cond.head_source(cfg.cross_heads, cfg.scorer, L, H, option="--cross-heads") if cfg.cross_heads \
         else None
+    check_contexts(lm, cfg)  # before any prompt is built
     cfg = resolve_haystack(lm, cfg)  # recorded resolved: a resume resolves it the same way
     prompts, tests, contexts = prepare_tests(lm, cfg)
     if cfg.k is None:
