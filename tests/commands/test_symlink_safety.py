@@ -286,7 +286,8 @@ CASES = [
     Case("report-figure-tmp", _report_again(_figure_tmp)),
     Case("report-html-tmp-again", _report_again(lambda e, rec: e.link("report.html.tmp"))),
     Case("report-md-tmp-again", _report_again(lambda e, rec: e.link("report.md.tmp", "new.txt"))),
-    Case("report-html", _report_again(lambda e, rec: ((e.out / "report.html").unlink(), e.link("report.html")))),
+    Case("report-html", _report_again(lambda e, rec: ((e.out / "report.html").unlink(), e.link("report.html"))),
+         marks=(pytest.mark.slow,)),  # refused by name since round three: kept as a slow case
     Case("report-stale-through-link", _report_again(_stale_through_link)),
     # a run folder's lock (item 4), resume (item 5), trees (item 6)
     Case("run-lock", _run_fresh(runs.LOCK)),
