@@ -30,8 +30,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
-_FILE_FLAGS = os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+# POSIX (as vrh's flock): openat through dir_fd, O_NOFOLLOW and O_DIRECTORY are what the rule is made of
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+_FILE_FLAGS = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
 class SymlinkRefused(FileExistsError):
@@ -76,7 +77,7 @@ def parent_fd(root: str | os.PathLike, path: str | os.PathLike, *, mkdir: bool =
     FileNotFoundError when one is missing and ``mkdir`` is false."""
     root = Path(root)
     parts = parts_below(root, path)
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+    fd = os.open(root, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
     try:
         at = root
         for part in parts[:-1]:
