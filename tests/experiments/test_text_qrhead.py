@@ -47,6 +47,14 @@ def test_the_map_is_the_mean_over_every_test_and_the_causal_test_masks_its_top_k
     assert [tuple(h) for h in top["heads"]] == sorted(hs.ranking("qrhead")[:2]) and top["method"] == "qrhead"
 
 
+def test_the_report_names_the_scorer(qr_run, tmp_path):
+    from vrh.report.build import build_report
+
+    build_report([str(qr_run[0])], tmp_path / "rep")
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "| run | scorer |" in md and "| qrhead |" in md and "QRHead's query-focused one (qrhead)" in md
+
+
 def test_one_tests_score_is_qrheads_criterion_on_eager_attention(qr_run, organism_c):
     out, _ = qr_run
     rec = [r for r in runs.read_samples(out) if r["condition"] == "none"][1]

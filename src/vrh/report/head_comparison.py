@@ -154,15 +154,16 @@ def head_comparison_section(runs: list) -> Any:
             res = r.results
             pct = lambda v: f"{100 * v:.1f}%" if isinstance(v, (int, float)) else "-"  # noqa: E731
             top = res.get("top_heads") if isinstance(res.get("top_heads"), list) else []
-            rows.append([r.name, f"{res.get('n_correct', '-')} / {res.get('n', '-')}",
+            rows.append([r.name, str(res.get("scorer") or "copy_paste"), f"{res.get('n_correct', '-')} / {res.get('n', '-')}",
                          f"{pct(res.get('recall'))} (chance {pct(res.get('recall_chance'))})",
                          pct(res.get("text_heads_recall")), pct(res.get("cross_heads_recall")),
                          pct(res.get("random_recall_mean")),
                          " ".join(f"{h[0]}:{h[1]}" for h in top[:5] if isinstance(h, list) and len(h) == 2)])
-        s.add(Table(["run", "needles recalled", "recall", "top-k text heads masked", "cross set masked",
+        s.add(Table(["run", "scorer", "needles recalled", "recall", "top-k text heads masked", "cross set masked",
                      "random (mean)", "top-5 text heads"], rows,
-                    caption="vrh text-heads: Retrieval Heads' copy-paste score on text only, needle recall judged "
-                            "exactly; k and the cross set as each run recorded them"))
+                    caption="vrh text-heads on text only: heads scored by Retrieval Heads' copy-paste criterion "
+                            "(copy_paste) or QRHead's query-focused one (qrhead), needle recall judged exactly; k "
+                            "and the cross set as each run recorded them"))
     for i, r in enumerate(cmp):
         res = r.results
         sub = Section(f"{r.name}: {res['a']['name']} vs {res['b']['name']}", level=3)
