@@ -120,6 +120,22 @@ def test_a_changed_setting_reruns_only_the_cells_it_changes_and_says_which(small
     assert runs.read_results(out / "A" / "sweep_world")["k"] == [0, 1]
 
 
+def test_a_cell_killed_between_its_results_and_the_clean_up_loses_its_state_on_resume(small_study, tmp_path):
+    """A detection cell killed after its results.json, before detect_state/ was removed: the resumed study counts it
+    done, runs nothing, and removes the state as the finished run would have (issue 45 item 12)."""
+    path, reference = small_study
+    out = tmp_path / "out"
+    shutil.copytree(reference, out)
+    before = folder_content(out)
+    cell = next(c for c in build_cells(load_study(path)) if c.kind == "detect")
+    state = out / cell.folder / runs.DETECT_STATE
+    state.mkdir()
+    (state / "batch-000000.pt").write_bytes(b"left by the kill")
+    rep = run_study(load_study(path), out, **QUIET)
+    assert rep.ran == [] and cell.id in rep.already_done
+    assert not state.exists() and folder_content(out) == before
+
+
 @pytest.mark.slow
 def test_a_study_killed_with_sigkill_resumes_to_the_same_folder(small_study, tmp_path):
     """A real kill -9 of `vrh study run` mid-way (once a sweep has written samples), then the same command."""

@@ -232,6 +232,19 @@ def run_study(study: Any, out: str | Path, *, max_loaded: int = 2, log: Callable
     return report
 
 
+def _tidy_finished(folder: Path) -> None:
+    """A finished cell's ``detect_state/``, left by a kill between its ``results.json`` and the clean-up, removed
+    as the finished run would have (kept, it stayed for good: the cell counts as done and never runs again)."""
+    from vrh import runs
+
+    if (folder / runs.DETECT_STATE).is_dir() and runs.is_finished(folder):
+        run = runs.RunFolder(folder, resume=True)  # the folder's lock: no other process is writing it
+        try:
+            runs.clear_batch_states(run)
+        finally:
+            run.release()
+
+
 def prepare_cells(cells: Sequence[Cell], out: Path, report: StudyRun, log: Callable[[str], None]) -> list[Cell]:
     """The cells to run, with changed ones cleared (and said so); fills ``report``'s bookkeeping."""
     todo = []
@@ -239,6 +252,7 @@ def prepare_cells(cells: Sequence[Cell], out: Path, report: StudyRun, log: Calla
         state, diffs = cell_state(out, c)
         if state == "done":
             report.already_done.append(c.id)
+            _tidy_finished(out / c.folder)
             continue
         if state == "changed":
             report.redone[c.id] = diffs
