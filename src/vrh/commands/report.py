@@ -9,7 +9,7 @@ HELP = "one self-contained HTML (+ Markdown) report from any run folders"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from vrh.report import add_arguments as add
+    from vrh.report.arguments import add_arguments as add
 
     add(p)
 

@@ -51,6 +51,7 @@ from pathlib import Path
 
 import matplotlib
 
+from vrh.report.arguments import DEFAULT_TITLE, add_arguments
 from vrh.report import characterize, dpo, emergence, head_comparison, pairs, sections, study
 from vrh.report.document import Section, Text, figures, render_html, render_markdown
 from vrh.report.kchoice import KChoice, report_k
@@ -82,7 +83,6 @@ def build_sections(runs, k: int | KChoice | None) -> list[Section]:
     return [p for p in parts if p is not None]
 
 
-DEFAULT_TITLE = "Visual Retrieval Heads report"
 MAX_LISTED = 6  # run folders the opening line names one by one; beyond, it counts them by command
 
 
@@ -223,18 +223,6 @@ def _write_all(out_dir: Path, files: Mapping[Path, bytes]) -> None:
                 safe_paths.unlink(out_dir, tmp)  # nothing left of the renamed ones
             except OSError:
                 pass  # a folder on the way that is not one (refused above): nothing of vrh's to remove
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Arguments of ``vrh report RUN... --out DIR [--k K]`` (for the main CLI's subparser)."""
-    p.add_argument("runs", nargs="+", help="run folders written by vrh commands")
-    p.add_argument("--out", required=True, help="folder to write report.html, report.md and figures/ into")
-    p.add_argument("--k", type=int, default=None,
-                   help="top heads to mark and to average in attention overlays (default: the k the runs were made "
-                        "with; 20, fewer on tiny models, when no run records one)")
-    p.add_argument("--title", default=None,
-                   help=f"the report's title, shown as plain text (default: 'Study report: NAME' for a study folder, "
-                        f"else '{DEFAULT_TITLE}')")
 
 
 def report_main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
