@@ -138,6 +138,7 @@ def test_lists_of_different_lengths_are_compared_whole_with_hypergeometric_chanc
     assert sorted(map(tuple, w["shared"])) == [(16, 0), (16, 1), (16, 17), (16, 20), (17, 18), (18, 16), (19, 17),
                                                (19, 19)]
     assert round(w["chance"], 2) == 0.41 and f"{w['p_value']:.2g}" == "4.2e-10"
+    assert round(w["layer_chance"], 2) == 2.86 and 1e-4 < w["layer_p_value"] < 1e-3  # the atlas's stricter null
     assert "share **8** (chance 0.41, hypergeometric p 4.2e-10" in (tmp_path / "q" / "compare_heads.md").read_text()
     assert "8 of 20 and 16 heads shared" in capsys.readouterr().out
     # two ranked lists of different lengths: top-k up to the shorter, and the whole lists

@@ -46,7 +46,7 @@ def head_side(spec: str, scorer: str | None, option: str) -> dict[str, Any]:
     from pathlib import Path
 
     from vrh import runs
-    from vrh.core.heads import parse_head_list
+    from vrh.core.heads import DuplicateHead, parse_head_list
     from vrh.data.published_heads import is_named_spec, named_heads
 
     if is_named_spec(spec):
@@ -65,6 +65,8 @@ def head_side(spec: str, scorer: str | None, option: str) -> dict[str, Any]:
                 "path": spec, "ranked": True}
     try:
         heads = parse_head_list(spec)
+    except DuplicateHead:
+        raise
     except ValueError:
         raise FileNotFoundError(f"{option} {spec}: no such run folder (and not a head list LAYER:HEAD,... nor "
                                 "a named set paper:MODEL/BENCHMARK, qrhead:MODEL/DATA: vrh heads list)") from None
@@ -147,11 +149,14 @@ def topk_ks(a: dict[str, Any], b: dict[str, Any], n: int, ks: tuple[int, ...]) -
     return sorted(kk), list(notes.values())
 
 
-def whole_lists(a: dict[str, Any], b: dict[str, Any], n: int) -> dict[str, Any] | None:
+def whole_lists(a: dict[str, Any], b: dict[str, Any], L: int, H: int) -> dict[str, Any] | None:
     """The whole-list overlap when a side is a list (None when both are score maps: the top-k figures say it):
-    a list as it is, a score map as its top-m, m the other list's length (capped by ties)."""
-    from vrh.scoring.head_overlap import set_overlap
+    a list as it is, a score map as its top-m, m the other list's length (capped by ties). Beside the uniform
+    chance, the layer-matched one (each set's heads random within their own layers: heads of one kind often
+    share a few middle layers, and then share more by chance)."""
+    from vrh.scoring.head_overlap import layer_matched_null, set_overlap
 
+    n = L * H
     if a["scores"] is not None and b["scores"] is not None:
         return None
 
@@ -162,7 +167,10 @@ def whole_lists(a: dict[str, Any], b: dict[str, Any], n: int) -> dict[str, Any] 
         return side["ranking"][:m], f"top {m} of its scores"
 
     (sa, fa), (sb, fb) = members(a, b), members(b, a)
-    return {**set_overlap([tuple(h) for h in sa], [tuple(h) for h in sb], n).to_json(), "a_from": fa, "b_from": fb}
+    o = set_overlap([tuple(h) for h in sa], [tuple(h) for h in sb], n)
+    layer_chance, pmf = layer_matched_null([tuple(h) for h in sa], [tuple(h) for h in sb], H)
+    return {**o.to_json(), "layer_chance": layer_chance, "layer_p_value": min(1.0, sum(pmf[o.intersection:])),
+            "a_from": fa, "b_from": fb}
 
 
 def overlap_figures(a: dict[str, Any], b: dict[str, Any], L: int, H: int, ks: tuple[int, ...]) -> dict[str, Any]:
@@ -182,7 +190,7 @@ def overlap_figures(a: dict[str, Any], b: dict[str, Any], L: int, H: int, ks: tu
         ta, tb = torch.tensor(a["scores"]), torch.tensor(b["scores"])
         rc = {"spearman": finite_or_none(spearman(ta, tb)), "kendall": finite_or_none(kendall(ta, tb)),
               "spearman_null_sd": spearman_null_sd(n), "kendall_null_sd": kendall_null_sd(n)}
-    return {"overlap": overlap, "lists": whole_lists(a, b, n), "rank_correlation": rc, "tie_warnings": tie_warnings}
+    return {"overlap": overlap, "lists": whole_lists(a, b, L, H), "rank_correlation": rc, "tie_warnings": tie_warnings}
 
 
 def _conditions(a: dict[str, Any], b: dict[str, Any], k: int, cfg: CompareHeadsSettings, L: int, H: int):

@@ -56,8 +56,9 @@ def markdown(res: Mapping[str, Any]) -> str:
     if w:
         lines += ["", f"Whole lists: A ({w['a_from']}, {w['size_a']} heads) and B ({w['b_from']}, {w['size_b']} heads) "
                   f"share **{w['intersection']}** (chance {w['chance']:.2f}, hypergeometric p {w['p_value']:.2g} over "
-                  f"the {w['n']} heads; Jaccard {w['jaccard']:.3f}): " + (" ".join(f"{l}:{h}" for l, h in w["shared"])
-                                                                        or "none") + "."]
+                  f"the {w['n']} heads; Jaccard {w['jaccard']:.3f}"
+                  + (f"; layer-matched chance {w['layer_chance']:.2f}, p {w['layer_p_value']:.2g}" if "layer_chance" in w
+                     else "") + "): " + (" ".join(f"{l}:{h}" for l, h in w["shared"]) or "none") + "."]
     rc = res.get("rank_correlation")
     lines.append("")
     if rc:
