@@ -245,7 +245,7 @@ class CompareHeadsResults(RunResults):
     num_heads: int | None
     n_heads: int | None
     overlap: list[JsonObject] | None
-    lists: JsonObject | None = None  # whole-list overlap (a side is a list): SetOverlap.to_json + a_from, b_from
+    lists: JsonObject | None = None  # a side is a list: SetOverlap.to_json, layer_chance, layer_p_value, a/b_from
     rank_correlation: dict[str, float | None] | None
     warnings: list[str] | None
     a: JsonObject | None

@@ -12,6 +12,10 @@ Rank correlations over all ``n`` heads have chance level 0; their null spread is
 deviation under independence (Spearman ``1 / sqrt(n - 1)``, Kendall tau ``sqrt(2 (2n + 5) / (9 n (n - 1)))``),
 so a reader can tell a correlation of 0.1 on 32 heads (noise) from one on 784 heads.
 
+Two sets of different sizes (a published top-16 against a top-20, :func:`set_overlap`) are compared as wholes:
+``X`` is hypergeometric with ``n`` heads, ``|A|`` marked and ``|B|`` drawn, its tail summed exactly in integers;
+:func:`layer_matched_null` is the stricter null that keeps each set's heads in their own layers.
+
 Pure functions of heads given as ``(layer, head)`` pairs, rank 1 first (ties broken upstream, by
 :func:`vrh.core.heads.top_k`).
 """
