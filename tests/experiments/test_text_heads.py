@@ -103,6 +103,17 @@ def test_bad_inputs_are_one_line_errors(tmp_path, capsys):
     assert rc == 2 and "exceed the model's 256 positions" in capsys.readouterr().err
 
 
+def test_the_result_line_gives_recalls_in_percent(tmp_path, organism_c, capsys):
+    """Accuracies and recalls print as percentages on stdout, as in demo, sweep and compare (issue 46 item 9)."""
+    out = tmp_path / "run"
+    capsys.readouterr()
+    res = text_heads.run_text_heads(TextHeadsSettings(out=str(out), **FAST), organism_c)
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    pct = lambda x: f"{100 * x:.1f}%"  # noqa: E731
+    assert line.startswith(f"text-heads: needle recall {pct(res['recall'])}, top-2 text heads masked "
+                           f"{pct(res['text_heads_recall'])}, random {pct(res['random_recall_mean'])} -> "), line
+
+
 def test_cross_heads_are_masked_and_random_heads_avoid_both(tmp_path, organism_c):
     res = text_heads.run_text_heads(TextHeadsSettings(out=str(tmp_path / "x"), cross_heads="0:5,1:1,3:7", **FAST),
                                     organism_c)

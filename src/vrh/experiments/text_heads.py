@@ -268,7 +268,7 @@ def run_text_heads(cfg: TextHeadsSettings, lm: Any = None) -> dict[str, Any]:
     from vrh.experiments import conditions as cond
     from vrh.experiments.heads_origin import adopt
     from vrh.experiments.setup import load
-    from vrh.infra.console import console, print_result, print_table, progress, warn
+    from vrh.infra.console import console, percent_text, print_result, print_table, progress, warn
     from vrh.options import DEFAULT_K_RULE, config_record, default_k
     from vrh.runs.results_characterize import TextHeadsResults
     from vrh.scoring.copy_paste import copy_paste_sample
@@ -365,10 +365,11 @@ def run_text_heads(cfg: TextHeadsSettings, lm: Any = None) -> dict[str, Any]:
     print_table(f"text-heads: top {min(10, L * H)} of {L * H} heads by {scorer.replace('_', '-')} score ({n_correct} of "
                 f"{len(prompts)} needles recalled exactly)", ["rank", "head (layer:head)", "score"],
                 [[i + 1, f"{l}:{h}", f"{float(scores[l, h]):.4g}"] for i, (l, h) in enumerate(ranking[:10])])
-    cross_txt = f", cross {conds[1].label.split(':')[0]} {result['cross_heads_recall']:.3f}" if cross_src else ""
-    rnd_txt = "-" if result["random_recall_mean"] is None else f"{result['random_recall_mean']:.3f}"
-    print_result(f"text-heads: needle recall {result['recall']:.3f}, top-{k} text heads masked "
-                 f"{result['text_heads_recall']:.3f}{cross_txt}, random {rnd_txt} -> {cfg.out}")
+    cross_txt = f", cross {conds[1].label.split(':')[0]} {percent_text(result['cross_heads_recall'])}" if cross_src \
+        else ""
+    print_result(f"text-heads: needle recall {percent_text(result['recall'])}, top-{k} text heads masked "
+                 f"{percent_text(result['text_heads_recall'])}{cross_txt}, random "
+                 f"{percent_text(result['random_recall_mean'])} -> {cfg.out}")
     return result
 
 
