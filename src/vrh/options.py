@@ -71,6 +71,18 @@ def ints(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
 
 
+def positive_ints(text: str) -> tuple[int, ...]:
+    """``"5,10"`` -> ``(5, 10)``; a value below 1 (a top-0 or top--1 overlap) is refused.
+
+    >>> positive_ints("5,10")
+    (5, 10)
+    """
+    values = ints(text)
+    if any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers >= 1, got {text!r}")
+    return values
+
+
 def names(text: str) -> tuple[str, ...]:
     """``"a, b"`` -> ``("a", "b")``."""
     return tuple(x.strip() for x in text.split(",") if x.strip())

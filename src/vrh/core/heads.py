@@ -54,6 +54,10 @@ def eligible_heads(num_layers: int, num_heads: int, exclude: Iterable[Head] = ()
     >>> eligible_heads(2, 2, exclude=[(1, 0)], exclude_layers=[0])
     [(1, 1)]
     """
+    outside = sorted({int(layer) for layer in exclude_layers if not 0 <= int(layer) < num_layers})
+    if outside:
+        raise ValueError(f"--exclude-layers {','.join(map(str, outside))}: this model has {num_layers} layers "
+                         f"(0-{num_layers - 1}); an excluded layer must be one of them")
     banned, banned_layers = {tuple(h) for h in exclude}, set(exclude_layers)
     return [(l, h) for l in range(num_layers) if l not in banned_layers for h in range(num_heads)
             if (l, h) not in banned]
@@ -74,8 +78,19 @@ def random_heads(
     return sorted(random.Random(seed).sample(pool, k))
 
 
+class DuplicateHead(ValueError):
+    """A head list that names one head twice (it would count as two heads)."""
+
+
 def parse_head_list(text: str) -> list[Head]:
-    """Parse ``"3:1,10:4"`` (layer:head pairs) into ``[(3, 1), (10, 4)]``."""
+    """Parse ``"3:1,10:4"`` (layer:head pairs) into ``[(3, 1), (10, 4)]``; a head named twice is refused
+    (:class:`DuplicateHead`): the list would count it twice.
+
+    >>> parse_head_list("3:1,3:1")
+    Traceback (most recent call last):
+    ...
+    vrh.core.heads.DuplicateHead: head 3:1 is listed twice in '3:1,3:1'; a head list names each head once
+    """
     heads: list[Head] = []
     for part in text.split(","):
         part = part.strip()
@@ -83,7 +98,11 @@ def parse_head_list(text: str) -> list[Head]:
             continue
         try:
             l, h = part.split(":")
-            heads.append((int(l), int(h)))
+            head = (int(l), int(h))
         except ValueError:
             raise ValueError(f"bad head {part!r}: expected LAYER:HEAD, e.g. 3:1") from None
+        if head in heads:
+            raise DuplicateHead(f"head {head[0]}:{head[1]} is listed twice in {text!r}; a head list names each head "
+                                "once")
+        heads.append(head)
     return heads

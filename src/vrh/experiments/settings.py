@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 
 from vrh.options import (DEFAULT_K_RULE, DataOptions, DetectOptions, EvalOptions, GenerationOptions, MaskOptions,
                          ModelOptions, PairOptions, RunOptions, ShareOptions, ints, names, option, optional_int,
-                         redefault)
+                         positive_ints, redefault)
 
 
 def take(cls: type, source: Any, **overrides: Any) -> Any:
@@ -361,7 +361,7 @@ class CompareHeadsSettings(ModelOptions, EvalOptions, MaskOptions, GenerationOpt
                                          "column (default: none)")
     k: int | None = option(None, parse=optional_int,
                            help=f"heads masked in the cross-masking matrix (default: {DEFAULT_K_RULE})")
-    overlap_ks: tuple[int, ...] = option((5, 10, 20), parse=ints, metavar="K,K",
+    overlap_ks: tuple[int, ...] = option((5, 10, 20), parse=positive_ints, metavar="K,K",
                                          help="k of the top-k overlap figures (capped by the shorter set)")
     seeds: tuple[int, ...] = option((0, 1, 2), parse=ints, metavar="S,S",
                                     help="random-head seeds of the cross-masking matrix")
