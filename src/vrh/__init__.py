@@ -12,7 +12,7 @@ The Python API (for notebooks; ``docs/notebook.md`` walks through one session)::
 
     import vrh
     lm = vrh.load_model("organism")                        # or a checkpoint folder / hub id
-    samples = vrh.load_dataset("data.jsonl")
+    samples = vrh.load_dataset("data.jsonl", task="grounding")  # a file may mix tasks: .report.other_tasks
     found = vrh.detect_heads(lm, samples[:100])            # -> Detection (.head_scores, .per_sample)
     top3 = vrh.conditions.top_k(found.head_scores.scores(), 3, method="out/sum/mean")
     res = vrh.run_conditions(lm, vrh.get_task("grounding"), samples[100:], [vrh.conditions.none(), top3])

@@ -63,6 +63,21 @@ def test_load_grounding_and_vqa(folder):
     hash(g)  # usable in sets / as dict keys despite the meta dict
 
 
+def test_one_task_of_a_mixed_file(folder):
+    """The README's five-liner failed on a file that mixes grounding and VQA lines, which the format allows
+    (issue 46 item 15): ``task=`` loads one task and counts the valid lines of the others."""
+    path = write_lines(folder, [grounding(), vqa(), grounding("g2"), vqa("q2"), vqa("q3")])
+    samples = load_dataset(path, task="grounding")
+    assert [s.id for s in samples] == ["g1", "g2"] and samples.report.other_tasks == {"vqa": 3}
+    assert [s.id for s in load_dataset(path, task="vqa", limit=2)] == ["q1", "q2"]
+    assert load_dataset(path).report.other_tasks == {}
+    with pytest.raises(DatasetError, match=r"data.jsonl:6: duplicate id 'q1'"):  # a passed-over line still checked
+        load_dataset(write_lines(folder, [grounding(), vqa(), grounding("g2"), vqa("q2"), vqa("q3"), vqa()]),
+                     task="grounding")
+    with pytest.raises(ValueError, match="task must be one of"):
+        load_dataset(path, task="detection")
+
+
 def test_xywh_is_converted(folder):
     (s,) = load_dataset(write_lines(folder, [grounding(box=[4, 6, 10, 20], box_format="xywh")]))
     assert s.box == (4.0, 6.0, 14.0, 26.0)

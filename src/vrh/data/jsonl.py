@@ -158,6 +158,7 @@ class LoadReport:
     path: Path
     n_loaded: int = 0
     skipped: list[tuple[int, str]] = field(default_factory=list)  # (1-based line, reason)
+    other_tasks: dict[str, int] = field(default_factory=dict)  # task -> valid lines passed over by ``task=``
 
     @property
     def n_skipped(self) -> int:
@@ -351,7 +352,8 @@ def _parse_line(rec: Any, folder: Path, check_images: bool) -> Sample:
 
 
 def load_dataset(path: str | os.PathLike, *, limit: int | None = None, check_images: bool = True,
-                 on_error: str = "raise", keep: Callable[[dict[str, Any]], bool] | None = None) -> Samples:
+                 on_error: str = "raise", keep: Callable[[dict[str, Any]], bool] | None = None,
+                 task: str | None = None) -> Samples:
     """Read and validate a JSONL dataset, one line at a time (never the whole file at once).
 
     ``on_error="raise"`` stops at the first bad line with a :class:`DatasetError` naming file and line;
@@ -359,7 +361,8 @@ def load_dataset(path: str | os.PathLike, *, limit: int | None = None, check_ima
     ``.report`` (:class:`LoadReport`). ``limit`` stops reading after that many valid samples. ``keep``: only
     records it accepts (it sees the parsed JSON object) are loaded and count towards ``limit``; the rest are
     checked (images aside) and passed over: a selection by task or id that stops reading once it has
-    ``limit`` samples.
+    ``limit`` samples. ``task``: only samples of that task (a file may mix grounding and VQA lines); the valid
+    lines of other tasks are checked, passed over and counted in ``.report.other_tasks``.
     Blank lines are ignored. With ``check_images`` every image must exist; its size is read from the header
     and GT boxes must lie within it (up to 1px, then clipped onto it).
     """
@@ -367,6 +370,8 @@ def load_dataset(path: str | os.PathLike, *, limit: int | None = None, check_ima
         raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be >= 0, got {limit}")
+    if task is not None and task not in TASKS:
+        raise ValueError(f"task must be one of {TASKS}, got {task!r}")
     path = Path(path)
     if not path.is_file():
         if path.is_symlink():
@@ -392,12 +397,16 @@ def load_dataset(path: str | os.PathLike, *, limit: int | None = None, check_ima
                 except json.JSONDecodeError as e:
                     raise ValueError(f"invalid JSON at column {e.colno}: {json_text.problem(e)}") from None
                 kept = keep is None or (isinstance(rec, dict) and keep(rec))
+                other = task is not None and isinstance(rec, dict) and rec.get("task") != task
+                kept = kept and not other
                 # a line passed over is still checked, but not its image (opening images is the slow part)
                 sample = _parse_line(rec, path.parent, check_images and kept)
                 if sample.id in first_line:
                     raise ValueError(f"duplicate id {sample.id!r} (first on line {first_line[sample.id]})")
                 if not kept:
                     first_line[sample.id] = lineno
+                    if other:
+                        report.other_tasks[sample.task] = report.other_tasks.get(sample.task, 0) + 1
                     continue
             except ValueError as e:
                 if on_error == "raise":
