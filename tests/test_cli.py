@@ -525,3 +525,33 @@ def test_an_abbreviated_or_unknown_flag_is_refused_with_the_commands_usage(argv,
     err = capsys.readouterr().err
     command = " ".join(a for a in argv[:2] if not a.startswith("-") and a in ("sweep", "evaluate", "data", "convert"))
     assert e.value.code == 2 and f"usage: vrh {command}" in err and hint in err, err
+
+
+def test_ctrl_c_while_the_model_loads_names_no_folder_as_kept(tmp_path, tiny_checkpoint, tiny_dataset, capsys,
+                                                              monkeypatch):
+    """Interrupted before --out exists (the model still loading): it says so, and offers no --resume of a folder
+    that is not there (issue 45 item 17)."""
+    import vrh.models.loading
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(vrh.models.loading, "load_model", interrupted)
+    out = tmp_path / "ev"
+    assert main(["evaluate", "--model", tiny_checkpoint, "--data", tiny_dataset, "--out", str(out)]) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == f"vrh evaluate: interrupted before anything was written ({out} was not created yet)"
+    assert not out.exists()
+
+
+def test_a_full_disk_at_the_lock_names_the_lock_file(tmp_path, tiny_checkpoint, tiny_dataset, capsys, monkeypatch):
+    import errno
+
+    def full(fd, data, offset):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("vrh.runs.folder.os.pwrite", full)
+    out = tmp_path / "ev"
+    assert main(["evaluate", "--model", tiny_checkpoint, "--data", tiny_dataset, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == f"vrh evaluate: error: No space left on device: {out / '.vrh-lock'}"

@@ -77,6 +77,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         out = getattr(args, "out", None)
+        if out and not os.path.isdir(out):  # stopped before the folder was made (a model still loading)
+            print(f"\nvrh {args.command}: interrupted before anything was written ({out} was not created yet)",
+                  file=sys.stderr)
+            return 130
         where = f" in {out}" if out else ""
         resume = f"; rerun the same command with --resume to continue{where}" if _resumable(mod) else ""
         print(f"\nvrh {args.command}: interrupted; what finished is kept{where}{resume}", file=sys.stderr)

@@ -468,3 +468,11 @@ def test_a_command_given_a_deeply_nested_dataset_fails_in_one_line(folder, tmp_p
     assert main(["detect", "--model", "organism", "--data", str(deep), "--out", str(tmp_path / "det")]) == 2
     err = capsys.readouterr().err
     assert err == f"vrh detect: error: {deep}:1: invalid JSON at column 101: nested more than 100 levels deep\n"
+
+
+def test_a_utf8_bom_at_the_start_is_accepted(folder):
+    """Windows tools (Notepad, PowerShell's Out-File) write a BOM first: the first record reads as any other
+    (issue 45 item 17); a BOM elsewhere stays the text it is."""
+    path = write_lines(folder, [grounding("g1"), grounding("g2")])
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+    assert [s.id for s in load_dataset(path)] == ["g1", "g2"]

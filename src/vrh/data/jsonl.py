@@ -387,6 +387,8 @@ def load_dataset(path: str | os.PathLike, *, limit: int | None = None, check_ima
             try:
                 try:
                     line = raw.decode("utf-8")
+                    if lineno == 1:
+                        line = line.removeprefix("\ufeff")  # a BOM, as Windows tools write first: not the record's
                 except UnicodeDecodeError as e:
                     raise ValueError(f"not UTF-8 (byte 0x{raw[e.start]:02x} at column {e.start + 1}); "
                                      "JSONL files must be UTF-8") from None

@@ -390,8 +390,12 @@ class _Lock:
             if same:
                 break
             os.close(fd)  # locked a file its releasing holder had just unlinked: lock the current one
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError as e:  # a full disk: the error names the lock file (a bare fd write names nothing)
+            os.close(fd)
+            raise OSError(e.errno, e.strerror or str(e), str(path)) from None
         cls._held[key] = lock = cls(key, path, fd)
         return lock
 
