@@ -44,23 +44,40 @@ class Kill:
             raise KeyboardInterrupt(f"killed before write {self.at}: {self.seen[-1]}")
 
 
+def _resolved(path, dir_fd):
+    """``path`` as an absolute path when it is a name in the folder descriptor ``dir_fd`` (vrh.runs.safe_paths
+    removes and renames that way), else as given."""
+    path = os.fsdecode(path)
+    if isinstance(dir_fd, int) and dir_fd >= 0 and not os.path.isabs(path):
+        try:
+            return os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), path)
+        except OSError:
+            pass
+    return path
+
+
 def _audit(event: str, args: tuple) -> None:
     k = Kill.active
     if k is None or not args or not isinstance(args[0], (str, bytes, os.PathLike)):
         return
     path = args[0]
-    if event == "open":
-        mode, flags = args[1], args[2]
+    if event in ("open", "vrh.safe_paths.open"):  # the second: a file vrh opens by name in a folder descriptor
+        mode, flags = (args[1], args[2]) if event == "open" else (None, args[1])
         writes = any(c in mode for c in "wax+") if mode else bool(flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT))
         if writes and k.under(path):
             k.tick("open", path)
     elif event == "shutil.rmtree":
+        path = _resolved(path, args[1] if len(args) > 1 else None)
         k.in_tree = k.under(path)
         if k.in_tree:
             k.tick("rmtree", path)
     elif event in ("os.rename", "os.remove", "os.rmdir"):
-        dir_fd = args[-1]
-        if (dir_fd not in (None, -1) and not os.path.isabs(os.fsdecode(path)) and k.in_tree) or k.under(path):
+        dir_fd = args[2] if event == "os.rename" else args[-1]
+        relative = dir_fd not in (None, -1) and not os.path.isabs(os.fsdecode(path))
+        full = _resolved(path, dir_fd)
+        if k.under(full):
+            k.tick(event, full)
+        elif relative and k.in_tree:
             k.tick(event, path)  # inside an rmtree: the name relative to the folder being removed
 
 

@@ -25,6 +25,7 @@ import errno
 import os
 import shutil
 import stat
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -123,6 +124,8 @@ def check(root: str | os.PathLike, path: str | os.PathLike, *, last: bool = True
 
 
 def _open(root: Path, path: str | os.PathLike, flags: int, *, mkdir: bool, fresh: bool = False) -> int:
+    # the file is opened by its name in a folder descriptor: the "open" audit event names only that, this the path
+    sys.audit("vrh.safe_paths.open", str(root.joinpath(*parts_below(root, path))), flags)
     with parent_fd(root, path, mkdir=mkdir) as (dfd, name):
         if fresh:  # a temporary name: whatever is there (a stale temp, a planted link) goes, the link not its target
             try:
