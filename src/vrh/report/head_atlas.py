@@ -69,8 +69,10 @@ def markdown(atlas: Mapping[str, Any]) -> str:
              "| VRH list | text list | shared | chance | p | layer chance | layer p | shared heads |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for p in (p for p in atlas["pairs"] if p["relation"] == "text vs VRH"):
-        vrh, text = (p["b"], p["a"]) if p["a"].startswith("qrhead:") else (p["a"], p["b"])
-        lines.append(f"| {vrh} | {text} | {p['intersection']} of {p['size_a']} / {p['size_b']} | {p['chance']:.2f} | "
+        flip = p["a"].startswith("qrhead:")
+        vrh, text = (p["b"], p["a"]) if flip else (p["a"], p["b"])
+        nv, nt = (p["size_b"], p["size_a"]) if flip else (p["size_a"], p["size_b"])
+        lines.append(f"| {vrh} | {text} | {p['intersection']} (of {nv} and {nt}) | {p['chance']:.2f} | "
                      f"{p['p_value']:.2g} | {p['layer_chance']:.2f} | {p['layer_p_value']:.2g} | {_heads(p['shared'])} |")
     lines += ["", "## Summary per relation", "",
               "| backbone | relation | pairs | shared: min / median / max | chance | largest p | largest layer chance "
@@ -86,5 +88,6 @@ def markdown(atlas: Mapping[str, Any]) -> str:
         for name, row in zip(names, g["shared"]):
             lines.append(f"| {name} | " + " | ".join(map(str, row)) + " |")
     if atlas["left_out"]:
-        lines += ["", "Left out: " + "; ".join(f"{x['name']} ({x['reason']})" for x in atlas["left_out"]) + "."]
+        lines += ["", "Left out: " + "; ".join(f"{x['name']} ({x['reason']})" for x in atlas["left_out"]) + "; and "
+                  "the published score maps (retrieval-heads:, ocr-heads:), whose models no paper list sits on."]
     return "\n".join(lines) + "\n"
