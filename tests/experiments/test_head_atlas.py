@@ -60,6 +60,10 @@ def test_relations_and_the_stricter_layer_matched_null(atlas):
     assert q["layer_p_value"] > q["p_value"]
     e, pmf = layer_matched_null([(0, 0), (0, 1)], [(0, 0), (0, 1)], num_heads=2)
     assert e == 2.0 and pmf == [0.0, 0.0, 1.0]  # both whole layers: they must coincide
+    llama, = atlas["text_only"]  # QRHead's own two Llama lists, for scale: they share far fewer
+    assert (llama["a"], llama["b"], llama["intersection"]) == ("qrhead:Llama-3.1-8B-Instruct/NQ",
+                                                               "qrhead:Llama-3.1-8B-Instruct/LME", 3)
+    assert llama["layer_p_value"] > 0.1
     names = {a.name: a for a in atlas_lists()[0]}
     assert relation(names["paper:Qwen3-VL-8B/RefCOCO"], names["paper:Qwen3-VL-8B/Toloka"]) == "across benchmarks"
     assert relation(names["paper:Qwen3-VL-8B/RefCOCO"], names["paper:InternVL3.5-8B/RefCOCO"]) == "across models"

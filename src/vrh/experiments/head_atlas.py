@@ -127,7 +127,25 @@ def build_atlas() -> dict[str, Any]:
                                 "chance": sorted({round(p["chance"], 4) for p in sel}),
                                 "layer_chance_max": max(p["layer_chance"] for p in sel),
                                 "max_layer_p": max(p["layer_p_value"] for p in sel)})
-    return {"groups": groups, "pairs": pairs, "summary": summary, "left_out": left_out}
+    return {"groups": groups, "pairs": pairs, "summary": summary, "left_out": left_out, "text_only": text_only_pairs()}
+
+
+def text_only_pairs() -> list[dict[str, Any]]:
+    """Published text lists of one model on two datasets, where no paper list shares their backbone (QRHead's
+    Llama-3.1-8B-Instruct on NQ and on LongMemEval): how far one method's own lists agree, for scale."""
+    from vrh.data.published_heads import PUBLISHED
+    from vrh.scoring.head_overlap import layer_matched_null, set_overlap
+
+    fit = [q for q in PUBLISHED if not q.outside_grid]
+    out = []
+    for a, b in combinations(fit, 2):
+        if a.model == b.model:
+            o = set_overlap(a.heads, b.heads, a.num_layers * a.num_heads)
+            chance, pmf = layer_matched_null(a.heads, b.heads, a.num_heads)
+            out.append({"a": a.name, "b": b.name, **{k: v for k, v in o.to_json().items() if k != "shared"},
+                        "layer_chance": chance, "layer_p_value": min(1.0, sum(pmf[o.intersection:])),
+                        "shared": sorted(list(h) for h in o.shared)})
+    return out
 
 
 def text_vs_vrh(atlas: dict[str, Any]) -> list[dict[str, Any]]:

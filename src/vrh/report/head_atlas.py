@@ -81,6 +81,10 @@ def markdown(atlas: Mapping[str, Any]) -> str:
         lines.append(f"| {s['backbone']} | {s['relation']} | {s['pairs']} | {s['min']} / {s['median']:g} / {s['max']} | "
                      f"{', '.join(f'{c:.2f}' for c in s['chance'])} | {s['max_p']:.2g} | {s['layer_chance_max']:.2f} | "
                      f"{s['max_layer_p']:.2g} |")
+    for t in atlas.get("text_only", []):
+        lines += ["", f"For scale, one method's own lists of one model on two datasets: {t['a']} and {t['b']} share "
+                  f"{t['intersection']} of {t['size_a']} (chance {t['chance']:.2f}, p {t['p_value']:.2g}; layer chance "
+                  f"{t['layer_chance']:.2f}, p {t['layer_p_value']:.2g}): {_heads(t['shared'])}."]
     for g in atlas["groups"]:
         names = [_short(n) for n in g["lists"]]
         lines += ["", f"## {g['backbone']} backbone: heads shared ({g['num_layers']} x {g['num_heads']} grid; diagonal: "
