@@ -127,6 +127,10 @@ def test_topk_never_cuts_through_tied_or_zero_scores(tmp_path):
     assert len(res["warnings"]) == 1 and "24 of its 32 heads tie at score 0" in res["warnings"][0]
     assert "capped at k = 8" in res["warnings"][0] and res["lists"] is None  # two score maps: no whole lists
     assert head_comparison.untied_k([2.0, 1.0, 1.0, 0.5], 2) == 1  # a tie among non-zero scores too
+    side = head_comparison.head_side(b, None, "--heads-b")  # the cross-masking's --k through the same tie
+    assert "--k 10: " in head_comparison.masked_cut_note(side, 10) and "2 of the masked heads" in \
+        head_comparison.masked_cut_note(side, 10)
+    assert head_comparison.masked_cut_note(side, 8) is None and head_comparison.masked_cut_note(side, 32) is None
 
 
 def test_lists_of_different_lengths_are_compared_whole_with_hypergeometric_chance(tmp_path, capsys):

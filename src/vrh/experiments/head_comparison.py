@@ -131,6 +131,21 @@ def _tie_note(side: dict[str, Any], values: list[float], k: int, capped: int) ->
             f"{side['name']}: its top-{k} cuts through {tied} heads tied at score {v:g}: no top-k up to {k} is defined")
 
 
+def masked_cut_note(side: dict[str, Any], k: int) -> str | None:
+    """A warning when the cross-masking's top-``k`` of a score side cuts through tied scores (some of the masked
+    heads are then picked by (layer, head) order), else None.
+
+    >>> masked_cut_note({"name": "B", "scores": [[2.0, 0.0], [0.0, 0.0]], "ranking": [[0, 0], [0, 1], [1, 0], [1, 1]]}, 2)
+    "--k 2: B's top-2 cuts through 3 heads tied at score 0: 1 of the masked heads are picked by (layer, head) order"
+    """
+    vals = _sorted_scores(side)
+    if vals is None or untied_k(vals, k) == k:
+        return None
+    v = vals[k - 1]
+    return (f"--k {k}: {side['name']}'s top-{k} cuts through {sum(1 for x in vals if x == v)} heads tied at score {v:g}: "
+            f"{k - untied_k(vals, k)} of the masked heads are picked by (layer, head) order")
+
+
 def topk_ks(a: dict[str, Any], b: dict[str, Any], n: int, ks: tuple[int, ...]) -> tuple[list[int], list[str]]:
     """The ks of the top-k figures, each capped by the shorter ranking and by ties (:func:`untied_k`), and the
     warnings for every cap a tie forced. Empty when a side is a set without a ranking."""
@@ -284,6 +299,8 @@ def _matrix(cfg: CompareHeadsSettings, lm: Any, a: dict, b: dict, L: int, H: int
             raise ValueError(f"--k {k}: {s['name']} is a set of {len(s['ranking'])} heads, not a ranking, so its "
                              f"cross-masking masks all of them: use --k {len(s['ranking'])} (or omit --k)")
     cond.check_k(k, L, H)
+    for note in filter(None, (masked_cut_note(s, k) for s in (a, b))):
+        warn(note)
     if k > min(len(a["ranking"]), len(b["ranking"])):
         raise ValueError(f"--k {k}: a head set has only {min(len(a['ranking']), len(b['ranking']))} heads")
     conds, rc = _conditions(a, b, k, cfg, L, H)
