@@ -23,3 +23,13 @@ def test_the_detection_pattern_is_the_default_one_pass_and_names_the_two_pass_fl
     assert pattern.startswith("Pattern (the default, one pass)") and "re-run" not in pattern
     assert "generate_with_rows" in pattern and hasattr(generation_capture, "generate_with_rows")
     assert f"`{one_pass.metadata['vrh_option']['negate']}`" in section  # the option for the paper's two passes
+
+
+def test_the_conventions_name_every_answer_type():
+    """The guide's "one place" for conventions named three of the six answer types (issue 46 item 17)."""
+    from vrh.data import ANSWER_TYPES
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "guide.md").read_text(encoding="utf-8")
+    conventions = text.split("## Conventions", 1)[1].split("\n## ", 1)[0]
+    assert [t for t in ANSWER_TYPES if f"`{t}`" not in conventions] == []
+    assert "`box_format`" in conventions or '"box_format"' in conventions

@@ -78,6 +78,15 @@ def test_one_task_of_a_mixed_file(folder):
         load_dataset(path, task="detection")
 
 
+def test_an_xywh_box_declared_xyxy_gets_the_xywh_hint(folder):
+    """[x, y, w, h] written with box_format xyxy has x2 <= x1: the error now names the format it fits."""
+    with pytest.raises(DatasetError, match=r'non-positive area .*declare box_format "xywh"'):
+        load_dataset(write_lines(folder, [grounding(box=[20, 10, 12, 8])]))
+    with pytest.raises(DatasetError) as bad:  # not a width and height either: no hint
+        load_dataset(write_lines(folder, [grounding(box=[20, 10, -4, 8])]))
+    assert "declare box_format" not in str(bad.value)
+
+
 def test_xywh_is_converted(folder):
     (s,) = load_dataset(write_lines(folder, [grounding(box=[4, 6, 10, 20], box_format="xywh")]))
     assert s.box == (4.0, 6.0, 14.0, 26.0)

@@ -250,7 +250,10 @@ def _box(rec: dict, size: tuple[int, int] | None) -> Box:
     box = xywh_to_xyxy(values) if fmt.startswith("xywh") else tuple(values)
     x1, y1, x2, y2 = box
     if x2 <= x1 or y2 <= y1:
-        raise ValueError(f"box {list(raw)} ({fmt}) has non-positive area (as xyxy pixels: {list(box)})")
+        hint = ""
+        if fmt.startswith("xyxy") and fmt != "xyxy_1000" and raw[2] > 0 and raw[3] > 0:  # valid as [x, y, w, h]
+            hint = f"; if it is [x, y, width, height], declare box_format \"{fmt.replace('xyxy', 'xywh')}\""
+        raise ValueError(f"box {list(raw)} ({fmt}) has non-positive area (as xyxy pixels: {list(box)}){hint}")
     return box  # type: ignore[return-value]
 
 
