@@ -37,14 +37,20 @@ class LoraSpec:
 def processor(lm_folder: Path, image_size: int = 112):
     """``LlavaProcessor``: the image resized and centre-cropped to ``image_size`` px with ImageNet's mean and
     std (DINOv2's), one ``<image>`` token per 14-px patch (the CLS dropped), SmolLM2's tokenizer + ChatML."""
-    from transformers import AutoTokenizer, CLIPImageProcessorPil, LlavaProcessor
+    from transformers import AutoTokenizer, LlavaProcessor
 
     tok = AutoTokenizer.from_pretrained(str(lm_folder))
-    ip = CLIPImageProcessorPil(size={"shortest_edge": image_size}, crop_size={"height": image_size, "width": image_size},
-                               image_mean=IMAGENET_MEAN, image_std=IMAGENET_STD, resample=3)
-    return LlavaProcessor(image_processor=ip, tokenizer=tok, patch_size=parts.DINOV2_S14["patch_size"],
+    return LlavaProcessor(image_processor=image_processor(image_size), tokenizer=tok, patch_size=parts.DINOV2_S14["patch_size"],
                           vision_feature_select_strategy="default", num_additional_image_tokens=1,
                           image_token=parts.IMAGE_TOKEN, chat_template=parts.CHAT_TEMPLATE)
+
+
+def image_processor(image_size: int = 112):
+    """Resize + centre crop to ``image_size`` px (bicubic), ImageNet's mean and std (DINOv2's)."""
+    from transformers import CLIPImageProcessorPil
+
+    return CLIPImageProcessorPil(size={"shortest_edge": image_size}, crop_size={"height": image_size, "width": image_size},
+                                 image_mean=IMAGENET_MEAN, image_std=IMAGENET_STD, resample=3)
 
 
 def e_config(lm_folder: Path, vision_folder: Path, feature_layer: int = -1):
