@@ -168,3 +168,14 @@ def test_the_default_haystack_is_one_the_tokenizer_has_the_words_of(organism_c, 
     assert text_heads.resolve_haystack(qwen, cfg).haystack == "sentences"
     assert "--haystack sentences" in capsys.readouterr().err
     assert text_heads.resolve_haystack(organism_c, TextHeadsSettings(**FAST, out="u")).haystack == "items"  # given
+
+
+def test_a_top_k_through_tied_scores_is_said(tmp_path, organism_c, capsys):
+    """Issue 46 item 4, on the text side: a few recalled needles leave most heads at exactly 0, and a top-20 of
+    32 then masks zero-score heads picked by (layer, head) order."""
+    res = text_heads.run_text_heads(TextHeadsSettings(out=str(tmp_path / "t"), **{**FAST, "k": 20}), organism_c)
+    scores = runs.read_head_scores(tmp_path / "t").scores()
+    zeros = int((scores == 0).sum())
+    assert res["n_correct"] > 0 and zeros > 32 - 20  # the premise: the cut falls among the zeros
+    err = capsys.readouterr().err
+    assert f"--k 20: the top-20 text heads cut through {zeros} heads tied at score 0" in " ".join(err.split())

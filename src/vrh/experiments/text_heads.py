@@ -266,6 +266,7 @@ def run_text_heads(cfg: TextHeadsSettings, lm: Any = None) -> dict[str, Any]:
 
     from vrh import runs
     from vrh.experiments import conditions as cond
+    from vrh.experiments.head_comparison import untied_k
     from vrh.experiments.heads_origin import adopt
     from vrh.experiments.setup import load
     from vrh.infra.console import console, percent_text, print_result, print_table, progress, warn
@@ -335,6 +336,10 @@ def run_text_heads(cfg: TextHeadsSettings, lm: Any = None) -> dict[str, Any]:
             warn(f"--model {cfg.model} answered none of the {len(prompts)} needle tests exactly: every head scores 0 "
                  "and the ranking is the (layer, head) order; the causal test below tests nothing")
         scores = variants[scorer]
+        ordered = sorted(scores.flatten().tolist(), reverse=True)
+        if any(ordered) and untied_k(ordered, k) < k:  # (an all-zero map was said above)
+            warn(f"--k {k}: the top-{k} text heads cut through {ordered.count(ordered[k - 1])} heads tied at score "
+                 f"{ordered[k - 1]:g}; {k - untied_k(ordered, k)} of the masked heads are picked by (layer, head) order")
         _write_scores(run, variants, scorer, len(prompts) if scorer == "qrhead" else n_correct, len(prompts))
 
         cross = cross_src.scores if cross_src is not None and cross_src.kind == "run" else None
