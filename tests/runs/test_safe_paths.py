@@ -129,3 +129,10 @@ def test_mkdirs_and_writes_below_real_folders_work(world):
     sp.unlink(root, "a/n/c.txt")
     sp.rmdir(root, "a/b")
     assert sorted(p.name for p in (root / "a").iterdir()) == ["n"]
+
+
+def test_a_file_opened_here_carries_its_path_as_its_name(world):
+    """A full disk fails write() with no filename: vrh.cli names the file from the open file object's name."""
+    root, _ = world
+    with sp.open_write(root, root / "r.json", "w") as f, sp.open_append(root, root / "s.jsonl") as g:
+        assert (f.name, g.name) == (str(root / "r.json"), str(root / "s.jsonl"))

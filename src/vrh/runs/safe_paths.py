@@ -123,9 +123,10 @@ def check(root: str | os.PathLike, path: str | os.PathLike, *, last: bool = True
     return root.joinpath(*parts)
 
 
-def _open(root: Path, path: str | os.PathLike, flags: int, *, mkdir: bool, fresh: bool = False) -> int:
-    # the file is opened by its name in a folder descriptor: the "open" audit event names only that, this the path
-    sys.audit("vrh.safe_paths.open", str(root.joinpath(*parts_below(root, path))), flags)
+def _open(root: Path, path: str | os.PathLike, flags: int, *, mkdir: bool, fresh: bool = False,
+          audit: bool = True) -> int:
+    if audit:  # opened by its name in a folder descriptor: the "open" audit event names only that, this the path
+        sys.audit("vrh.safe_paths.open", str(root.joinpath(*parts_below(root, path))), flags)
     with parent_fd(root, path, mkdir=mkdir) as (dfd, name):
         if fresh:  # a temporary name: whatever is there (a stale temp, a planted link) goes, the link not its target
             try:
@@ -153,8 +154,19 @@ def open_write(root: str | os.PathLike, path: str | os.PathLike, mode: str = "w"
     """``open(path, mode)`` below ``root`` for writing (``w``/``wb``: truncated, ``a``/``ab``: appended), never
     through a symlink; ``fresh``: a new file (any old one at the name unlinked first, then ``O_EXCL``)."""
     flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if mode.startswith("a") else os.O_TRUNC)
-    fd = _open(Path(root), path, flags, mkdir=mkdir, fresh=fresh)
-    return os.fdopen(fd, mode, **kwargs)
+    fd = _open(Path(root), path, flags, mkdir=mkdir, fresh=fresh, audit=False)
+    return _file(root, path, fd, mode, **kwargs)
+
+
+def _file(root: str | os.PathLike, path: str | os.PathLike, fd: int, mode: str, **kwargs: Any) -> IO[Any]:
+    """A file object on ``fd`` that carries its path as its name (a failed write, a full disk, is reported with
+    it: vrh.cli names the file) and raises the ordinary "open" audit event with that path."""
+    try:
+        return open(str(Path(root).joinpath(*parts_below(root, path))), mode, opener=lambda _name, _flags: fd,
+                    **kwargs)
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def open_append(root: str | os.PathLike, path: str | os.PathLike, mode: str = "a", *, mkdir: bool = False,
@@ -162,7 +174,7 @@ def open_append(root: str | os.PathLike, path: str | os.PathLike, mode: str = "a
     """``path`` opened for appending, never through a symlink; a file with other hard links is first copied
     (to a fresh temporary, renamed over it), so an append never changes another copy of the folder."""
     root = Path(root)
-    fd = _open(root, path, os.O_RDWR | os.O_CREAT | os.O_APPEND, mkdir=mkdir)
+    fd = _open(root, path, os.O_RDWR | os.O_CREAT | os.O_APPEND, mkdir=mkdir, audit=False)
     if os.fstat(fd).st_nlink > 1:
         try:
             tmp = _tmp_name(path)
@@ -174,8 +186,8 @@ def open_append(root: str | os.PathLike, path: str | os.PathLike, mode: str = "a
             replace(root, tmp, path)
         finally:
             os.close(fd)
-        fd = _open(root, path, os.O_RDWR | os.O_APPEND, mkdir=False)
-    return os.fdopen(fd, mode, **kwargs)
+        fd = _open(root, path, os.O_RDWR | os.O_APPEND, mkdir=False, audit=False)
+    return _file(root, path, fd, mode, **kwargs)
 
 
 def _tmp_name(path: str | os.PathLike) -> Path:
