@@ -133,12 +133,14 @@ _shared_writing("json_norm1000", "1000", 'JSON {"bbox_2d": [x1, y1, x2, y2]}, in
 class AnswerFormat:
     """One prompt/answer variant. ``prompt``: a template with one ``{expression}`` slot (None: the family's
     own ``grounding_prompt``); ``box``: a registered box writing (None: the family's own ``parse_box`` and
-    ``format_box``); ``about``: one line for tables and ``--help``."""
+    ``format_box``); ``about``: one line for tables and ``--help``; ``bos``: how the tokenized prompt begins, one of
+    :data:`BOS_MODES` (None: the family's own, its adapter's ``bos``)."""
 
     name: str
     prompt: str | None = None
     box: str | None = None
     about: str = ""
+    bos: str | None = None
 
     def __post_init__(self):
         where = f"answer format {self.name!r}"
@@ -154,9 +156,18 @@ class AnswerFormat:
                                  "write a literal brace as {{ or }})") from None
         if self.box is not None and self.box not in _WRITINGS:
             raise ValueError(f"{where}: no box writing {self.box!r}; registered: {', '.join(sorted(_WRITINGS))}")
+        if self.bos is not None and self.bos not in BOS_MODES:
+            raise ValueError(f"{where}: bos must be one of {', '.join(BOS_MODES)}, got {self.bos!r}")
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "prompt": self.prompt, "box": self.box, "about": self.about}
+        out = {"name": self.name, "prompt": self.prompt, "box": self.box, "about": self.about}
+        return {**out, "bos": self.bos} if self.bos is not None else out
+
+
+# how a chat-template family's tokenized prompt begins (ChatTemplateAdapter.leading_bos): "one" BOS (the template's
+# dropped where the tokenizer adds its own: vrh's one_bos, transformers' own tokenize=True), or as "template" and
+# tokenizer give it (both kept where both write one: Magma's authors' path, two BOS with Llama 3's tokenizer)
+BOS_MODES = ("one", "template")
 
 
 NATIVE = AnswerFormat("native", about="the family's own prompt and box format (its box_convention)")
@@ -274,6 +285,8 @@ def apply(adapter: Any, fmt: AnswerFormat) -> Any:
     if fmt.box is not None:
         w = box_writing(fmt.box)
         set_.update(parse_box=w.read, format_box=w.write, box_convention=w.about)
+    if fmt.bos is not None:
+        set_["bos"] = fmt.bos
     out.__dict__.update(set_, **{_OVERRIDES: tuple(set_)})
     return out
 
@@ -295,4 +308,6 @@ def record(adapter: Any) -> dict[str, Any]:
     """What ``config.json`` records of the variant in use: its name, the prompt template in effect and the box
     writing (``native``: the family's own parse_box / format_box)."""
     fmt = in_use(adapter)
-    return {"name": fmt.name, "prompt": prompt_template(adapter), "box": fmt.box or "native"}
+    out = {"name": fmt.name, "prompt": prompt_template(adapter), "box": fmt.box or "native"}
+    bos = getattr(adapter, "bos", "one")  # recorded where it is not the one BOS every family had before (Magma)
+    return {**out, "bos": bos} if bos != "one" else out

@@ -289,3 +289,32 @@ def test_crop_grid_is_llavas_select_best_resolution(width, height):
     candidates = [(rows * 512, cols * 512) for cols in range(1, 5) for rows in range(1, 4 // cols + 1)]  # (h, w)
     h, w = select_best_resolution((height, width), candidates)
     assert best_grid(width, height, 4, 512) == (h // 512, w // 512)
+
+
+def test_the_authors_two_bos_by_default_and_one_bos_as_a_named_variant():
+    """With a tokenizer that adds its own BOS (Llama 3's does), the authors' path (the model card, the lmms-eval
+    wrapper) gives two: vrh's default for Magma; ``native_one_bos`` gives one (issue 45 item 18). Both say so in
+    the record; the tiny build's tokenizer adds none, so there both give the template's one."""
+    import copy
+
+    from tokenizers.processors import TemplateProcessing
+
+    from vrh.models import answer_formats as af
+    from vrh.models.adapters import get_adapter
+
+    _, tiny = tiny_magma()
+    adds = copy.deepcopy(tiny)
+    bos = adds.tokenizer.bos_token_id
+    adds.tokenizer.backend_tokenizer.post_processor = TemplateProcessing(
+        single="<|begin_of_text|> $A", special_tokens=[("<|begin_of_text|>", bos)])
+    magma = get_adapter("magma")
+    image = Image.new("RGB", (100, 80))
+    leading = {}
+    for processor, which in ((adds, "adds"), (tiny, "tiny")):
+        for variant in ("native", "native_one_bos"):
+            adapter = af.apply(magma, af.resolve(variant, magma))
+            ids = adapter.build_batch(processor, [image], [adapter.grounding_prompt("a cat")]).inputs["input_ids"][0]
+            leading[which, variant] = int((ids == bos).sum()) if ids[0] == bos else 0
+            assert af.record(adapter).get("bos") == ("template" if variant == "native" else None)
+    assert leading == {("adds", "native"): 2, ("adds", "native_one_bos"): 1, ("tiny", "native"): 1,
+                       ("tiny", "native_one_bos"): 1}

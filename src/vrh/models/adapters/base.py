@@ -286,6 +286,13 @@ class ChatTemplateAdapter(Adapter):
         with chat_templates.bounded(chat_templates.whose(processor)):  # the checkpoint's template: bounded
             return processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
+    bos = "one"  # how the tokenized prompt begins (vrh.models.answer_formats.BOS_MODES); a variant may set another
+
+    def leading_bos(self, processor: Any, chat: str) -> str:
+        """``chat`` as it is tokenized: with :meth:`one_bos` applied (``bos = "one"``), or as the template wrote it
+        (``"template"``: a tokenizer that adds its own BOS then gives two, as a family's authors' code may)."""
+        return chat if self.bos == "template" else self.one_bos(processor, chat)
+
     @staticmethod
     def one_bos(processor: Any, chat: str) -> str:
         """``chat`` without its leading BOS when the tokenizer adds one itself, so that the sequence starts with
@@ -315,7 +322,7 @@ class ChatTemplateAdapter(Adapter):
         images = [im.convert("RGB") if hasattr(im, "convert") else im for im in images]
         tok = processor.tokenizer
         texts, spans = self.chat_spans(prompts, answers, expressions,
-                                       lambda p: self.one_bos(processor, self.chat_text(processor, p)),
+                                       lambda p: self.leading_bos(processor, self.chat_text(processor, p)),
                                        image_token=processor.image_token)
         enc = processor(images=images, text=texts, padding=True, return_tensors="pt", return_offsets_mapping=True,
                         return_text_replacement_offsets=True)

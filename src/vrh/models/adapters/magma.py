@@ -18,6 +18,15 @@ defaults to lmms-eval's ``refcoco_bbox_rec`` prompt and answer (``[x1, y1, x2, y
 own lmms-eval wrapper (``tools/lmms-eval-magma``) would be scored with. Check on a GPU with the real weights:
 ``vrh probe-format`` tries the candidates :attr:`MagmaAdapter.answer_formats` declares (LLaVA-1.5's RefCOCO prompt,
 Magma's lineage, with 0-1 floats; 0-1000 integers; pixels of the original and of the resized image; JSON).
+
+BOS: the prompt is tokenized as the authors' code tokenizes it (``bos = "template"``): the model card's
+``processor.apply_chat_template(..., tokenize=False)`` writes Llama 3's ``<|begin_of_text|>`` and the processor's
+tokenizer, which adds its own, puts a second one before it; Magma's lmms-eval wrapper does the same. Two BOS, then,
+on the only paths Magma's authors publish, which is where the paper's "model-specific format" (App. E.3) points:
+vrh's default for this family is the authors' (a reading of the paper, not a measurement: it does not say which
+code ran, and only the real weights on a GPU could show which gives its numbers). ``--answer-format native_one_bos`` is the other: the same prompt and answer with
+one BOS (:meth:`~vrh.models.adapters.base.ChatTemplateAdapter.one_bos`, every other family's rule and
+transformers' own ``apply_chat_template(tokenize=True)``). Both are recorded (``model.answer_format.bos``).
 """
 
 from __future__ import annotations
@@ -49,7 +58,11 @@ class MagmaAdapter(ComposedAdapter, ChatTemplateAdapter):
     image_prefix = "<image_start><image><image_end>\n"
     prompt_template = LlavaNextAdapter.prompt_template  # lmms-eval's refcoco_bbox_rec prompt (module docstring)
     # the format is undocumented: the candidates a researcher tries first (module docstring), NATIVE the default
+    bos = "template"  # the authors' path: two BOS with Llama 3's tokenizer (module docstring)
     answer_formats = (NATIVE,
+                      AnswerFormat("native_one_bos", bos="one",
+                                   about="the native prompt and answer with one BOS (vrh's one_bos), where the "
+                                         "authors' path gives two"),
                       AnswerFormat("llava_refcoco", "Please provide the bounding box coordinate of the region this "
                                    "sentence describes: {expression}", "norm1",
                                    about="LLaVA-1.5's RefCOCO prompt (no frame stated), 0-1 floats read"),
