@@ -130,7 +130,7 @@ def _help(capsys, *argv: str) -> str:
 def test_each_kind_of_extension_reaches_the_cli_help(extensions, capsys):
     text = _help(capsys, "evaluate")
     assert "throwaway_task (a test's task)" in text  # --task
-    assert "Throwaway-Bench; vrh's rule for other data" in text  # --answer-rule names the benchmarks with a rule
+    assert "throwaway_rule (Throwaway-Bench); vrh's rule for data without one" in text  # --answer-rule: each rule
     assert "'throwaway_mode' a test's ablation" in text and "throwaway_mode}" in text  # --mask-mode help, choices
     for command in ("sweep", "compare", "transfer"):
         assert "'throwaway_mode' a test's ablation" in _help(capsys, command), command

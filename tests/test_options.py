@@ -59,3 +59,21 @@ def test_default_k_scales_with_the_model():
         ks = default_ks(default_k(L, H), L, H)
         assert ks[0] == 0 and all(L * H - k >= k for k in ks)  # each leaves room for k random heads
     assert "10%" in DEFAULT_K_RULE
+
+
+def test_help_says_what_each_command_takes():
+    """issue 46 item 18: --task lists its choices as choices, --answer-rule each rule once by its name,
+    text-heads (text prompts, no box) offers no --answer-format, evaluate's description no IoU for VQA."""
+    from vrh.cli import build_parser
+    from vrh.data.answer_rule_registry import answer_rules
+    from vrh.tasks import task_names
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command").choices
+    actions = {a.dest: a for a in sub["evaluate"]._actions}
+    assert tuple(actions["task"].choices) == task_names()
+    help_text = actions["answer_rule"].help
+    assert all(help_text.count(f"{r.name} ({r.benchmark})") == 1 for r in answer_rules())
+    assert "answer_format" not in {a.dest for a in sub["text-heads"]._actions}
+    assert "answer_format" in {a.dest for a in sub["sweep"]._actions}
+    assert "IoU >= 0.5" not in sub["evaluate"].description and "VQA" in sub["evaluate"].description

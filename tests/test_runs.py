@@ -152,6 +152,18 @@ def test_head_scores_round_trip(tmp_path):
         back.scores("c")
 
 
+def test_head_scores_ranking_reads_as_an_attribute_and_as_the_method_it_was():
+    """``h.ranking[:3]`` failed (a method beside attributes: issue 46 item 18); ``h.ranking()`` still works."""
+    hs = runs.HeadScores(scorer="a", num_layers=1, num_heads=3, n_scored=1,
+                         variants={"a": {"scores": [[0.1, 0.7, 0.2]], "ranking": [[0, 1], [0, 2], [0, 0]]},
+                                   "b": {"scores": [[0.5, 0.2, 0.1]], "ranking": [[0, 0], [0, 1], [0, 2]]}})
+    assert hs.ranking[:2] == [(0, 1), (0, 2)] and hs.ranking() == hs.ranking == [(0, 1), (0, 2), (0, 0)]
+    assert hs.ranking("b")[0] == (0, 0) and len(hs.ranking) == 3
+    assert json.dumps(hs.ranking) == "[[0, 1], [0, 2], [0, 0]]"
+    with pytest.raises(ValueError, match="no scorer 'c'"):
+        hs.ranking("c")
+
+
 def test_rank_shards_count_as_finished_and_are_merged_before_results(tmp_path):
     """What a data-parallel run leaves when it is killed: per-rank shards (one of them torn, one record in
     two files after an interrupted merge); a resumed run of any size sees each record once and

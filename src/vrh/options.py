@@ -30,7 +30,7 @@ from typing import Any
 
 from vrh.core.masking import mask_mode_names, mask_modes
 from vrh.data.answer_rule_registry import answer_rules
-from vrh.tasks import describe_tasks
+from vrh.tasks import describe_tasks, task_names
 from vrh.tasks.answer_rules import RULE_CHOICES
 
 REQUIRED = dataclasses.MISSING  # an option with no default must be given
@@ -265,10 +265,10 @@ def _task_help() -> str:
 
 def _answer_rule_help() -> str:
     """``--answer-rule``'s help: the benchmarks whose own rule is registered, by name."""
-    benchmarks = ", ".join(r.benchmark for r in answer_rules())
-    return ("how VQA answers are scored: 'official' each benchmark's own rule (" + benchmarks + "; vrh's rule "
-            "for other data), or 'lenient' vrh's rule for the answer type (reads 'The answer is (B).', 'three'); "
-            "recorded in config.json")
+    rules = ", ".join(f"{r.name} ({r.benchmark})" for r in answer_rules())
+    return ("how VQA answers are scored: 'official' the rule a sample's answer_rule names, its benchmark's own ("
+            + rules + "; vrh's rule for data without one), or 'lenient' vrh's rule for the answer type (reads "
+            "'The answer is (B).', 'three'); recorded in config.json")
 
 
 def _mask_mode_help() -> str:
@@ -278,7 +278,7 @@ def _mask_mode_help() -> str:
 
 @dataclass(frozen=True, kw_only=True)
 class EvalOptions:
-    task: str = option("grounding", help=_task_help)
+    task: str = option("grounding", choices=task_names, help=_task_help)
     n: int | None = option(None, parse=optional_int, help="evaluate the first N held-out samples (default: all of them)")
     tau: float = option(0.5, help="IoU threshold for a correct box")
     clip_boxes: bool = option(False, help="clip predicted boxes to the image before IoU (default: scored as written, "

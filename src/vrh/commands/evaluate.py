@@ -13,7 +13,7 @@ from typing import Any
 from vrh.experiments.settings import EvaluateSettings as Config
 
 NAME = Config.COMMAND
-HELP = "answer with heads masked and measure accuracy (IoU >= 0.5)"
+HELP = "answer with heads masked and measure accuracy (grounding: IoU >= --tau; VQA: the answer rule)"
 
 
 def run(cfg: Config, lm: Any = None) -> dict[str, Any]:

@@ -77,6 +77,23 @@ def read_detection_split(run_dir: str | os.PathLike) -> DetectionSplit:
                           data.get("task", "grounding"))
 
 
+class Ranking(list):
+    """``(layer, head)`` pairs best first: a list that may also be called, so :attr:`HeadScores.ranking` reads as
+    the attribute it sits beside (``hs.ranking[:3]``) and as the method it was (``hs.ranking()``,
+    ``hs.ranking(scorer)``: another scorer's).
+
+    >>> r = Ranking([(1, 0), (0, 2)]); r[:1], r() == r
+    ([(1, 0)], True)
+    """
+
+    def __init__(self, heads=(), of: Any = None):
+        super().__init__(heads)
+        self._of = of  # scorer name -> that scorer's Ranking
+
+    def __call__(self, scorer: str | None = None) -> Ranking:
+        return self if scorer is None or self._of is None else self._of(scorer)
+
+
 @dataclass
 class HeadScores:
     """``head_scores.json`` of a detection run: every scorer's ``[L][H]`` map and ranking.
@@ -109,8 +126,17 @@ class HeadScores:
         torch (the report)."""
         return self.variants[scorer or self.scorer]["scores"]
 
-    def ranking(self, scorer: str | None = None) -> list[tuple[int, int]]:
-        return [tuple(h) for h in self.variants[scorer or self.scorer]["ranking"]]
+    @property
+    def ranking(self) -> Ranking:
+        """The primary scorer's ranking, best first, as a list (``hs.ranking[:3]``); called with a scorer's
+        name, that scorer's (``hs.ranking("rand1/sum/mean")``; ``hs.ranking()`` as before)."""
+        return Ranking(self._ranking(None), of=lambda scorer: Ranking(self._ranking(scorer)))
+
+    def _ranking(self, scorer: str | None) -> list[tuple[int, int]]:
+        name = scorer or self.scorer
+        if name not in self.variants:
+            raise ValueError(f"detection run has no scorer {name!r}; it has {sorted(self.variants)}")
+        return [tuple(h) for h in self.variants[name]["ranking"]]
 
     def to_json(self) -> dict[str, Any]:
         primary = self.variants[self.scorer]
