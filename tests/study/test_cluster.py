@@ -83,3 +83,18 @@ echo "Submitted batch job $n"
     # submission order: 3 dataset jobs (101-103), A's cells (104), B's cells (105), the transfer (106)
     assert deps[101] == deps[102] == deps[103] == []
     assert deps[104] == [101, 102, 103] and deps[105] == [101, 102, 103] and deps[106] == [101, 104, 105]
+
+
+def test_a_linked_job_folder_is_refused_before_submitit_writes_into_it(tmp_path):
+    """Issue 45's rule: submitit's job files go under DIR/.study/jobs, never through a link there."""
+    pytest.importorskip("submitit")
+    from vrh.runs.safe_paths import SymlinkRefused
+    from vrh.study.cluster import submit_study
+
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (tmp_path / "out" / ".study").mkdir(parents=True)
+    (tmp_path / "out" / ".study" / "jobs").symlink_to(victim)
+    with pytest.raises(SymlinkRefused, match=r"jobs is a symlink inside"):
+        submit_study(load_study(write_study(tmp_path)), tmp_path / "out", cluster="local", log=lambda m: None)
+    assert list(victim.iterdir()) == []

@@ -110,6 +110,10 @@ def submit_study(study: Any, out: str | Path, *, cluster: str = "slurm", folder:
     with study_session(study, out, log, executor=cluster) as (todo, report):
         if not todo:
             log("study: nothing to do, every cell is done")
+        if folder is None:  # submitit writes its job files there: no link on the way out of the study folder
+            from vrh.runs import safe_paths
+
+            safe_paths.check(out, out / STATE_DIR / "jobs")
         ex = submitit.AutoExecutor(folder=str(folder or out / STATE_DIR / "jobs" / "%j"), cluster=cluster)
         ex.update_parameters(**{**DEFAULT_PARAMETERS, "name": job_name(study.name), **(parameters or {})})
         submitted: dict[str, Any] = {}  # cell id -> its job
