@@ -138,6 +138,8 @@ def test_lists_of_different_lengths_are_compared_whole_with_hypergeometric_chanc
         heads="paper:Qwen2.5-VL-7B/RefCOCO", heads_b="qrhead:Qwen2.5-7B-Instruct/NQ", out=str(tmp_path / "q")))
     w = res["lists"]
     assert res["overlap"] == [] and res["b"]["kind"] == "text"  # QRHead's list is a set: no top-k
+    assert res["b"]["map_kind"] == "member" and {v for row in res["b"]["map"] for v in row} == {0.0, 1.0}
+    assert res["a"]["map_kind"] == "rank"  # the paper's list is drawn by rank
     assert (w["size_a"], w["size_b"], w["n"], w["intersection"]) == (20, 16, 784, 8)
     assert sorted(map(tuple, w["shared"])) == [(16, 0), (16, 1), (16, 17), (16, 20), (17, 18), (18, 16), (19, 17),
                                                (19, 19)]

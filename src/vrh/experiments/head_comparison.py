@@ -94,9 +94,10 @@ def _map(side: dict[str, Any], L: int, H: int) -> tuple[list[list[float]], str]:
         return side["scores"], "score"
     m = [[0.0] * H for _ in range(L)]
     n = len(side["ranking"])
+    ranked = side.get("ranked", True)  # a set without a ranking is drawn as membership, not as a fake rank
     for r, (l, h) in enumerate(side["ranking"]):
-        m[l][h] = 1 - r / n
-    return m, "rank"
+        m[l][h] = 1 - r / n if ranked else 1.0
+    return m, "rank" if ranked else "member"
 
 
 def _sorted_scores(side: dict[str, Any]) -> list[float] | None:

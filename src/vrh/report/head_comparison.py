@@ -96,7 +96,8 @@ def figure(res: Mapping[str, Any]) -> bytes:
         arr = np.asarray(s["map"], dtype=float)  # (L, H)
         ax = fig.add_subplot(1, panels, i + 1)
         im = ax.imshow(arr, cmap="Reds" if s["kind"] != "text" else "Blues", aspect="auto", interpolation="nearest")
-        fig.colorbar(im, ax=ax, shrink=0.8, label="rank in list" if s["map_kind"] == "rank" else "score")
+        fig.colorbar(im, ax=ax, shrink=0.8, label={"rank": "rank in list", "member": "in the set (no ranking)"}.get(
+            s["map_kind"], "score"))
         ring = other["ranking"] if whole else other["ranking"][:k]
         ax.scatter([h for _, h in ring], [l for l, _ in ring], s=36, facecolors="none", edgecolors="black",
                    linewidths=1.0)
