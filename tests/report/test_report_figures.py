@@ -300,3 +300,16 @@ def test_ten_methods_become_small_multiples_with_a_legend_smaller_than_a_panel(d
     few = {"ours": [0.9, 0.5], "other": [0.9, 0.8], "random": [0.9, 0.9]}
     methods_figure.method_curves([0, 1], few, title="t", highlight="ours")  # a few methods: still one panel
     assert len([ax for ax in drawn[-1].axes if ax.lines]) == 1
+
+
+def test_compare_heads_score_maps_start_at_0_too(monkeypatch):
+    """compare-heads draws two score heatmaps: on the same scale rule as the report's (issue 46 item 6)."""
+    from vrh.report import head_comparison
+
+    drawn = []
+    monkeypatch.setattr(head_comparison, "to_png", lambda fig: drawn.append(fig) or b"")
+    flat = (0.0398 + 0.0003 * np.random.default_rng(0).random((2, 4))).tolist()
+    side = dict(map=flat, kind="vrh", map_kind="score", name="A", ranking=[[0, 1], [1, 2]])
+    head_comparison.figure({"a": side, "b": {**side, "name": "B", "kind": "text"}, "overlap": [{"k": 2}]})
+    norms = [ax.images[0].norm for ax in drawn[0].axes if ax.images]
+    assert [n.vmin for n in norms] == [0, 0] and norms[0].vmax == pytest.approx(max(map(max, flat)))

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 from matplotlib.ticker import MaxNLocator
 
+from vrh.report.plots import heatmap_range
 from vrh.report.style import TITLE_SIZE, new_figure, to_png, wrap_title
 
 COLUMNS = {"grounding": "grounding accuracy", "needle": "needle recall"}
@@ -95,7 +96,9 @@ def figure(res: Mapping[str, Any]) -> bytes:
         s, other = res[side], res["b" if side == "a" else "a"]
         arr = np.asarray(s["map"], dtype=float)  # (L, H)
         ax = fig.add_subplot(1, panels, i + 1)
-        im = ax.imshow(arr, cmap="Reds" if s["kind"] != "text" else "Blues", aspect="auto", interpolation="nearest")
+        lo, hi = heatmap_range(arr) if s["map_kind"] not in ("rank", "member") else (None, None)  # scores from 0
+        im = ax.imshow(arr, cmap="Reds" if s["kind"] != "text" else "Blues", vmin=lo, vmax=hi, aspect="auto",
+                       interpolation="nearest")
         fig.colorbar(im, ax=ax, shrink=0.8, label={"rank": "rank in list", "member": "in the set (no ranking)"}.get(
             s["map_kind"], "score"))
         ring = other["ranking"] if whole else other["ranking"][:k]
