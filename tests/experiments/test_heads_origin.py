@@ -110,3 +110,26 @@ def test_text_heads_cross_heads_of_another_model_say_so(norm_run, tiny_lm, tmp_p
                  uses_answer_format=False) is tiny_lm
     err = capsys.readouterr().err
     assert err.count("ranked on") == 1 and "text-heads: --cross-heads" in err and "vrh transfer" in err
+
+
+def test_the_dpo_loop_takes_the_heads_answer_format_for_its_pairs_and_trained_models(norm_run, tiny_checkpoint,
+                                                                                    tiny_dataset, tiny_lm, monkeypatch):
+    pytest.importorskip("trl")
+    import vrh.experiments.dpo_comparison as dc
+    from vrh.commands import dpo
+
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def stub(lm, cfg, *args, **kwargs):  # what the loop would build its pairs with and reload its models in
+        seen["lm"], seen["cfg"] = lm, cfg
+        raise Stop
+
+    monkeypatch.setattr(dc, "run_comparison", stub)
+    with pytest.raises(Stop):
+        dpo.run(dpo.Config(model=tiny_checkpoint, data=tiny_dataset, heads=str(norm_run), out="unused", n=2, **FAST),
+                tiny_lm)
+    assert seen["lm"].adapter.answer_format.name == "norm1000"
+    assert seen["cfg"].answer_format.name == "norm1000"  # dpo_comparison reloads the trained models with it

@@ -34,6 +34,9 @@ class Config(ModelOptions, PairOptions, MaskOptions, DpoTrainOptions, Generation
 def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
     import shlex
 
+    from dataclasses import replace
+
+    from vrh.experiments.heads_origin import adopt
     from vrh.experiments.setup import fit_random_pool, load
     from vrh.experiments import preference_pairs as pp
     from vrh.experiments.dpo import require_trl
@@ -44,6 +47,9 @@ def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
     require_trl()
     pp.training_samples(cfg.heads, cfg.data, cfg.train, cfg.n)  # bad --heads / --data fail before the model loads
     lm = load(cfg, lm)
+    adopted = adopt(lm, cfg.answer_format, cfg.heads, command=NAME, option="--heads", task="grounding")
+    if adopted is not lm:  # the heads' answer format, for the pairs and for the trained models it reloads
+        lm, cfg = adopted, replace(cfg, answer_format=adopted.adapter.answer_format)
     cfg = fit_random_pool(cfg, lm)  # --random-from: a cross-attention model's pool
     res = run_comparison(lm, cfg, cfg.out, benchmarks=cfg.benchmarks, resume=cfg.resume, overwrite=cfg.overwrite,
                          config={"command": NAME, "config": config_record(cfg)})
