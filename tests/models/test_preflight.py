@@ -271,6 +271,9 @@ HOSTILE = {
     "weight index escapes the folder": (_write("model.safetensors.index.json",
                                                '{"weight_map": {"a": "../../elsewhere.safetensors"}}'),
                                         "weight_map is not an object of tensor name -> a file name in this folder"),
+    "vrh.json a list": (_write("vrh.json", "[1]"), "vrh.json holds an array, not an object"),
+    "preprocessor config a list": (_write("preprocessor_config.json", "[1]"),
+                                   "preprocessor_config.json holds an array, not an object"),
     "deltas manifest {}": (lambda f: ((f / "vrh_deltas.json").write_text("{}"), (f / "model.safetensors").unlink()),
                            "vrh_deltas.json: base is missing, not an object with sha256 and version strings"),
 }
@@ -285,3 +288,13 @@ def test_a_hostile_checkpoint_is_one_line_naming_its_file(case, saved, tmp_path,
         load_model(str(folder))
     line = str(e.value)
     assert "\n" not in line and str(folder) in line and message in line, line
+
+
+@pytest.mark.parametrize("family, name", [("magma", "preprocessor_config.json"),
+                                          ("deepseek_vl2", "processor_config.json")])
+def test_a_composed_familys_processor_file_of_another_type_is_one_line(family, name, saved, tmp_path, no_prompt):
+    folder = shutil.copytree(saved(family), tmp_path / "ckpt")
+    (folder / name).write_text("[1]", encoding="utf-8")
+    with pytest.raises(ValueError) as e:
+        load_model(str(folder))
+    assert str(e.value) == f"{folder / name} holds an array, not an object"

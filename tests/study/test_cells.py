@@ -103,3 +103,17 @@ def test_the_shipped_examples_folders_are_as_before(tmp_path):
     assert {"data/world", "A/detect_world", "C_prime/sweep_world_refcoco", "A/crosstask_world_vqa",
             "C/compare_world", "B/stability_world", "transfer/A_to_B_world",
             "transfer/C_prime_to_C_world"} <= folders
+
+
+
+@pytest.mark.parametrize("text", ["[1, 2]", "[" * 5000 + "]" * 5000, "not json"])
+def test_a_cell_record_that_is_no_json_object_is_no_record(tmp_path, text):
+    """A study folder may come from anyone: a record that is a list, nested past the parser or not JSON is no
+    record (the cell is redone), not an AttributeError or a RecursionError (issue 45 item 13)."""
+    from vrh.study.cells import read_record, record_path
+
+    cell = Cell(id="detect/A/world", kind="detect", model="A", folder="A/detect_world", settings={}, deps=())
+    path = record_path(tmp_path, cell)
+    path.parent.mkdir(parents=True)
+    path.write_text(text)
+    assert read_record(tmp_path, cell) is None

@@ -135,8 +135,10 @@ def checkpoint_state(path: str | os.PathLike) -> dict[str, Any] | None:
     torn."""
     path = Path(path)
     step = re.fullmatch(r"checkpoint-(\d+)", path.name)
-    try:
-        state = json.loads((path / TRAINER_STATE).read_text())
+    from vrh.infra.json_text import read_json
+
+    try:  # bounded: a checkpoint folder may come from anyone
+        state = read_json(path / TRAINER_STATE, max_bytes=2**26, max_depth=64)
     except (OSError, ValueError):
         return None
     ok = step is not None and isinstance(state, dict) and state.get("global_step") == int(step[1])

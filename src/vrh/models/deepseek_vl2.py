@@ -555,7 +555,9 @@ class DeepseekVL2Processor:
         file = folder / PROCESSOR_FILE
         if not file.is_file():
             raise FileNotFoundError(f"{folder} has no {PROCESSOR_FILE} (DeepSeek-VL2's processor settings)")
-        config = json.loads(file.read_text(encoding="utf-8"))
+        from vrh.infra.json_text import read_json
+
+        config = read_json(file, max_bytes=2**20, max_depth=16, expect=dict)
         missing = [k for k in ("candidate_resolutions", "patch_size", "downsample_ratio") if k not in config]
         if missing:
             raise ValueError(f"{file} lacks {', '.join(missing)}")

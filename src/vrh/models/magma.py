@@ -373,7 +373,9 @@ class MagmaProcessor:
         file = Path(folder) / PROCESSOR_FILE
         if not file.is_file():
             raise FileNotFoundError(f"{folder} has no {PROCESSOR_FILE} (Magma's image processor settings)")
-        settings = json.loads(file.read_text(encoding="utf-8"))
+        from vrh.infra.json_text import read_json
+
+        settings = read_json(file, max_bytes=2**20, max_depth=16, expect=dict)
         if settings.get("image_processor_type") != "MagmaImageProcessor":
             raise ValueError(f"{file} names {settings.get('image_processor_type')!r}, not MagmaImageProcessor")
         return cls(MagmaImageProcessor(**settings), PreTrainedTokenizerFast.from_pretrained(str(folder), trust_remote_code=False))

@@ -64,8 +64,13 @@ def backbone(model: str) -> Backbone:
     if cfg_file is None:
         raise FileNotFoundError(f"cannot read the config.json of {model!r} (not a local checkpoint, and not in "
                                 "the hub cache or reachable)")
-    cfg = json.loads(cfg_file.read_text())
+    from vrh.infra.json_text import read_json
+    from vrh.models.preflight import FILE_LIMITS, MAX_CONFIG_BYTES, MAX_CONFIG_DEPTH
+
+    cfg = read_json(cfg_file, max_bytes=MAX_CONFIG_BYTES, max_depth=MAX_CONFIG_DEPTH, expect=dict)
     text = cfg.get("text_config") or cfg.get("llm_config") or cfg
+    if not isinstance(text, dict):
+        raise ValueError(f"{cfg_file}: text_config is not an object")
     if "num_hidden_layers" not in text or "num_attention_heads" not in text:
         raise ValueError(f"{model}: its config.json has no num_hidden_layers / num_attention_heads for the "
                          "language model")
@@ -73,7 +78,7 @@ def backbone(model: str) -> Backbone:
     tok = _checkpoint_file(model, "tokenizer.json")
     vocab = None
     if tok is not None:
-        body = json.loads(tok.read_text())
+        body = read_json(tok, max_bytes=FILE_LIMITS["tokenizer.json"], max_depth=64, expect=dict)
         vocab = hashlib.sha256(json.dumps((body.get("model") or {}).get("vocab"), sort_keys=True)
                                .encode()).hexdigest()
     return Backbone(config=values, vocab_sha256=vocab)

@@ -268,9 +268,11 @@ def check_unique(cells: list[Cell]) -> None:
 
 
 def read_record(out: Path, cell: Cell) -> dict[str, Any] | None:
+    from vrh.infra.json_text import read_json
+
     path = record_path(out, cell)
-    try:
-        return json.loads(path.read_text())
+    try:  # a record that is not a small JSON object is no record of this study: the cell is redone
+        return read_json(path, max_bytes=2**24, max_depth=64, expect=dict)
     except (OSError, ValueError):
         return None
 

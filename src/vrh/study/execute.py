@@ -148,12 +148,12 @@ def order(cells: Sequence[Cell], done: set[str], max_loaded: int = 2) -> list[Ce
 def check_study_folder(out: Path) -> None:
     """Refuse an ``--out`` that holds something other than a study (a study writes into any empty folder and
     continues its own)."""
-    import json
+    from vrh.runs import read_json
 
     if not out.is_dir() or not any(c.name != STATE_DIR for c in out.iterdir()):  # empty, or a study's own lock
         return
     try:
-        command = json.loads((out / "config.json").read_text()).get("command")
+        command = read_json(out / "config.json", expect=dict).get("command")
     except (OSError, ValueError, AttributeError):
         command = None
     if command != STUDY_COMMAND:

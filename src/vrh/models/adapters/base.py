@@ -391,8 +391,6 @@ _WEIGHT_FILES = ["*.safetensors", "*.bin", "*.pt", "*.pth", "*.gguf", "*.h5", "*
 def _renamed_image_processor(path: str) -> tuple[dict, str] | None:
     """``(preprocessor config, current class name)`` when ``path``'s ``preprocessor_config.json`` names a class
     of :data:`RENAMED_IMAGE_PROCESSORS`; else None."""
-    import json
-
     from transformers.utils import cached_file
 
     try:  # an unreadable checkpoint is left to from_pretrained, which says why
@@ -402,7 +400,10 @@ def _renamed_image_processor(path: str) -> tuple[dict, str] | None:
         return None
     if found is None:
         return None
-    config = json.loads(Path(found).read_text(encoding="utf-8"))
+    from vrh.infra.json_text import read_json
+    from vrh.models.preflight import MAX_CONFIG_BYTES, MAX_CONFIG_DEPTH
+
+    config = read_json(found, max_bytes=MAX_CONFIG_BYTES, max_depth=MAX_CONFIG_DEPTH, expect=dict)
     current = RENAMED_IMAGE_PROCESSORS.get(config.get("image_processor_type", ""))
     return (config, current) if current else None
 

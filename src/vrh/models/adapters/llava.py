@@ -22,7 +22,6 @@ Reading a box back uses :func:`vrh.data.boxes.parse_box`, so any template it can
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -110,8 +109,10 @@ class LlavaAdapter(ChatTemplateAdapter):
 
     @staticmethod
     def _vrh_json(path: str) -> dict[str, Any]:
-        f = Path(path) / "vrh.json"
-        return json.loads(f.read_text()) if f.is_file() else {}
+        from vrh.infra.json_text import read_json
+
+        f = Path(path) / "vrh.json"  # a checkpoint's file: bounded, an object, or one line naming it
+        return read_json(f, max_bytes=2**20, max_depth=8, expect=dict) if f.is_file() else {}
 
     def configure(self, settings: dict[str, Any]) -> None:
         """Apply a checkpoint's ``vrh`` settings (see the module docstring) to this adapter instance."""
