@@ -133,3 +133,12 @@ def test_the_dpo_loop_takes_the_heads_answer_format_for_its_pairs_and_trained_mo
                 tiny_lm)
     assert seen["lm"].adapter.answer_format.name == "norm1000"
     assert seen["cfg"].answer_format.name == "norm1000"  # dpo_comparison reloads the trained models with it
+
+
+def test_stability_takes_the_heads_answer_format(norm_run, tiny_checkpoint, tiny_lm, tmp_path, capsys):
+    from vrh.commands import stability
+
+    stability.run(stability.Config(heads=str(norm_run), model=tiny_checkpoint, k=2, n_values=(2,), bootstrap=2,
+                                   seeds=(0,), n_eval=2, accuracy_draws=1, out=str(tmp_path / "st"), **FAST), tiny_lm)
+    assert runs.read_config(tmp_path / "st")["model"]["answer_format"]["name"] == "norm1000"
+    assert "stability: answer format norm1000, taken from the heads' run" in capsys.readouterr().err

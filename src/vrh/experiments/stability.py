@@ -255,7 +255,10 @@ def run_stability(cfg: StabilitySettings, lm: Any = None) -> runs.StabilityResul
     if cfg.model is not None and study.needs_model(cfg.accuracy_draws):
         data = cfg.data or runs.read_detection_split(cfg.heads).data_path
         samples, data_info = select_eval_samples(data, task.name, cfg.n_eval, [cfg.heads], disjoint=True)
-        lm = load(cfg, lm)
+        from vrh.experiments.heads_origin import adopt
+
+        lm = adopt(load(cfg, lm), cfg.answer_format, cfg.heads, command=cfg.COMMAND, option="--heads",
+                   task=task.name)  # masked answering in the format the heads were ranked under
         cfg = fit_random_pool(cfg, lm)  # --random-from: a cross-attention model's pool
         check_grid(study.per_sample.shape[1:], lm.num_layers, lm.num_heads, f"--heads {cfg.heads}",
                    f"--model {cfg.model}")
