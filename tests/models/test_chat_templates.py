@@ -102,3 +102,21 @@ def test_every_familys_template_renders_as_transformers_renders_it(family):
     finally:
         chat_templates.compile_template = chat_templates_compile
     assert bounded == theirs
+
+
+@pytest.mark.parametrize("case", ["three nested range(100000) loops", "a string repeated 10 GB", "sandbox escape",
+                                  "include", "does not parse"])
+def test_a_checkpoints_hostile_template_file_is_one_line_at_the_cli(case, tmp_path, tiny_dataset, capsys):
+    """End to end: the template in the checkpoint folder's chat_template.jinja, ``vrh detect`` on it."""
+    from vrh.cli import main
+    from vrh.testing import save_tiny
+
+    folder = save_tiny(*TINY_BUILDERS["llava"](), tmp_path / "ckpt")
+    files = [f for f in folder.iterdir() if f.name.startswith("chat_template")]
+    assert [f.name for f in files] == ["chat_template.jinja"]
+    files[0].write_text(HOSTILE[case][0], encoding="utf-8")
+    rc = main(["detect", "--model", str(folder), "--data", str(tiny_dataset), "--n", "2", "--out",
+               str(tmp_path / "det"), "--max-new-tokens", "2"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and err[-1].startswith(f"vrh detect: error: the chat template of {folder} ") and \
+        HOSTILE[case][1] in err[-1], err
