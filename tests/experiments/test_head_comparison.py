@@ -11,6 +11,7 @@ from vrh import runs
 from vrh.cli import main
 from vrh.experiments import head_comparison, text_heads
 from vrh.experiments.settings import CompareHeadsSettings, TextHeadsSettings
+from vrh.scoring import head_overlap
 from vrh.scoring.head_overlap import chance
 
 
@@ -126,7 +127,7 @@ def test_topk_never_cuts_through_tied_or_zero_scores(tmp_path):
     assert [o["k"] for o in res["overlap"]] == [5, 8]  # capped at the 8 heads scored above the tie
     assert len(res["warnings"]) == 1 and "24 of its 32 heads tie at score 0" in res["warnings"][0]
     assert "capped at k = 8" in res["warnings"][0] and res["lists"] is None  # two score maps: no whole lists
-    assert head_comparison.untied_k([2.0, 1.0, 1.0, 0.5], 2) == 1  # a tie among non-zero scores too
+    assert head_overlap.untied_k([2.0, 1.0, 1.0, 0.5], 2) == 1  # a tie among non-zero scores too
     side = head_comparison.head_side(b, None, "--heads-b")  # the cross-masking's --k through the same tie
     assert "--k 10: " in head_comparison.masked_cut_note(side, 10) and "2 of the masked heads" in \
         head_comparison.masked_cut_note(side, 10)

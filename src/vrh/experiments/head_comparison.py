@@ -36,6 +36,7 @@ from typing import Any
 
 from vrh.experiments.settings import CompareHeadsSettings
 from vrh.runs import safe_paths
+from vrh.scoring.head_overlap import untied_k
 
 TABLE_NAME, PLOT_NAME = "compare_heads.md", "compare_heads.png"
 
@@ -105,22 +106,6 @@ def _sorted_scores(side: dict[str, Any]) -> list[float] | None:
     if side["scores"] is None:
         return None
     return [float(side["scores"][l][h]) for l, h in side["ranking"]]
-
-
-def untied_k(values: list[float] | None, k: int) -> int:
-    """The largest k' <= k whose top-k' does not cut through tied scores (``values`` best first; None: a list,
-    whose order is its own). 0 when every cut up to k is inside a tie (an all-zero map).
-
-    >>> untied_k([3.0, 2.0, 1.0, 0.0, 0.0, 0.0], 5), untied_k([3.0, 2.0, 1.0, 0.0, 0.0, 0.0], 2)
-    (3, 2)
-    >>> untied_k([0.0, 0.0, 0.0], 2), untied_k([0.0, 0.0, 0.0], 3), untied_k(None, 4)
-    (0, 3, 4)
-    """
-    if values is None:
-        return k
-    while 0 < k < len(values) and values[k - 1] == values[k]:
-        k -= 1
-    return k
 
 
 def _tie_note(side: dict[str, Any], values: list[float], k: int, capped: int) -> str:

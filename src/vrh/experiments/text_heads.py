@@ -266,7 +266,7 @@ def run_text_heads(cfg: TextHeadsSettings, lm: Any = None) -> dict[str, Any]:
 
     from vrh import runs
     from vrh.experiments import conditions as cond
-    from vrh.experiments.head_comparison import untied_k
+    from vrh.scoring.head_overlap import untied_k
     from vrh.experiments.heads_origin import adopt
     from vrh.experiments.setup import load
     from vrh.infra.console import console, percent_text, print_result, print_table, progress, warn

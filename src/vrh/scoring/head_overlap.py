@@ -211,3 +211,19 @@ def layer_matched_null(a: Sequence[Head], b: Sequence[Head], num_heads: int) -> 
                 conv[i + j] += p * q
         total = conv
     return expected, total
+
+
+def untied_k(values: list[float] | None, k: int) -> int:
+    """The largest k' <= k whose top-k' does not cut through tied scores (``values`` best first; None: a list,
+    whose order is its own). 0 when every cut up to k is inside a tie (an all-zero map).
+
+    >>> untied_k([3.0, 2.0, 1.0, 0.0, 0.0, 0.0], 5), untied_k([3.0, 2.0, 1.0, 0.0, 0.0, 0.0], 2)
+    (3, 2)
+    >>> untied_k([0.0, 0.0, 0.0], 2), untied_k([0.0, 0.0, 0.0], 3), untied_k(None, 4)
+    (0, 3, 4)
+    """
+    if values is None:
+        return k
+    while 0 < k < len(values) and values[k - 1] == values[k]:
+        k -= 1
+    return k
