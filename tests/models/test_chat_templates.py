@@ -15,7 +15,11 @@ from tests.models.adapters.pixels import coord_image
 LOOPS = "{% for i in range(100000) %}{% for j in range(100000) %}{% for k in range(100000) %}{% endfor %}" \
         "{% endfor %}{% endfor %}"
 HOSTILE = {
-    "three nested range(100000) loops": (LOOPS, "broke a bound: its loops took more than 1,000,000 steps"),
+    "three nested range(100000) loops": (LOOPS, "broke a bound: its loops and calls took more than 100,000 steps"),
+    "a macro calling itself twice, 30 deep": (
+        "{% macro f(n) %}{% if n > 0 %}{{ f(n - 1) }}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(30) }}",
+        "its loops and calls took more than 100,000 steps"),
+    "tojson with a huge indent": ("{{ messages|tojson(indent=100000000) }}", "tojson's indent 100000000 is more than"),
     "a string repeated 10 GB": ("{{ 'x' * 10000000000 }}", "a repetition would hold 10,000,000,000 characters"),
     "a list repeated": ("{{ ([1] * 10000000000)|length }}", "a repetition would hold 10,000,000,000"),
     "doubling by ~": ("{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}"
@@ -60,15 +64,16 @@ def test_a_hostile_template_is_one_line_naming_the_checkpoint(case, llava, monke
 
 
 def test_loops_are_counted_item_by_item(llava, monkeypatch):
-    """Two nested range(10) loops take 10 + 100 steps: 110 allowed renders, 109 refuses."""
+    """Two nested range(10) loops take 132 steps: 10 + 100 items, and 2 calls (range, the loop's counter) for the
+    outer loop and for each of the 10 inner ones. 132 allowed renders, 131 refuses."""
     monkeypatch.setattr(llava, "chat_template", "{% for i in range(10) %}{% for j in range(10) %}.{% endfor %}"
                                                 "{% endfor %}")
     messages = [{"role": "user", "content": "hi"}]
-    monkeypatch.setattr(chat_templates, "MAX_STEPS", 110)
+    monkeypatch.setattr(chat_templates, "MAX_STEPS", 132)
     with chat_templates.bounded("c"):
         assert llava.apply_chat_template(messages, tokenize=False) == "." * 100
-    monkeypatch.setattr(chat_templates, "MAX_STEPS", 109)
-    with pytest.raises(chat_templates.TemplateTooCostly, match="more than 109 steps"), chat_templates.bounded("c"):
+    monkeypatch.setattr(chat_templates, "MAX_STEPS", 131)
+    with pytest.raises(chat_templates.TemplateTooCostly, match="more than 131 steps"), chat_templates.bounded("c"):
         llava.apply_chat_template(messages, tokenize=False)
 
 

@@ -3,8 +3,8 @@
 transformers renders chat templates in Jinja's immutable sandbox, which stops attribute escapes but not a
 template that loops ``range(100000)`` three deep (forever) or repeats a string until it holds 10 GB. While
 :func:`bounded` is active, transformers compiles templates in :class:`BoundedEnvironment` instead (the same
-sandbox, options, filters, globals and extensions as its own): every loop's items count against
-:data:`MAX_STEPS` per render, and no value (a repeated, concatenated, padded, replaced or joined string or list)
+sandbox, options, filters, globals and extensions as its own): every loop item and every call (a macro's
+included) counts against :data:`MAX_STEPS` per render, and no value (a repeated, concatenated, padded, replaced or joined string or list)
 nor the output may exceed :data:`MAX_CHARS`, checked before the value is built. A template that breaks a
 bound, escapes the sandbox, includes or imports, raises, recurses without end or does not parse is one line
 (:class:`TemplateRefused`) naming whose template it is.
@@ -22,8 +22,9 @@ from collections.abc import Iterator
 from contextvars import ContextVar
 from typing import Any
 
-MAX_STEPS = 1_000_000  # loop items one render may take (a real template: a few per message)
+MAX_STEPS = 100_000  # loop items and calls one render may take (a real template: tens per message)
 MAX_CHARS = 4 * 2**20  # characters (or list items) any value, and the whole output, may hold
+MAX_INDENT = 64  # tojson's indent (it repeats per nesting level and item: a huge one is a huge string)
 
 _steps: ContextVar[list[int]] = ContextVar("vrh_template_steps")
 _WIDTH = re.compile(r"%[-+ #0]*(\d+)|%[-+ #0]*\d*\.(\d+)|\{[^{}]*?:[^{}]*?(\d+)")  # widths in a format string
@@ -50,13 +51,18 @@ def _check(size: int, what: str) -> None:
         raise TemplateBudget(f"{what} would hold {size:,} characters, more than the {MAX_CHARS:,} a render may")
 
 
-def _count(items: Any) -> Iterator[Any]:
-    """``items``, each counted against the render's :data:`MAX_STEPS` (every loop of a template iterates this)."""
+def _step() -> None:
+    """One step of the render (a loop item, a call) counted against :data:`MAX_STEPS`."""
     steps = _steps.get()
+    steps[0] += 1
+    if steps[0] > MAX_STEPS:
+        raise TemplateBudget(f"its loops and calls took more than {MAX_STEPS:,} steps")
+
+
+def _count(items: Any) -> Iterator[Any]:
+    """``items``, each counted as a step (every loop of a template iterates this)."""
     for item in items:
-        steps[0] += 1
-        if steps[0] > MAX_STEPS:
-            raise TemplateBudget(f"its loops took more than {MAX_STEPS:,} steps")
+        _step()
         yield item
 
 
@@ -128,6 +134,15 @@ def _bounded_filters(filters: dict[str, Any]) -> dict[str, Any]:
             _format_widths(value)
             return original_format(value, *args, **kwargs)
         wrapped["format"] = format_
+    if "tojson" in filters:
+        original_tojson = filters["tojson"]
+
+        def tojson(value: Any, *args: Any, indent: Any = None, **kwargs: Any) -> Any:
+            if isinstance(indent, int) and indent > MAX_INDENT or isinstance(indent, str) and len(indent) > MAX_INDENT:
+                raise TemplateBudget(f"tojson's indent {indent if isinstance(indent, int) else len(indent)} is more "
+                                     f"than the {MAX_INDENT} a render may use")
+            return original_tojson(value, *args, indent=indent, **kwargs)
+        wrapped["tojson"] = tojson
     if "wordwrap" in filters:
         original_wrap = filters["wordwrap"]
 
@@ -204,6 +219,7 @@ def _environment_class() -> type:
             return fmt
 
         def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805 - Jinja's
+            _step()  # every call, a macro's included: a macro calling itself twice, 30 deep, is 2^30 calls
             owner = getattr(__obj, "__self__", None)
             if isinstance(owner, str):
                 _grows(getattr(__obj, "__name__", ""), owner, args, kwargs)
