@@ -72,6 +72,71 @@ def test_bad_invocations_are_clear_errors(refcoco_snapshot, tmp_path, capsys):
     assert main(["data"]) == 2
 
 
+PLUGIN_SOURCE = """
+from vrh.data.jsonl import Sample
+from vrh.data.sources.registry import Source, SourceOption, register_source
+
+
+def read_rows(src, split, options):
+    return iter([("0", {"q": "How many?"})])
+
+
+def convert_row(key, row, ctx):
+    raise ValueError(f"shade={ctx.options.get('shade')!r} count={ctx.options.get('count')!r}")
+
+
+register_source(Source(name="plugin_toy", summary="a plugin's source", layout="anything", task="vqa",
+                       splits=("test",), read_rows=read_rows, convert_row=convert_row,
+                       options=(SourceOption("shade", "its own choice", choices=("red", "blue")),
+                                SourceOption("count", "its own number", type=int))))
+"""
+
+
+@pytest.fixture
+def plugin_source(tmp_path, monkeypatch):
+    """A source in a file of the user's (VRH_PLUGINS), with two options of its own; the registry's copy is
+    private to the test."""
+    from vrh.data.sources import registry, source_names
+
+    source_names()
+    monkeypatch.setattr(registry, "_SOURCES", dict(registry._SOURCES))
+    plugin = tmp_path / "toy_plugin.py"
+    plugin.write_text(PLUGIN_SOURCE)
+    monkeypatch.setenv("VRH_PLUGINS", str(plugin))
+    return plugin
+
+
+def test_a_sources_own_options_are_flags_with_no_edit_of_the_command(plugin_source, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["data", "convert", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "--shade {red,blue}" in help_text and "plugin_toy: its own choice" in help_text
+    assert "--count COUNT" in help_text and "vaw: seed of the multiple-choice generator" in help_text
+    # the value reaches the source typed; the row's error is its skip reason (the only row: a failed conversion)
+    code = main(["data", "convert", "plugin_toy", str(tmp_path), "--out", str(tmp_path / "o"), "--shade", "blue",
+                 "--count", "3"])
+    assert code == 2 and "shade='blue' count=3" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["data", "convert", "plugin_toy", str(tmp_path), "--out", str(tmp_path / "o"), "--shade", "green"])
+    assert "invalid choice: 'green'" in capsys.readouterr().err
+    # another source refuses the plugin's option by name
+    assert main(["data", "convert", "refcoco", str(tmp_path), "--out", str(tmp_path / "p"), "--shade", "red"]) == 2
+    assert "--shade do not apply to source 'refcoco'" in capsys.readouterr().err
+
+
+def test_sources_sharing_an_option_must_agree_on_its_type(monkeypatch):
+    from vrh.commands.data import source_flags
+    from vrh.data.sources import registry, source_names
+    from vrh.data.sources.registry import Source, SourceOption
+
+    source_names()
+    monkeypatch.setattr(registry, "_SOURCES", dict(registry._SOURCES))
+    registry.register_source(Source(name="seed_as_text", summary="", layout="", task="vqa", splits=("test",),
+                                    read_rows=None, convert_row=None, options=(SourceOption("seed"),)))
+    with pytest.raises(ValueError, match="declare --seed with different types"):
+        source_flags()
+
+
 def test_a_converted_refcoco_set_runs_through_detect_and_evaluate(refcoco_snapshot, tmp_path, tiny_checkpoint,
                                                                   capsys):
     data = tmp_path / "rc"

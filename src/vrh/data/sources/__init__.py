@@ -7,8 +7,8 @@ See ``docs/benchmarks.md`` for every source's layout, which field becomes what, 
 """
 
 from vrh.data.sources.convert import ConversionFailed, ConvertReport, convert
-from vrh.data.sources.registry import (NotInSubset, RowContext, Skip, SkipRow, Source, get_source, register_source,
-                                       source_names)
+from vrh.data.sources.registry import (NotInSubset, RowContext, Skip, SkipRow, Source, SourceOption, get_source,
+                                       register_source, source_names)
 
-__all__ = ["ConversionFailed", "ConvertReport", "NotInSubset", "RowContext", "Skip", "SkipRow", "Source", "convert",
-           "get_source", "register_source", "source_names"]
+__all__ = ["ConversionFailed", "ConvertReport", "NotInSubset", "RowContext", "Skip", "SkipRow", "Source", "SourceOption",
+           "convert", "get_source", "register_source", "source_names"]

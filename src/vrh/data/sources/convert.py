@@ -194,9 +194,9 @@ def convert(name: str, src: str | Path, out: str | Path, *, split: str | None = 
     one the source does not take is an error naming it."""
     source = get_source(name)
     options = {k: v for k, v in options.items() if v is not None and v is not False}
-    extra = sorted(set(options) - set(source.options))
+    extra = sorted(set(options) - set(source.option_names))
     if extra:
-        takes = ", ".join("--" + o.replace("_", "-") for o in source.options) or "none"
+        takes = ", ".join(o.flag for o in source.option_specs) or "none"
         raise ValueError(f"option(s) {', '.join('--' + o.replace('_', '-') for o in extra)} do not apply to "
                          f"source {name!r} (its options: {takes})")
     if limit is not None and limit < 1:

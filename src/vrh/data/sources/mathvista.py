@@ -39,7 +39,7 @@ from vrh.data.jsonl import Sample
 from vrh.data.sources.choices import letters_for, options_block, with_suffix
 from vrh.data.sources.images import image_bytes
 from vrh.data.sources.parquet import parquet_rows
-from vrh.data.sources.registry import NotInSubset, RowContext, SkipRow, Source, register_source
+from vrh.data.sources.registry import NotInSubset, RowContext, SkipRow, Source, SourceOption, register_source
 
 COLUMNS = ("pid", "question", "choices", "answer", "question_type", "answer_type", "decoded_image")
 SUBSETS = ("all", "multi_choice")
@@ -134,4 +134,5 @@ register_source(Source(
     layout="a parquet file, or the snapshot folder with data/<split>-*.parquet; columns pid, question, choices, "
            "answer, question_type, answer_type, precision, unit, decoded_image, metadata",
     task="vqa", splits=("testmini", "test"), read_rows=read_rows, convert_row=convert_row,
-    expected_rows={"testmini": 1000}, options=("subset",)))
+    expected_rows={"testmini": 1000}, options=(SourceOption("subset", "all (default: testmini's 1,000) or multi_choice (its 540)",
+                                        choices=SUBSETS),)))

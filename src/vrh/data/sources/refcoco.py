@@ -20,11 +20,15 @@ from typing import Any
 from vrh.data.jsonl import Sample
 from vrh.data.sources.images import check_box, image_bytes, xywh_box
 from vrh.data.sources.parquet import parquet_rows
-from vrh.data.sources.registry import RowContext, SkipRow, Source, register_source
+from vrh.data.sources.registry import RowContext, SkipRow, Source, SourceOption, register_source
 
 COLUMNS = ("question_id", "image", "answer", "bbox")
 LAYOUT = ("a parquet file, or the snapshot folder with data/<split>-*.parquet; columns question_id, "
           "image{bytes,path}, answer (list of expressions), bbox [x,y,w,h] px, file_name")
+
+# also taken by the *-refer sources (vrh.data.sources.refer)
+ALL_EXPRESSIONS = SourceOption("all_expressions", "one sample per referring expression instead of one per row "
+                                                  "(answer[0])", type=bool)
 
 
 def read_rows(src: Path, split: str, options: dict[str, Any]):
@@ -72,4 +76,4 @@ for _name, _splits in _SPLITS.items():
     register_source(Source(
         name=_name, summary=f"{_HUB[_name]} referring expressions -> grounding (IoU >= 0.5)",
         layout=LAYOUT, task="grounding", splits=_splits, read_rows=read_rows, convert_row=convert_row,
-        expected_rows={"val": _VAL_ROWS[_name]}, options=("all_expressions",)))
+        expected_rows={"val": _VAL_ROWS[_name]}, options=(ALL_EXPRESSIONS,)))

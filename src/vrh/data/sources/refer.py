@@ -27,7 +27,8 @@ from typing import Any
 from vrh.data.json_text import read_json
 from vrh.data.jsonl import Sample
 from vrh.data.sources.images import check_box, xywh_box
-from vrh.data.sources.registry import RowContext, SkipRow, Source, register_source
+from vrh.data.sources.refcoco import ALL_EXPRESSIONS
+from vrh.data.sources.registry import RowContext, SkipRow, Source, SourceOption, register_source
 
 MAX_LISTED = 20  # missing image files named in the error
 _REFS_RE = re.compile(r"refs\((\w+)\)\.(p|json)$")
@@ -152,4 +153,8 @@ for _name, _splits in _SPLITS.items():
         layout="the refer annotations folder (instances.json, refs(<splitBy>).p or .json) and the COCO train2014 "
                "images (--images DIR); a .p pickle is read only with --allow-pickle",
         task="grounding", splits=_splits, read_rows=read_rows, convert_row=convert_row,
-        options=("all_expressions", "images", "allow_pickle", "refs")))
+        options=(ALL_EXPRESSIONS, SourceOption("images", "COCO train2014", metavar="DIR"),
+                 SourceOption("allow_pickle", "read a refs(...).p pickle (unpickling runs code the file's author "
+                                              "chose; only for a copy you trust)", type=bool),
+                 SourceOption("refs", "the refs file to read when the folder holds several, e.g. 'refs(umd).p'",
+                              metavar="NAME"))))

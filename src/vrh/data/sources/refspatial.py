@@ -24,7 +24,7 @@ from typing import Any
 from vrh.data.jsonl import Sample
 from vrh.data.sources.images import check_box, image_bytes, mask_box
 from vrh.data.sources.parquet import parquet_rows
-from vrh.data.sources.registry import RowContext, SkipRow, Source, register_source
+from vrh.data.sources.registry import RowContext, SkipRow, Source, SourceOption, register_source
 
 EXPRESSION_FIELDS = ("object", "prompt")
 TASKS = ("grounding", "point")
@@ -88,4 +88,9 @@ register_source(Source(
     layout="a parquet file, or the snapshot folder with [data/]<split>-*.parquet; columns id, image, mask (image), "
            "object, prompt, suffix",
     task="grounding", splits=("location", "placement", "unseen"), read_rows=read_rows, convert_row=convert_row,
-    expected_rows={"location": 100, "placement": 100, "unseen": 77}, options=("expression", "task")))
+    expected_rows={"location": 100, "placement": 100, "unseen": 77}, options=(
+        SourceOption("expression", "--task grounding: the field that becomes the expression (default: object)",
+                     choices=("object", "prompt")),
+        SourceOption("task", "grounding against the mask's box (default), or point: the benchmark's own prompt + "
+                             "suffix judged by a point inside the mask (vrh evaluate --task point)",
+                     choices=("grounding", "point")))))

@@ -2,7 +2,7 @@
 
 A *source* reads one benchmark in its published local layout (a Hugging Face parquet snapshot, a CSV, a
 JSON release) and turns each row into vrh :class:`~vrh.data.Sample` objects. It is two functions and a
-description, registered once in its own module (the SAELens shape):
+description, registered once in its own module (a one-line registration, as adapters do):
 
 * ``read_rows(src, split, options) -> Iterator[(key, row)]``: finds the split's files under ``src`` and
   yields raw rows lazily, with a per-row ``key`` (the benchmark's own id, or the row number). File-level
@@ -60,12 +60,34 @@ class RowContext:
 
 
 @dataclass(frozen=True)
+class SourceOption:
+    """One option of a source's own, which ``vrh data convert`` offers as ``--<name with dashes>``.
+
+    ``help``: what it does for this source (the flag's help names each source that takes it). ``type``: the
+    value's type (``bool``: a switch, set or not); ``choices``: the values allowed (the flag takes the union
+    over the sources sharing the name; the source checks its own). A plain string in ``Source.options`` is an
+    option with a string value and no help of its own.
+    """
+
+    name: str
+    help: str = ""
+    type: type = str
+    choices: tuple[str, ...] | None = None
+    metavar: str | None = None
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
+@dataclass(frozen=True)
 class Source:
     """A registered benchmark source.
 
     ``splits``: the published splits, the default first. ``expected_rows``: rows per split as published
-    (checked, and reported, when a whole split is converted). ``options``: the names of the extra
-    options ``convert_row`` / ``read_rows`` read from ``options`` (others are refused by name).
+    (checked, and reported, when a whole split is converted). ``options``: the extra options
+    ``convert_row`` / ``read_rows`` read from ``options`` (others are refused by name), each a
+    :class:`SourceOption` or a plain name; ``vrh data convert`` builds its per-source flags from them.
     """
 
     name: str
@@ -76,11 +98,20 @@ class Source:
     read_rows: Callable[[Path, str, Mapping[str, Any]], Iterator[tuple[str, dict[str, Any]]]]
     convert_row: Callable[..., list]
     expected_rows: Mapping[str, int] = field(default_factory=dict)
-    options: tuple[str, ...] = ()
+    options: tuple[SourceOption | str, ...] = ()
 
     @property
     def default_split(self) -> str:
         return self.splits[0]
+
+    @property
+    def option_specs(self) -> tuple[SourceOption, ...]:
+        """``options`` with each plain name as the string-valued :class:`SourceOption` it stands for."""
+        return tuple(o if isinstance(o, SourceOption) else SourceOption(o) for o in self.options)
+
+    @property
+    def option_names(self) -> tuple[str, ...]:
+        return tuple(o.name for o in self.option_specs)
 
 
 _SOURCES: dict[str, Source] = {}

@@ -58,7 +58,7 @@ from vrh.data import json_text
 from vrh.data.jsonl import Sample
 from vrh.data.sources.choices import letters_for, options_block, with_suffix
 from vrh.data.sources.images import REGION_COLOURS, check_box, decode, draw_regions
-from vrh.data.sources.registry import NotInSubset, RowContext, SkipRow, Source, register_source
+from vrh.data.sources.registry import NotInSubset, RowContext, SkipRow, Source, SourceOption, register_source
 from vrh.data.lengths import parse_length
 
 REGION_MODES = ("draw", "describe")
@@ -268,4 +268,9 @@ register_source(Source(
     layout="SpatialRGPT-Bench_v1.json, one JSON list (or a JSONL copy, val_SpatialRGPT-Bench.jsonl), with the "
            "images under --images DIR (default: the annotation file's folder), by image_info.file_path",
     task="vqa", splits=("val",), read_rows=read_rows, convert_row=convert_row, expected_rows={"val": 1406},
-    options=("images", "regions", "subset")))
+    options=(SourceOption("images", "local image folder, by image_info.file_path (default: the JSONL's folder)",
+                          metavar="DIR"),
+             SourceOption("regions", "draw the regions on the image (default) or describe their boxes in the text",
+                          choices=("draw", "describe")),
+             SourceOption("subset", "size (default: width/height questions, the paper's 266) or qualitative",
+                          choices=SUBSETS))))

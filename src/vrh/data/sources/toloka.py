@@ -21,7 +21,7 @@ from urllib.parse import urlparse
 
 from vrh.data.jsonl import Sample
 from vrh.data.sources.images import check_box
-from vrh.data.sources.registry import RowContext, SkipRow, Source, register_source
+from vrh.data.sources.registry import RowContext, SkipRow, Source, SourceOption, register_source
 
 COLUMNS = ("image", "width", "height", "left", "top", "right", "bottom", "question")
 MAX_LISTED = 20  # missing files named in the error
@@ -105,4 +105,4 @@ register_source(Source(
     layout="<split>.csv (or the CSV file) with columns image (URL), width, height, left, top, right, bottom, "
            "question; the images in a local folder by file name (--images DIR, default images/ beside the CSV)",
     task="grounding", splits=("test_public", "train", "test_private"), read_rows=read_rows,
-    convert_row=convert_row, expected_rows={"test_public": 1705}, options=("images",)))
+    convert_row=convert_row, expected_rows={"test_public": 1705}, options=(SourceOption("images", "local image folder, by the CSV's URL file names (default: images/ beside the CSV)", metavar="DIR"),)))

@@ -42,7 +42,7 @@ from vrh.data.json_text import read_json
 from vrh.data.jsonl import Sample
 from vrh.data.sources.choices import letters_for, options_block, with_suffix
 from vrh.data.sources.images import check_box, decode, draw_regions, xywh_box
-from vrh.data.sources.registry import RowContext, SkipRow, Source, register_source
+from vrh.data.sources.registry import RowContext, SkipRow, Source, SourceOption, register_source
 
 N_OPTIONS = 4
 MAX_LISTED = 20
@@ -177,4 +177,5 @@ register_source(Source(
     layout="<split>.json (or the JSON file) with attribute_types.json beside it; Visual Genome images "
            "<image_id>.jpg in --images DIR (default images/ beside the JSON)",
     task="vqa", splits=("val", "test", "train_part1", "train_part2"), read_rows=read_rows, convert_row=convert_row,
-    options=("images", "seed")))
+    options=(SourceOption("images", "Visual Genome's <image_id>.jpg folder", metavar="DIR"),
+             SourceOption("seed", "seed of the multiple-choice generator (default: 0)", type=int))))
