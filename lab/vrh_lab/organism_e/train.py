@@ -1,8 +1,9 @@
-"""Organism E's build, the way LLaVA is trained: the parts converted from their packages
-(:mod:`vrh.models.organism_e_base`), the DINOv2 tower frozen throughout, the projector aligned first with the
-language model frozen (``align_steps``), then the projector and the LM's low-rank adapters together, on the
-world's grounding + VQA mixture (A's, C's and D's world and answer format). Every step resumes where a killed
-run stopped.
+"""Organism E's build: DINOv2-S/14 + SmolLM2-135M-Instruct from their packages, trained the way LLaVA is.
+
+The parts are converted from their packages (:mod:`vrh.models.organism_e_base`); the DINOv2 tower stays frozen;
+the projector is aligned first with the language model frozen (``align_steps``), then trained with the LM's
+low-rank adapters, on the world's grounding + VQA mixture (A's, C's and D's world and answer format). Every step
+resumes where a killed run stopped.
 
     vrh organism build e --out runs/organism_e          # rerun the same command to resume
 

