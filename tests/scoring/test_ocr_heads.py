@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from vrh.scoring import SampleInfo, make_scorer
-from vrh.scoring.ocr_heads import lcs_ratio, ocr_heads_hits
+from vrh.scoring.ocr_heads import OCRHeadsScorer, lcs_ratio, ocr_heads_hits
 
 
 def _reference_features(attn, T_in, G, gen, gold, box, score, fine):
@@ -111,6 +111,10 @@ def test_detection_fills_the_hit_weight_as_the_reference_per_family(family, want
     lm = SimpleNamespace(processor=SimpleNamespace(tokenizer=_Tok()),
                          adapter=SimpleNamespace(name=family, format_box=lambda box, meta, size: "5678"))
     sample = SimpleNamespace(box=(0, 0, 1, 1), read_image_size=lambda: (2, 2))
-    facts = _answer_facts(lm, batch, 0, sample, {})
+    facts = _answer_facts(lm, batch, 0, sample, {}, {"ocr_heads": OCRHeadsScorer()})
     assert facts["prompt_positions"].tolist() == [2, 3, 4, 5]
     assert facts["answer_lcs"] == want == hit_weight([5, 6, 7, 8], [5, 6, 7, 0], [5, 9, 9, 9], family)
+    assert facts["answer_in_gold"] == [0]  # "5" of "5999" is in "5678"
+    # the facts are OCR Heads' own: computed only when it runs (its capture hook), no tokenizer call otherwise
+    lm.processor = None
+    assert set(_answer_facts(lm, batch, 0, sample, {}, {"out": object()})) == {"prompt_positions"}

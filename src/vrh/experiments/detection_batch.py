@@ -13,7 +13,7 @@ entry in :data:`EXTRA_PASSES`: how it captures, and which SampleInfo fields it f
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +30,6 @@ from vrh.models.queries import NULL_PREFIX, NULL_QUERY_KINDS, NULL_QUERY_PASS, q
 from vrh.models.loading import LoadedModel
 from vrh.experiments.settings import DetectSettings
 from vrh.scoring import SampleInfo, make_scorer
-from vrh.scoring.ocr_heads import hit_weight
 from vrh.tasks import Task
 
 NULL_QUERY = "N/A"  # QRHead's content-free query, in place of the referring expression
@@ -257,23 +256,27 @@ def _answer_batch(lm: LoadedModel, task: Task, part: Sequence[tuple[int, Sample]
     return _Answered(chunk, [i for i, _ in part], images, prompts, answers, metas, records, generated)
 
 
-def _answer_facts(lm: LoadedModel, batch, b: int, sample: Sample, meta: dict[str, Any]) -> dict[str, Any]:
+def _answer_facts(lm: LoadedModel, batch, b: int, sample: Sample, meta: dict[str, Any],
+                  scorers: Mapping[str, Any]) -> dict[str, Any]:
     """What scorers may need about sample ``b``'s prompt and answer beyond its rows: every prompt key
-    position (text and image, no padding, no answer), which answer tokens occur in the tokenized ground-truth
-    answer (the GT box as the family writes it), and OCR Heads' correctness weight: the longest common run of
-    the GT ids and the output sequence over the GT length, the sequence being prompt + answer or the answer
-    alone as its reference has it for this family (:func:`vrh.scoring.ocr_heads.hit_weight`)."""
+    position (text and image, no padding, no answer), and what each scorer's capture hook adds (a scorer's
+    ``sample_facts(lm, sample, meta, prompt_ids, answer_ids) -> {SampleInfo field: value}``, called only when
+    that scorer runs: OCR Heads' :func:`vrh.scoring.ocr_heads.answer_facts`)."""
     ans = batch.answer_positions[b]  # (A,)
     mask = batch.inputs["attention_mask"][b]  # (S,) 1 = real token (left padding is 0)
     prompt = torch.nonzero(mask[: int(ans[0])]).reshape(-1)  # (P,) every real token before the answer
-    tok = getattr(lm.processor, "tokenizer", lm.processor)
-    answer_ids = batch.inputs["input_ids"][b][ans].tolist()
-    gold_ids = tok(lm.adapter.format_box(sample.box, meta, sample.read_image_size()),
-                   add_special_tokens=False)["input_ids"]
-    gold = set(gold_ids)
-    prompt_ids = batch.inputs["input_ids"][b][prompt].tolist()  # (P,) what the reference's sequences start with
-    return {"prompt_positions": prompt, "answer_in_gold": [i for i, t in enumerate(answer_ids) if t in gold],
-            "answer_lcs": hit_weight(gold_ids, prompt_ids, answer_ids, lm.adapter.name)}
+    facts: dict[str, Any] = {"prompt_positions": prompt}
+    hooks = list(dict.fromkeys(h for sc in scorers.values() if (h := getattr(sc, "sample_facts", None))))
+    if hooks:
+        answer_ids = batch.inputs["input_ids"][b][ans].tolist()
+        prompt_ids = batch.inputs["input_ids"][b][prompt].tolist()  # (P,) what a reference's sequences start with
+        for hook in hooks:
+            added = hook(lm, sample, meta, prompt_ids, answer_ids)
+            taken = sorted(set(added) & set(facts))
+            if taken:
+                raise RuntimeError(f"scorers' sample_facts hooks set the same SampleInfo fields: {taken}")
+            facts.update(added)
+    return facts
 
 
 def _score_batch(lm: LoadedModel, answered: _Answered, settings: DetectSettings) -> _Scored:
@@ -293,7 +296,7 @@ def _score_batch(lm: LoadedModel, answered: _Answered, settings: DetectSettings)
     record_fields: list[dict[str, Any]] = []
     for b, s in enumerate(answered.samples):
         rows = main.rows.rows(b)  # (L, H, Q, S)
-        info = _sample_info(lm, answered, main, extra, b, settings.min_overlap)
+        info = _sample_info(lm, answered, main, extra, b, settings.min_overlap, scorers)
         extra_rows = {p: cap.rows.rows(b) for p, cap in extra.items()}  # (L, H, Q', S') each
         for scorer in scorers.values():
             scorer.update(rows, info, extra={p: extra_rows[p] for p in scorer.extra_passes})
@@ -308,7 +311,7 @@ def _score_batch(lm: LoadedModel, answered: _Answered, settings: DetectSettings)
 
 
 def _sample_info(lm: LoadedModel, answered: _Answered, main: _Capture, extra: dict[str, _Capture], b: int,
-                 min_overlap: float) -> SampleInfo:
+                 min_overlap: float, scorers: Mapping[str, Any]) -> SampleInfo:
     """Sample ``b``'s :class:`~vrh.scoring.base.SampleInfo`: K, V, the grid and the query sets of the main
     pass, its correctness and answer facts, and what each extra pass adds (:attr:`ExtraPass.sample_fields`)."""
     s = answered.samples[b]
@@ -321,7 +324,7 @@ def _sample_info(lm: LoadedModel, answered: _Answered, main: _Capture, extra: di
     rec = answered.records[b]
     fields = dict(key_positions=vis[in_box], visual_positions=vis, grid=grid, queries=main.queries[b].as_query_dict(),
                   correct=rec.get("outcome") == "correct", iou=rec.get("iou"), index=answered.index[b],
-                  **_answer_facts(lm, main.batch, b, s, answered.metas[b]))
+                  **_answer_facts(lm, main.batch, b, s, answered.metas[b], scorers))
     if visual_key_space(lm.adapter, lm.model) == VISION:  # rows over the cross-attention keys have no text key
         fields["prompt_positions"] = None  # (vrh.core.capture): a scorer reading prompt keys refuses
     for p, cap in extra.items():

@@ -30,6 +30,7 @@ visual tokens overlapping the box (detection's ``--min-overlap``).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 
@@ -102,6 +103,20 @@ def ocr_heads_sample(rows: torch.Tensor, keys: Index, candidates: Index, queries
     return hits.double().mean(-1).mul(float(weight)).float(), n
 
 
+def answer_facts(lm: Any, sample: Any, meta: Mapping[str, Any], prompt_ids: Sequence[int],
+                 answer_ids: Sequence[int]) -> dict[str, Any]:
+    """OCR Heads' per-sample facts, for its capture hook (:attr:`OCRHeadsScorer.sample_facts`): which answer
+    tokens occur in the tokenized ground-truth answer (the GT box as ``lm``'s family writes it, for ``meta``:
+    the sample's batch meta) and the correctness weight :func:`hit_weight` of the GT ids against the prompt's
+    ids and the answer's. Detection calls it once per sample, only when an OCR Heads scorer runs."""
+    tok = getattr(lm.processor, "tokenizer", lm.processor)
+    gold_ids = tok(lm.adapter.format_box(sample.box, meta, sample.read_image_size()),
+                   add_special_tokens=False)["input_ids"]
+    gold = set(gold_ids)
+    return {"answer_in_gold": [i for i, t in enumerate(answer_ids) if t in gold],
+            "answer_lcs": hit_weight(gold_ids, prompt_ids, answer_ids, lm.adapter.name)}
+
+
 @register_scorer(
     "ocr_heads", compare_order=3,
     help="OCR Heads: answer tokens whose top-1 prompt key lies in the box, weighted by answer correctness "
@@ -131,6 +146,8 @@ class OCRHeadsScorer(AccumulatingScorer):
     """
 
     name = "ocr_heads"
+    # the capture hook: detection merges what it returns into each sample's SampleInfo (detection_batch)
+    sample_facts = staticmethod(answer_facts)
 
     def __init__(self, *, keys: str = "prompt", row: str = "own", tokens: str = "first", answer: str = "gold",
                  weight: str = "lcs", pool: str = "entries", **kw):
