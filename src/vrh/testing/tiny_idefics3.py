@@ -79,25 +79,3 @@ def tiny_idefics3(seed: int = 0, **overrides):
     """Idefics3ForConditionalGeneration: 2 Llama LM layers, 4q/2kv heads, 1 ViT layer, 48-px frames of 3x3 tokens."""
     return _tiny_idefics3(seed, json.dumps(overrides, sort_keys=True))
 
-
-def idefics3_pixels(batch, b: int, processor) -> list:
-    """Per visual token of sample ``b``: the ``[F/n, F/n, C]`` frame pixels it is computed from, in 0-255
-    (normalisation undone). ``pixel_values`` is ``[B, N_max, C, F, F]``: the sample's frames in order (tiles
-    row-major, then the global frame), zero frames padding the batch; a frame gives ``image_seq_len = n x n``
-    tokens, token k its ``(k // n, k % n)`` cell (the ViT's row-major patches, merged s x s row-major by the
-    connector's pixel shuffle: test_idefics3.py proves the order through the model). The reader the shared
-    adapter suite's pixel-content test (``tests/models/adapters/pixels.py``) uses for Idefics3 / SmolVLM."""
-    import math
-
-    import numpy as np
-
-    ip = processor.image_processor
-    per_frame = int(processor.image_seq_len)
-    n = math.isqrt(per_frame)
-    n_frames = len(batch.visual_positions[b]) // per_frame
-    mean, std = np.asarray(ip.image_mean, dtype=np.float64), np.asarray(ip.image_std, dtype=np.float64)
-    frames = batch.inputs["pixel_values"][b, :n_frames].double().numpy().transpose(0, 2, 3, 1)  # [N, F, F, C]
-    frames = (frames * std + mean) * 255
-    cell = frames.shape[1] // n
-    return [frame[i * cell:(i + 1) * cell, j * cell:(j + 1) * cell] for frame in frames
-            for i, j in (divmod(k, n) for k in range(per_frame))]

@@ -58,37 +58,3 @@ def tiny_llava_next(seed: int = 0, **overrides):
     48-px anyres tiles (3 x 3 tokens each, plus one newline per grid row)."""
     return _tiny_llava_next(seed, json.dumps(overrides, sort_keys=True))
 
-
-def token_sources(processor, image_hw: tuple[int, int]) -> list[tuple[int, int, int] | None]:
-    """Per LM visual token of one image, in sequence order, the ``(tile, patch_row, patch_col)`` of
-    ``pixel_values[b]`` it is computed from, or None for a newline token: read off the model's own
-    ``pack_image_features`` run on features that carry their (tile, patch) index. Independent of the adapter,
-    so the pixel-content test checks the adapter against what the model really does."""
-    from types import SimpleNamespace
-
-    from transformers.models.llava_next.modeling_llava_next import LlavaNextModel, image_size_to_num_patches
-
-    tile, patch = int(processor.image_processor.crop_size["height"]), int(processor.patch_size)
-    pinpoints = processor.image_processor.image_grid_pinpoints
-    g = tile // patch
-    cfg = SimpleNamespace(vision_config=SimpleNamespace(image_size=tile, patch_size=patch),
-                          image_grid_pinpoints=pinpoints)
-    n_tiles = image_size_to_num_patches(list(image_hw), pinpoints, tile)
-    t, q = torch.meshgrid(torch.arange(n_tiles), torch.arange(g * g), indexing="ij")  # [N, g*g] each
-    feats = torch.stack([t, q], dim=-1).float()  # [N, g*g, 2]: each feature says where it came from
-    packed, _ = LlavaNextModel.pack_image_features(SimpleNamespace(config=cfg), [feats], torch.tensor([image_hw]),
-                                                   "default", image_newline=torch.tensor([-1.0, -1.0]))
-    return [None if tq[0] < 0 else (int(tq[0]), int(tq[1]) // g, int(tq[1]) % g) for tq in packed[0].tolist()]
-
-
-def llava_next_pixels(batch, b: int, processor) -> list:
-    """Per visual token of sample ``b``: the ``[P, P, C]`` input pixels it is computed from, in 0-255
-    (normalisation undone), or None for a newline token (it shows no pixels). The reader the shared adapter
-    suite's pixel-content test (``tests/models/adapters/pixels.py``) uses for LLaVA-NeXT's 5-D ``pixel_values``."""
-    import numpy as np
-
-    ip, p = processor.image_processor, int(processor.patch_size)
-    mean, std = np.asarray(ip.image_mean, dtype=np.float64), np.asarray(ip.image_std, dtype=np.float64)
-    pv = (batch.inputs["pixel_values"][b].double().numpy().transpose(0, 2, 3, 1) * std + mean) * 255  # [N, S, S, C]
-    sources = token_sources(processor, tuple(int(v) for v in batch.inputs["image_sizes"][b]))
-    return [None if s is None else pv[s[0], s[1] * p:(s[1] + 1) * p, s[2] * p:(s[2] + 1) * p] for s in sources]

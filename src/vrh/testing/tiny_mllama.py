@@ -83,34 +83,3 @@ def tiny_mllama(seed: int = 0, **overrides):
     tower on 28-px tiles of 7-px patches (17 keys per tile, <= 4 tiles). ``gate=0.0`` keeps transformers' init."""
     return _tiny_mllama(seed, json.dumps(overrides, sort_keys=True))
 
-
-def mllama_pixels(batch, b: int, processor) -> list:
-    """Per cross-attention key of sample ``b``: the ``[P', P', C]`` pixels it is computed from, in 0-255
-    (normalisation undone), or None for a tile's CLS (it pools the whole tile). ``pixel_values`` is
-    ``[B, images, tiles, C, T, T]``; key ``(image * tiles + t) * (n * n + 1) + p`` is patch ``p - 1`` of tile t,
-    row-major ``((p - 1) // n, (p - 1) % n)`` of ``T / n`` pixels (the tower's conv patches, CLS prepended:
-    test_mllama.py proves the order through the model). The processor pads the resized image with zeros at the
-    bottom and right, so rows and columns that are zero in every channel are cut off a patch: what is left is
-    the part of the patch holding image pixels (a patch of padding only, or a padded tile, is kept whole). The
-    reader the shared adapter suite's pixel-content test (``tests/models/adapters/pixels.py``) uses for mllama."""
-    import numpy as np
-
-    ip = processor.image_processor
-    patch = int(processor.patch_size)
-    mean, std = np.asarray(ip.image_mean, dtype=np.float64), np.asarray(ip.image_std, dtype=np.float64)
-    pv = batch.inputs["pixel_values"][b].double().numpy()  # [images, tiles, C, T, T]
-    tiles = pv.reshape(-1, *pv.shape[2:]).transpose(0, 2, 3, 1)  # [images * tiles, T, T, C]
-    tiles = (tiles * std + mean) * 255
-    n = tiles.shape[1] // patch
-    out: list = []
-    for tile in tiles:
-        out.append(None)  # the CLS
-        for k in range(n * n):
-            i, j = divmod(k, n)
-            px = tile[i * patch:(i + 1) * patch, j * patch:(j + 1) * patch]  # [P, P, C]
-            image = np.abs(px).max(-1) > 0.5  # [P, P] not the processor's zero padding
-            rows, cols = image.any(1), image.any(0)
-            if rows.any():
-                px = px[: int(np.nonzero(rows)[0].max()) + 1, : int(np.nonzero(cols)[0].max()) + 1]
-            out.append(px)
-    return out

@@ -16,11 +16,9 @@ import numpy as np
 from PIL import Image
 
 from vrh.testing.tiny_deepseek_vl2 import deepseek_vl2_pixels
-from vrh.testing.tiny_idefics3 import idefics3_pixels
-from vrh.testing.tiny_llava_onevision import llava_onevision_pixels
-from vrh.testing.tiny_llava_next import llava_next_pixels
-from vrh.testing.tiny_mllama import mllama_pixels
 from vrh.testing.tiny_magma import magma_pixels
+
+from .pixel_readers import idefics3_pixels, llava_next_pixels, llava_onevision_pixels, mllama_pixels
 
 
 def coord_image(width: int, height: int) -> Image.Image:
@@ -96,11 +94,11 @@ def naflex_pixels(batch, b: int, processor) -> list[np.ndarray | None]:
 READERS: dict[str, Callable] = {
     "qwen2_vl": qwen_pixels, "qwen2_5_vl": qwen_pixels, "qwen3_vl": qwen_pixels, "glm4v": qwen_pixels,
     "llava": llava_pixels,
-    "llava_next": llava_next_pixels,  # 5-D: base tile, unpadded anyres grid, None for newlines (its builder's module)
+    "llava_next": llava_next_pixels,  # 5-D: base tile, unpadded anyres grid, None for newlines (pixel_readers)
     "internvl": internvl_pixels,
     "paligemma": internvl_pixels,  # also n x n row-major cells of one square input (test_paligemma.py)
     "gemma3": internvl_pixels,  # views (image, crops) of n x n row-major pooled cells (test_gemma3.py)
-    "idefics3": idefics3_pixels,  # 5-D pixel_values: tiles then the global frame (its tiny builder's module)
+    "idefics3": idefics3_pixels,  # 5-D pixel_values: tiles then the global frame (pixel_readers)
     "llava_onevision": llava_onevision_pixels,  # like llava_next; refuses a bilinearly shrunk grid
     "phi4_reasoning_vision": naflex_pixels,
     "deepseek_vl2": deepseek_vl2_pixels,  # global view, separator, stitched local tiles (its builder's module)

@@ -15,9 +15,10 @@ from PIL import Image
 from vrh.models.adapters import get_adapter
 from vrh.core.regions import box_token_mask
 from vrh.testing import save_tiny
-from vrh.testing.tiny_llava_next import llava_next_pixels, tiny_llava_next, token_sources
+from vrh.testing.tiny_llava_next import tiny_llava_next
 
 from .checks import assert_capture_matches_eager, assert_masking_is_exact
+from .pixel_readers import llava_next_pixels, token_sources
 
 
 def coord_image(width: int, height: int) -> Image.Image:

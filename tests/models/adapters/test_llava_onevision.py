@@ -14,9 +14,10 @@ import torch
 from vrh.models.adapters import get_adapter
 from vrh.models.adapters.llava_onevision import max_tiles, shrunk_shape
 from vrh.testing import TINY_BUILDERS, save_tiny
-from vrh.testing.tiny_llava_onevision import BIG_PINPOINTS, packed_sources, tiny_llava_onevision
+from vrh.testing.tiny_llava_onevision import BIG_PINPOINTS, tiny_llava_onevision
 
 from .checks import assert_capture_matches_eager, assert_masking_is_exact
+from .pixel_readers import packed_sources
 from .pixels import check_pixels, coord_image
 
 ADAPTER = get_adapter("llava_onevision")
