@@ -38,8 +38,9 @@ Every removal in vrh follows :mod:`vrh.runs.written`: remove only what vrh recor
 name what was found. Every open, write, rename and removal below a folder vrh was given goes through
 :mod:`vrh.runs.safe_paths`: no symlink is followed out of it, in any component.
 
-The contract is split in seven modules, all re-exported here (``from vrh import runs; runs.RunFolder``):
-:mod:`vrh.runs.folder` (names, the folder being written, its lock and clean-up), :mod:`vrh.runs.written` (the
+The contract is split in nine modules, all re-exported here (``from vrh import runs; runs.RunFolder``):
+:mod:`vrh.runs.folder` (names, the folder being written and its clean-up), :mod:`vrh.runs.lock` (its one-writer
+lock), :mod:`vrh.runs.config_diff` (a resume's config compared with the folder's), :mod:`vrh.runs.written` (the
 record of what vrh wrote in a folder, the one removal rule), :mod:`vrh.runs.artefacts`
 (typed readers and writers), :mod:`vrh.runs.records` (:class:`SampleRecord`, the type of a ``samples.jsonl``
 line), and :mod:`vrh.runs.results` with :mod:`vrh.runs.results_characterize` and
@@ -54,9 +55,11 @@ from vrh.runs.artefacts import (read_config, read_results, read_samples, is_fini
     emergence_causal_task, iter_runs, write_batch_state, read_batch_states, load_torch_file,
     clear_batch_states)
 from vrh.runs.folder import (CONFIG, SAMPLES, RESULTS, HEAD_SCORES, SAMPLE_SCORES, OVERLAYS, PAIRS, EMERGENCE,
-    DETECT_STATE, SHARD_GLOB, ARTEFACTS, LOCK, RUN_MARK, RUN_FORMAT, COMMAND_FILES, SCHEMA_VERSION, git_hash,
-    environment, write_json, read_json, read_jsonl, iter_jsonl, shard_name, write_jsonl, RunFolder, RunFolderInUse,
-    is_run_folder, run_folder_contents, clear_run_folder, config_differences)
+    DETECT_STATE, SHARD_GLOB, ARTEFACTS, RUN_MARK, RUN_FORMAT, COMMAND_FILES, SCHEMA_VERSION, git_hash,
+    environment, write_json, read_json, read_jsonl, iter_jsonl, shard_name, write_jsonl, RunFolder,
+    is_run_folder, run_folder_contents, clear_run_folder)
+from vrh.runs.lock import LOCK, RunFolderInUse
+from vrh.runs.config_diff import config_differences
 from vrh.runs.records import SampleRecord
 from vrh.runs.results import (ENVELOPE, RunResults, TaskSummary, ControlEntry, RandomControlReport, DetectResults,
     EvaluateResults, DpoPairsResults, EmergenceResults, VrhCurve, RandomCurve, KCurves, SweepResults, DemoVqa,

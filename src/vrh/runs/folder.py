@@ -17,6 +17,8 @@ from typing import Any
 import vrh
 from vrh.infra.distributed import World, world
 from vrh.runs import safe_paths, written
+from vrh.runs.config_diff import as_recorded_now, config_differences
+from vrh.runs.lock import LOCK, FolderLock, RunFolderInUse, in_use_message
 from vrh.runs.records import SampleRecord
 
 CONFIG = "config.json"
@@ -30,7 +32,6 @@ EMERGENCE = "emergence.jsonl"  # organism training: one record per tracked step 
 DETECT_STATE = "detect_state"  # detection, while unfinished: one torch.save file per finished batch
 SHARD_GLOB = "samples.rank*-of-*.jsonl"  # data-parallel runs, while unfinished: one samples file per rank
 ARTEFACTS = (CONFIG, SAMPLES, RESULTS, HEAD_SCORES, SAMPLE_SCORES, OVERLAYS, PAIRS, EMERGENCE)
-LOCK = ".vrh-lock"  # the writer's lock file (pid inside), present while a run holds the folder
 MAX_DIFFERENCES = 20  # lines a resume refusal lists (a k-sweep's conditions can all differ)
 RUN_MARK = "vrh_run"  # config.json key only RunFolder.write_config writes: how a folder proves it is a vrh run
 RUN_FORMAT = 1  # RUN_MARK's value; bump when the folder layout changes
@@ -167,7 +168,7 @@ class RunFolder:
         self.path = Path(path)
         self.resume = resume
         self._samples = None
-        self._lock: _Lock | None = None
+        self._lock: FolderLock | None = None
         self.skipped: list[dict[str, Any]] = []  # samples the run left out (id, reason): results.json lists them
         if resume and overwrite:
             raise ValueError("--resume and --overwrite exclude each other: resume keeps the run, overwrite deletes it")
@@ -186,7 +187,7 @@ class RunFolder:
             raise
         self._samples_name = shard_name(self.world.rank, self.world.size) if self.world.active else SAMPLES
 
-    def _take_lock(self) -> _Lock | None:
+    def _take_lock(self) -> FolderLock | None:
         """Rank 0 creates the folder and locks it; every rank learns whether that worked (data-parallel ranks
         share rank 0's run, so a refusal reaches them all instead of leaving them at a barrier)."""
         lock, err = None, None
@@ -194,7 +195,7 @@ class RunFolder:
             # a refused process removes nothing: the folder it found (or just raced to create) is the holder's
             self.path.mkdir(parents=True, exist_ok=True)
             try:
-                lock = _Lock.acquire(self.path)
+                lock = FolderLock.acquire(self.path)
             except (RunFolderInUse, safe_paths.SymlinkRefused) as e:  # held, or a planted link at the lock's name
                 err = (type(e).__name__, str(e))
         errs = self.world.all_gather(err) if self.world.active else [err]
@@ -226,7 +227,7 @@ class RunFolder:
         if (self.path / CONFIG).exists():
             old = read_json(self.path / CONFIG)
             mine = _jsonable({k: v for k, v in full.items() if k not in ("environment", RUN_MARK)})
-            theirs = _as_recorded_now({k: v for k, v in old.items() if k not in ("environment", RUN_MARK)}, mine)
+            theirs = as_recorded_now({k: v for k, v in old.items() if k not in ("environment", RUN_MARK)}, mine)
             diffs = config_differences(theirs, mine)
             if diffs:  # the user's own settings (config.*) first, one per line
                 diffs.sort(key=lambda d: not d.startswith("config."))
@@ -339,103 +340,6 @@ def _record_key(rec: Mapping[str, Any]) -> tuple[Any, Any]:
     return rec.get("condition"), rec.get("id")
 
 
-class RunFolderInUse(FileExistsError):
-    """Another process holds the run folder's lock."""
-
-
-try:
-    import fcntl
-except ImportError:  # not POSIX: runs are not locked
-    fcntl = None  # type: ignore[assignment]
-
-
-class _Lock:
-    """An exclusive ``flock`` on ``FOLDER/.vrh-lock`` (the holder's pid inside), re-entrant within a process.
-
-    Why flock: the OS drops it when the holder dies (kill -9 included), so a crash never leaves a folder
-    locked; the file left behind by a crash is only a name, locked again by the next run. Release unlinks
-    the file while still holding the lock, so a process that opened it just before must retry on the new
-    file (checked by inode), never share the old one."""
-
-    _held: dict[str, "_Lock"] = {}
-
-    def __init__(self, key: str, path: Path, fd: int):
-        self.key, self.path, self.fd, self.count = key, path, fd, 1
-
-    @classmethod
-    def acquire(cls, folder: Path) -> "_Lock | None":
-        if fcntl is None:
-            return None
-        key = os.path.realpath(folder)
-        if key in cls._held:  # this process already writes it (a command and its library call)
-            cls._held[key].count += 1
-            return cls._held[key]
-        path = folder / LOCK
-        while True:
-            fd = safe_paths.open_fd(folder, path, os.O_RDWR | os.O_CREAT)  # a planted link is refused, never truncated
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                holder = _pid_in(fd)
-                os.close(fd)
-                raise RunFolderInUse(_in_use(folder, holder)) from None
-            try:
-                st = os.lstat(path)
-                same = st.st_ino == os.fstat(fd).st_ino
-            except FileNotFoundError:
-                same = False
-            if same and st.st_nlink > 1:  # a hard-linked copy's lock file: ours is a new one, theirs left alone
-                safe_paths.unlink(folder, path)
-                same = False
-            if same:
-                break
-            os.close(fd)  # locked a file its releasing holder had just unlinked: lock the current one
-        try:
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        except OSError as e:  # a full disk: the error names the lock file (a bare fd write names nothing)
-            os.close(fd)
-            raise OSError(e.errno, e.strerror or str(e), str(path)) from None
-        cls._held[key] = lock = cls(key, path, fd)
-        return lock
-
-    @classmethod
-    def holder(cls, folder: Path) -> str | None:
-        """The pid of another process that holds ``folder``'s lock, None when none does; takes no lock (it
-        tries the lock and lets go at once): :func:`check_out` asks before a model loads."""
-        if fcntl is None or os.path.realpath(folder) in cls._held:  # this process's own lock is no refusal
-            return None
-        try:
-            fd = os.open(folder / LOCK, os.O_RDONLY | os.O_NOFOLLOW)
-        except OSError:  # no lock file (or a link, refused by check_out): no holder
-            return None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except OSError:
-            return _pid_in(fd)
-        finally:
-            os.close(fd)  # and with it the shared lock taken here, if any
-        return None
-
-    def release(self) -> None:
-        self.count -= 1
-        if self.count > 0 or self.fd < 0:
-            return
-        self._held.pop(self.key, None)
-        safe_paths.unlink(self.path.parent, self.path)
-        os.close(self.fd)
-        self.fd = -1
-
-
-def _pid_in(fd: int) -> str:
-    return os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
-
-
-def _in_use(folder: Path, holder: str) -> str:
-    return (f"run folder {folder} is in use by another vrh process (pid {holder}); wait for it to finish or stop "
-            "it, or choose another --out")
-
-
 def check_out(path: str | os.PathLike, *, resume: bool = False, overwrite: bool = False, locked: bool = False) -> bool:
     """Refuse a run folder :class:`RunFolder` would refuse with these flags (FileExistsError / ValueError with
     the same message, :class:`RunFolderInUse` while another process holds it), taking no lock and changing
@@ -451,9 +355,9 @@ def check_out(path: str | os.PathLike, *, resume: bool = False, overwrite: bool 
     if (path / LOCK).is_symlink():  # the lock would be written through it (a dangling one creates a file)
         raise FileExistsError(f"run folder {path}: {LOCK} is a symlink; vrh never writes through one: remove it or "
                               "choose another --out")
-    holder = _Lock.holder(path) if path.is_dir() and not locked and world().is_main else None
+    holder = FolderLock.holder(path) if path.is_dir() and not locked and world().is_main else None
     if holder is not None:  # first: a folder another run is writing is no case for --overwrite or --resume
-        raise RunFolderInUse(_in_use(path, holder))
+        raise RunFolderInUse(in_use_message(path, holder))
     # a run killed before its config.json was in place left only the lock and that file's temporary: not a run yet
     non_empty = path.is_dir() and any(not (c.name == LOCK or (c.name == CONFIG + ".tmp" and c.is_file()
                                                               and not c.is_symlink())) for c in path.iterdir())
@@ -580,90 +484,3 @@ def _remove_empty(folder: Path) -> None:
         if child.name == LOCK or (folder.name == DETECT_STATE and is_batch_state_file(child)):
             safe_paths.unlink(folder, child)
     folder.rmdir()
-
-
-NOT_RECORDED = "(the family's own, not recorded)"
-
-
-def _as_recorded_now(old: dict[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
-    """An interrupted run's config as today's vrh would have written it. A run started before ``model.answer_format``
-    was recorded ran its family's own format (the ``native`` variant, vrh.models.answer_formats): it reads as that,
-    so it resumes with the default and a resume with another variant is refused by name."""
-    was, now = old.get("model"), new.get("model")
-    if not (isinstance(was, Mapping) and isinstance(now, Mapping) and isinstance(now.get("answer_format"), Mapping)) \
-            or "answer_format" in was:
-        return old
-    fmt = now["answer_format"]
-    prompt = fmt.get("prompt") if fmt.get("name") == "native" else NOT_RECORDED  # the family's, whatever it is now
-    return {**old, "model": {**was, "answer_format": {"name": "native", "prompt": prompt, "box": "native"}}}
-
-
-def config_differences(old: Mapping[str, Any], new: Mapping[str, Any], prefix: str = "") -> list[str]:
-    """Human-readable differences between two JSON configs: ``"config.k: 3 -> 5"`` per differing leaf.
-
-    Objects are compared key by key and lists of objects (the ``conditions``) item by item, so a difference
-    names the one field that differs; a long value is abbreviated between its items, never inside one
-    (:func:`short_json`).
-
-    >>> config_differences({"a": 1, "b": {"c": 2}}, {"a": 1, "b": {"c": 3}, "d": 0})
-    ['b.c: 2 -> 3', 'd: (absent) -> 0']
-    >>> config_differences({"conditions": [{"label": "none"}, {"label": "top_k", "heads": [[0, 1], [1, 2]]}]},
-    ...                    {"conditions": [{"label": "none"}, {"label": "top_k", "heads": [[0, 1], [1, 3]]}]})
-    ['conditions[1].heads: [[0, 1], [1, 2]] -> [[0, 1], [1, 3]]']
-    """
-    out = []
-    for key in sorted(set(old) | set(new), key=str):
-        out += _differences(old.get(key, _ABSENT), new.get(key, _ABSENT), f"{prefix}{key}")
-    return out
-
-
-_ABSENT = "(absent)"
-
-
-def _differences(a: Any, b: Any, name: str) -> list[str]:
-    if isinstance(a, Mapping) and isinstance(b, Mapping):
-        return config_differences(a, b, name + ".")
-    records = lambda v: isinstance(v, list) and v and all(isinstance(x, Mapping) for x in v)  # noqa: E731
-    if records(a) and records(b):  # the conditions: item by item, extra items whole
-        out = []
-        for i in range(max(len(a), len(b))):
-            out += _differences(a[i] if i < len(a) else _ABSENT, b[i] if i < len(b) else _ABSENT, f"{name}[{i}]")
-        return out
-    return [] if a == b else [f"{name}: {short_json(a)} -> {short_json(b)}"]
-
-
-def short_json(value: Any, limit: int = 100) -> str:
-    """``value`` as JSON (a string as itself) in about ``limit`` characters: a longer list or object keeps its
-    first items whole and says how many it leaves out, a longer string its start and its length.
-
-    >>> short_json([[0, 1], [2, 3], [4, 5]], limit=16)
-    '[[0, 1], [2, 3], ... 1 more]'
-    >>> short_json({"label": "top_k", "heads": [[0, 1]] * 30}, limit=40)
-    '{"label": "top_k", ... 1 more}'
-    >>> short_json("x" * 200, limit=20)
-    'xxxxxxxxxxxxxxxxxxxx... (200 characters)'
-    """
-    if isinstance(value, str):  # as itself (a path, a model id, "(absent)")
-        return value if len(value) <= limit else f"{value[:limit]}... ({len(value)} characters)"
-    return _short(value, limit)
-
-
-def _short(value: Any, limit: int) -> str:
-    text = json.dumps(value)
-    if len(text) <= limit:
-        return text
-    if isinstance(value, str):
-        return f"{json.dumps(value[:limit] + '...')} ({len(value)} characters)"
-    if isinstance(value, (list, Mapping)):
-        pairs = list(value.items()) if isinstance(value, Mapping) else [(None, v) for v in value]
-        item = lambda k, v, n: _short(v, n) if k is None else f"{json.dumps(k)}: {_short(v, n)}"  # noqa: E731
-        kept = [item(*pairs[0], limit)]  # at least one item, itself abbreviated if it is long
-        for k, v in pairs[1:]:
-            whole = item(k, v, 10 ** 9)
-            if len(", ".join(kept + [whole])) > limit:
-                break
-            kept.append(whole)
-        o, c = ("{", "}") if isinstance(value, Mapping) else ("[", "]")
-        more = f", ... {len(pairs) - len(kept)} more" if len(kept) < len(pairs) else ""
-        return f"{o}{', '.join(kept)}{more}{c}"
-    return text
