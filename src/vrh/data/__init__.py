@@ -13,9 +13,9 @@ from vrh.data.jsonl import (
     check_answer,
     dataset_hash,
     load_dataset,
-    split_detect_eval,
     write_dataset,
 )
+from vrh.data.split import split_detect_eval
 
 __all__ = ["ANSWER_TYPES", "BOX_FORMATS", "TASKS", "DatasetError", "LoadReport", "Sample", "Samples", "answer_rule_names",
            "check_answer", "dataset_hash", "load_dataset", "register_answer_rule", "split_detect_eval", "write_dataset"]
