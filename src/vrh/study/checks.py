@@ -10,21 +10,33 @@ from __future__ import annotations
 from typing import Any
 
 
-
 def check_study(study: Any, r: Any) -> tuple[dict[str, tuple[int, int]], tuple[tuple[str, str], ...]]:
     """Raise :class:`vrh.study.spec.StudyError` on the first problem; return the models' grids and the
-    resolved transfer pairs (ordered: A's heads into B)."""
-    from vrh.core.masking import mask_mode_names
-    from vrh.data.sources import get_source
-    from vrh.experiments.conditions import check_room
-    from vrh.experiments.detection import check_scorers
-    from vrh.experiments.settings import MIN_SEEDS
-    from vrh.study.backbones import backbone, shared_backbone_pairs
-    from vrh.study.kinds import TRANSFER_SEPARATOR
-
+    resolved transfer pairs (ordered: A's heads into B). One check per table, in the order below."""
     p = study.protocol
-    models = [m.name for m in study.models]
-    benchmarks = [b.name for b in study.benchmarks]
+    _check_sources(study, r)
+    written = {table: p[table].record() for table in p}  # each table's keys written or defaulted
+    _check_names(study, r, written)
+    _check_detection(p, r)
+    if "compare" in p:
+        _check_compare(p, r)
+    if "sweep" in p:
+        _check_sweep(p, r)
+    for m in study.models:
+        if m.adapter is not None:
+            _check_adapter(r, m.adapter, ("models", m.name, "adapter"))
+    _check_splits(study, r)
+    backbones = _backbones(study, r)
+    grids = {name: b.grid for name, b in backbones.items()}
+    _check_ks(study, r, written, grids)
+    pairs = _transfer_pairs(study, r, backbones, grids) if "transfer" in p else ()
+    return grids, pairs
+
+
+def _check_sources(study: Any, r: Any) -> None:
+    """[benchmarks.NAME] and [vqa.NAME]: a source is a registered one."""
+    from vrh.data.sources import get_source
+
     for d in (*study.benchmarks, *study.vqa):
         if d.kind == "source":
             try:
@@ -32,7 +44,11 @@ def check_study(study: Any, r: Any) -> tuple[dict[str, tuple[int, int]], tuple[t
             except ValueError as e:
                 raise r.fail((_section(d), d.name, "source"), str(e)) from None
 
-    written = {table: p[table].record() for table in p}  # each table's keys written or defaulted
+
+def _check_names(study: Any, r: Any, written: dict[str, dict[str, Any]]) -> None:
+    """Every table: the models and benchmarks it names are the study's own; [crosstask] needs a VQA set."""
+    models = [m.name for m in study.models]
+    benchmarks = [b.name for b in study.benchmarks]
 
     def names(table: str, key: str, known: list[str], what: str) -> None:
         if key not in written[table]:
@@ -42,47 +58,79 @@ def check_study(study: Any, r: Any) -> tuple[dict[str, tuple[int, int]], tuple[t
             if v not in known:
                 raise r.fail((table, key), f"{table}.{key}: {v!r} is not one of the study's {what} {known}")
 
-    for table in p:
+    for table in study.protocol:
         names(table, "models", models, "models")
         names(table, "benchmark", benchmarks, "grounding benchmarks")
         names(table, "benchmarks", benchmarks, "grounding benchmarks")
-    if "crosstask" in p and not study.vqa:
+    if "crosstask" in study.protocol and not study.vqa:
         raise r.fail(("crosstask",), "[crosstask] evaluates the VQA sets, and the study has none ([vqa.NAME])")
+
+
+def _check_detection(p: Any, r: Any) -> None:
+    """[detection]: its scorer specs."""
+    from vrh.experiments.detection import check_scorers
 
     det = p["detection"]
     try:
         check_scorers(det.scorers, det.seed)
     except ValueError as e:
         raise r.fail(("detection", "scorers"), f"detection.scorers: {e}") from None
-    if "compare" in p and p["compare"].methods is not None:
+
+
+def _check_compare(p: Any, r: Any) -> None:
+    """[compare]: its method specs, and at least the comparison's minimum of distinct seeds."""
+    from vrh.experiments.detection import check_scorers
+    from vrh.experiments.settings import MIN_SEEDS
+
+    if p["compare"].methods is not None:
         try:
             check_scorers(p["compare"].methods)
         except ValueError as e:
             raise r.fail(("compare", "methods"), f"compare.methods: {e}") from None
-    if "sweep" in p and p["sweep"].mask_mode not in mask_mode_names():
+    if len(set(p["compare"].seeds)) < MIN_SEEDS:  # the comparison's own rule
+        raise r.fail(("compare", "seeds"), f"compare.seeds: at least {MIN_SEEDS} distinct seeds")
+
+
+def _check_sweep(p: Any, r: Any) -> None:
+    """[sweep]: a registered mask mode."""
+    from vrh.core.masking import mask_mode_names
+
+    if p["sweep"].mask_mode not in mask_mode_names():
         raise r.fail(("sweep", "mask_mode"), f"sweep.mask_mode {p['sweep'].mask_mode!r}: one of "
                                              f"{list(mask_mode_names())}")
-    if "compare" in p and len(set(p["compare"].seeds)) < MIN_SEEDS:  # the comparison's own rule
-        raise r.fail(("compare", "seeds"), f"compare.seeds: at least {MIN_SEEDS} distinct seeds")
-    for m in study.models:
-        if m.adapter is not None:
-            _check_adapter(r, m.adapter, ("models", m.name, "adapter"))
+
+
+def _check_splits(study: Any, r: Any) -> None:
+    """[detection] and [compare]: their sample counts fit every benchmark they detect on."""
+    p, det = study.protocol, study.protocol["detection"]
     sizes = {d.name: d.n if d.kind == "world" else d.limit if d.kind == "source" else _data_size(r, d)
              for d in (*study.benchmarks, *study.vqa)}
     for d in study.benchmarks:
         _check_split(r, "detection", det.n, det.n_eval, d.name, sizes[d.name])
     if "compare" in p:
-        b = p["compare"].benchmark or benchmarks[0]
+        b = p["compare"].benchmark or study.benchmarks[0].name
         _check_split(r, "compare", p["compare"].n, det.n_eval, b, sizes[b])
 
-    grids, backbones = {}, {}
+
+def _backbones(study: Any, r: Any) -> dict[str, Any]:
+    """[models.NAME]: each model's backbone (its head grid) read from its config, no weights."""
+    from vrh.study.backbones import backbone
+
+    backbones = {}
     for m in study.models:
         try:
             backbones[m.name] = backbone(m.model)
         except (OSError, ValueError) as e:
             raise r.fail(("models", m.name), f"model {m.name}: {e}") from None
-        grids[m.name] = backbones[m.name].grid
-    # every table's head counts, its lists of k ("ks") first, then its single k ("k")
+    return backbones
+
+
+def _check_ks(study: Any, r: Any, written: dict[str, dict[str, Any]], grids: dict[str, tuple[int, int]]) -> None:
+    """Every table's head counts against each of its models' grids: its lists of k ("ks") first, then its
+    single k ("k")."""
+    from vrh.experiments.conditions import check_room
+
+    models = [m.name for m in study.models]
     ks = {(table, "ks"): w["ks"] for table, w in written.items() if "ks" in w}
     ks.update({(table, "k"): [w["k"]] for table, w in written.items() if "k" in w})
     for (table, key), values in ks.items():
@@ -96,33 +144,39 @@ def check_study(study: Any, r: Any) -> tuple[dict[str, tuple[int, int]], tuple[t
                 except ValueError as e:
                     raise r.fail((table, key), f"model {name}: {e}") from None
 
-    pairs: tuple[tuple[str, str], ...] = ()
-    if "transfer" in p:
-        given = p["transfer"].pairs
-        if given == "auto":
-            found = shared_backbone_pairs(backbones)
-        elif isinstance(given, str):
-            raise r.fail(("transfer", "pairs"), f"transfer.pairs: \"auto\" or a list of [A, B] pairs, got {given!r}")
-        else:
-            found = []
-            for pair in given:
-                if not (isinstance(pair, list) and len(pair) == 2 and all(x in models for x in pair)):
-                    raise r.fail(("transfer", "pairs"), f"transfer.pairs: {pair!r} is not [A, B] of the study's "
-                                                        f"models {models}")
-                found.append(tuple(pair))
-        for a, b in found:
-            for name in (a, b):
-                if TRANSFER_SEPARATOR in name or name.startswith("to_") or name.endswith("_to"):
-                    raise r.fail(("models", name), f"model name {name!r} is in a transfer pair, whose folder is "
-                                                   f"A{TRANSFER_SEPARATOR}B_BENCH: such a name may not hold "
-                                                   f"{TRANSFER_SEPARATOR!r}, begin with 'to_' or end with '_to' "
-                                                   "(two pairs could share a folder); rename the model")
-            if grids[a] != grids[b]:
-                raise r.fail(("transfer", "pairs"), f"transfer {a} -> {b}: different layer x head grids "
-                                                    f"{grids[a]} and {grids[b]}")
-        both = p["transfer"].both_directions
-        pairs = tuple(dict.fromkeys([*found, *((b, a) for a, b in found if both)]))
-    return grids, pairs
+
+def _transfer_pairs(study: Any, r: Any, backbones: dict[str, Any],
+                    grids: dict[str, tuple[int, int]]) -> tuple[tuple[str, str], ...]:
+    """[transfer]: its pairs ("auto": the models sharing a backbone), each of two models of one grid whose
+    names can make its folder; both directions when asked."""
+    from vrh.study.backbones import shared_backbone_pairs
+    from vrh.study.kinds import TRANSFER_SEPARATOR
+
+    models = [m.name for m in study.models]
+    given = study.protocol["transfer"].pairs
+    if given == "auto":
+        found = shared_backbone_pairs(backbones)
+    elif isinstance(given, str):
+        raise r.fail(("transfer", "pairs"), f"transfer.pairs: \"auto\" or a list of [A, B] pairs, got {given!r}")
+    else:
+        found = []
+        for pair in given:
+            if not (isinstance(pair, list) and len(pair) == 2 and all(x in models for x in pair)):
+                raise r.fail(("transfer", "pairs"), f"transfer.pairs: {pair!r} is not [A, B] of the study's "
+                                                    f"models {models}")
+            found.append(tuple(pair))
+    for a, b in found:
+        for name in (a, b):
+            if TRANSFER_SEPARATOR in name or name.startswith("to_") or name.endswith("_to"):
+                raise r.fail(("models", name), f"model name {name!r} is in a transfer pair, whose folder is "
+                                               f"A{TRANSFER_SEPARATOR}B_BENCH: such a name may not hold "
+                                               f"{TRANSFER_SEPARATOR!r}, begin with 'to_' or end with '_to' "
+                                               "(two pairs could share a folder); rename the model")
+        if grids[a] != grids[b]:
+            raise r.fail(("transfer", "pairs"), f"transfer {a} -> {b}: different layer x head grids "
+                                                f"{grids[a]} and {grids[b]}")
+    both = study.protocol["transfer"].both_directions
+    return tuple(dict.fromkeys([*found, *((b, a) for a, b in found if both)]))
 
 
 def _section(d: Any) -> str:
