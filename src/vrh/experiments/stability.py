@@ -44,7 +44,6 @@ from vrh.scoring import make_scorer
 from vrh.scoring.functions import aggregate
 from vrh.tasks import Task
 
-DEFAULT_N_VALUES = (1, 2, 5, 10, 20, 50, 100, 200)
 OUT_SCORER, RAND1_SCORER = "out/sum/mean", "rand1/sum/mean"
 TOKEN_CHOICE_SCORERS = (RAND1_SCORER, OUT_SCORER)
 

@@ -27,8 +27,7 @@ from rich.table import Table
 console = Console(stderr=True, soft_wrap=True, markup=False, emoji=False)
 
 
-LOG_EVERY_FRACTION = 0.1  # without a terminal, a progress line every 10% of the work ...
-LOG_EVERY_S = 30.0  # ... or every 30 s, whichever comes first
+LOG_EVERY_S = 30.0  # without a terminal, a progress line every tenth of the work or every 30 s, the first to come
 
 
 def _interactive() -> bool:

@@ -138,19 +138,3 @@ def lm_state(folder: Path) -> dict:
     from safetensors.torch import load_file
 
     return load_file(str(folder / LM_FILE))
-
-
-def causal_lm(folder: Path | None = None):
-    """The base as a ``Gemma3ForCausalLM`` (the text-only LM before any image training) and its tokenizer."""
-    from transformers import AutoTokenizer, Gemma3ForCausalLM
-
-    from vrh.models.composed import empty_parameters, load_strict
-
-    folder = folder or base_folder()
-    with empty_parameters():
-        model = Gemma3ForCausalLM(text_config(folder))
-    state = lm_state(folder)
-    state["lm_head.weight"] = state["model.embed_tokens.weight"]  # tied: one tensor under both names
-    load_strict(model, state, what=f"the base LM folder {folder}")
-    model.tie_weights()
-    return model.eval(), AutoTokenizer.from_pretrained(str(folder), trust_remote_code=False)
