@@ -24,7 +24,8 @@ Names are imported on first use, so ``import vrh`` stays light.
 The layout (``docs/architecture.md``): ``core/`` the mechanisms on a model's attention (capture, masking,
 heads), ``models/`` adapters, loading and generation, ``data/`` datasets and boxes, ``tasks/``, ``scoring/``
 Eq. 1 and the prior methods, ``experiments/`` what runs models to measure something, ``runs/`` the
-run-folder contract, ``report/``, ``commands/`` (thin CLI wiring), ``infra/`` options, console, processes.
+run-folder contract, ``report/``, ``commands/`` (thin CLI wiring), ``options.py`` the option groups the
+command line is made from, ``infra/`` console, processes, extension discovery.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The scorer registry: method names and their options -> scorer instances (a leaf: imports nothing of
 vrh.scoring, only the discovery helper).
 
-Why a leaf: every scoring method registers itself here from its own file (the SAELens shape), and the
+Why a leaf: every scoring method registers itself here from its own file (one decorator), and the
 detection loop asks for scorers by spec string. If this module imported the methods, the methods (which
 import it to register) would import it back -- an import cycle. Instead every lookup first imports each
 module of the :mod:`vrh.scoring` package (:func:`vrh.infra.discovery.discover`), so a new method is one
