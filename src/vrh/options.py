@@ -295,7 +295,20 @@ class EvalOptions:
 
 
 @dataclass(frozen=True, kw_only=True)
-class MaskOptions:
+class KnockoutOptions:
+    """What the knockout mask modes block (:mod:`vrh.core.knockout`); recorded in ``config.json`` with the rest."""
+
+    knockout_queries: str = option("answer", choices=("answer", "image"),
+                                   help="knockout modes: the queries whose attention is blocked, 'answer' those "
+                                        "that produce the answer tokens (the rows Eq. 1 scores) or 'image' every "
+                                        "position from the image on (docs/guide.md, Knockout)")
+    knockout_min_overlap: float = option(0.0, help="knockout-referent: minimum fraction of a visual cell inside the "
+                                                   "box for the cell to be the referent's (detection's "
+                                                   "--min-overlap; 0 = any overlap)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class MaskOptions(KnockoutOptions):
     mask_mode: str = option("zero", choices=mask_mode_names, help=_mask_mode_help)
     exclude_layers: tuple[int, ...] = option((), parse=ints, metavar="L,L",
                                              help="layers random heads are never drawn from, e.g. 0")

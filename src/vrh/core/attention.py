@@ -42,6 +42,8 @@ IMPL_NAME = "vrh_attention"
 _UNIFORM: dict[int, torch.Tensor] = {}
 # Observers called once per attention-module forward, in subscription order.
 _OBSERVERS: tuple[Callable[[AttentionCall], None], ...] = ()
+# Rewriters: each may replace a module's output (the knockouts of vrh.core.knockout), in subscription order.
+_REWRITERS: tuple[Callable[[AttentionCall, torch.Tensor, torch.Tensor], torch.Tensor], ...] = ()
 
 # Query rows computed at once by the uniform output (bounds its float (B, h, chunk, S) weight buffer)
 # and by the softcap output (bounds its (B, H, chunk, S) score buffer).
@@ -219,12 +221,33 @@ def active_observers() -> tuple[Callable[[AttentionCall], None], ...]:
     return _OBSERVERS
 
 
+@contextmanager
+def rewrite_attention(rewriter: Callable[[AttentionCall, torch.Tensor, torch.Tensor], torch.Tensor]
+                      ) -> Iterator[None]:
+    """Let ``rewriter(call, value, out)`` replace the output ``out`` (B, N, H, Dv) of every attention-module
+    forward that runs :data:`IMPL_NAME` while inside (``value`` (B, Hkv, S, Dv), as the module computed it).
+
+    Called after the fused output and the uniform overwrite, in subscription order; it returns the output to
+    use (``out`` itself when it changes nothing) and must not write into its arguments. The site of the
+    knockout mask modes (:mod:`vrh.core.knockout`), which re-run a few heads' rows with keys blocked; this
+    module knows nothing about them. Nests; the previous set is restored on exit, also on error.
+    """
+    global _REWRITERS
+    previous = _REWRITERS
+    try:
+        _REWRITERS = previous + (rewriter,)
+        yield
+    finally:
+        _REWRITERS = previous
+
+
 # --- the registered function ---------------------------------------------------------------------
 def vrh_attention_forward(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                           attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
                           is_causal: bool | None = None, softcap: float | None = None,
                           **kwargs: Any) -> tuple[torch.Tensor, None]:
-    """Fused attention output ``(B, N, H, D)``, observers called first, uniform-masked heads overwritten.
+    """Fused attention output ``(B, N, H, D)``, observers called first, uniform-masked heads overwritten,
+    then the rewriters (:func:`rewrite_attention`) applied.
 
     Returns ``(attn_output, None)`` like sdpa: weights are never returned (observers read them instead).
     """
@@ -251,6 +274,10 @@ def vrh_attention_forward(module: nn.Module, query: torch.Tensor, key: torch.Ten
         allowed = allowed_keys(attention_mask, q_len, key.shape[2], causal, query.device)  # (B|1, 1|H, N, S)
         unif = _uniform_output(value, allowed, heads, n_heads // key.shape[1])  # (B, N, h, D)
         out = out.index_copy(2, heads.to(out.device), unif.to(out.dtype))  # (B, N, H, D)
+    if _REWRITERS:
+        call = AttentionCall(module, query, key, attention_mask, scaling, causal, softcap)
+        for rewriter in _REWRITERS:
+            out = rewriter(call, value, out)
     return out, None
 
 

@@ -5,6 +5,9 @@ The ways of knocking a head out are *mask modes*, registered here and nowhere el
 :class:`vrh.experiments.conditions.Condition` accept); :func:`mask_heads` is the one entry point for all of them:
 
 * ``"zero"`` (default): the head's output is zeroed at ``o_proj``'s input (below).
+* ``"knockout-image"`` / ``"knockout-referent"`` (one file each in :mod:`vrh.core.mask_modes`, mechanism in
+  :mod:`vrh.core.knockout`): the head's logits to the visual tokens (the referent's) are ``-inf`` before
+  its softmax, at the queries ``--knockout-queries`` names.
 * ``"uniform"`` (Retrieval Heads' public code): the head keeps writing to the residual stream, but attends
   uniformly to every key it may see (unmasked and causal), i.e. its output at a query is the plain mean of
   the visible values. It removes *where* the head looks while keeping its average contribution, so a
@@ -86,6 +89,17 @@ class MaskMode:
 
 
 _MODES: dict[str, MaskMode] = {}
+_MORE_MODES = "vrh.core.mask_modes"  # the package of the other built-in modes, one file each (knockouts)
+
+
+def _load_more_modes() -> None:
+    """Import :data:`_MORE_MODES` (its files register themselves here) on the registry's first lookup; by name,
+    because they import this module."""
+    import importlib
+    import sys
+
+    if _MORE_MODES not in sys.modules:
+        importlib.import_module(_MORE_MODES)
 
 
 def register_mask_mode(name: str, *, help: str, per_row: Callable | None = None, batchable: bool | None = None
@@ -113,6 +127,7 @@ def register_mask_mode(name: str, *, help: str, per_row: Callable | None = None,
 
 def mask_modes() -> tuple[MaskMode, ...]:
     """Every registered mask mode, in registration order (the default, ``zero``, first)."""
+    _load_more_modes()
     return tuple(_MODES.values())
 
 
@@ -122,11 +137,13 @@ def mask_mode_names() -> tuple[str, ...]:
     >>> mask_mode_names()[0]
     'zero'
     """
+    _load_more_modes()
     return tuple(_MODES)
 
 
 def get_mask_mode(name: str) -> MaskMode:
     """The registered mode ``name``; ``ValueError`` listing the registered ones otherwise."""
+    _load_more_modes()
     mode = _MODES.get(name)
     if mode is None:
         raise ValueError(f"unknown mask mode {name!r}; choose from {mask_mode_names()}")

@@ -21,6 +21,8 @@ from vrh.core.heads import Head
 from vrh.models.loading import LoadedModel
 from vrh.models.generation import generate_answers
 from vrh.core.masking import RowSubset, get_mask_mode, mask_heads, validate_heads
+from vrh.core.knockout import knockout_batch
+from vrh.core.layout import VISION, visual_key_space
 from vrh.core.sharing import shared_prefill
 from vrh.tasks import Task
 
@@ -31,8 +33,14 @@ def answer_and_judge(lm: LoadedModel, task: Task, samples: Sequence[Sample], max
     loaded: dict[str, Any] = {}  # batched conditions put one sample in several rows: read its image once
     images = [loaded[s.id] if s.id in loaded else loaded.setdefault(s.id, s.load_image()) for s in samples]
     prompts = [task.prompt(lm.adapter, s) for s in samples]
-    texts, metas = generate_answers(lm, images, prompts, max_new_tokens=max_new_tokens)
+    texts, metas = generate_answers(lm, images, prompts, max_new_tokens=max_new_tokens,
+                                    while_generating=lambda batch: _announce(lm, batch, samples))
     return [task.judge(lm.adapter, s, t, m) for s, t, m in zip(samples, texts, metas)]
+
+
+def _announce(lm: LoadedModel, batch: Any, samples: Sequence[Sample]) -> Any:
+    """The batch and its samples' boxes, for the knockout mask modes (:func:`vrh.core.knockout.knockout_batch`)."""
+    return knockout_batch(batch, [s.box for s in samples], in_text=visual_key_space(lm.adapter, lm.model) != VISION)
 
 
 def evaluate_samples(lm: LoadedModel, task: Task, samples: Sequence[Sample], heads: Sequence[Head] = (), *,

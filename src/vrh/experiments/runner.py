@@ -51,7 +51,8 @@ from vrh.experiments.settings import take, with_options
 from vrh.models.loading import LoadedModel
 from vrh.models.generation import fit_context
 from vrh.core.masking import get_mask_mode
-from vrh.options import GenerationOptions, ShareOptions
+from vrh.core.knockout import KnockoutSettings, knockout_settings
+from vrh.options import GenerationOptions, KnockoutOptions, ShareOptions
 from vrh.runs import RunFolder, SampleRecord
 from vrh.tasks import Task
 
@@ -143,13 +144,21 @@ def run_conditions(lm: LoadedModel, task: Task, samples: Sequence[Sample], condi
     ``share_prefix``, from ``settings`` or as keywords, turn them off); the records are the same either way.
     The progress bar counts rows either way.
     """
+    knocking = settings
     share = with_options(sharing(settings), {k: options.pop(k) for k in _SHARE_FIELDS if k in options},
                          "run_conditions")
     settings = with_options(generation(settings), options, "run_conditions")
     plan = plan_conditions(lm, task, samples, conditions, run, settings, description=description, subsets=subsets,
                            batch_conditions=batch_conditions)
-    with progress_shown(progress):
+    with progress_shown(progress), knockout_settings(knockouts(knocking)):
         return execute_plan(lm, task, plan, run, settings, description=description, share=share)
+
+
+def knockouts(settings: Any) -> KnockoutSettings:
+    """The knockout modes' settings of ``settings`` (a command's settings carry them), or the defaults."""
+    if not isinstance(settings, KnockoutOptions):
+        return KnockoutSettings()
+    return KnockoutSettings(settings.knockout_queries, settings.knockout_min_overlap)
 
 
 def generation(settings: GenerationOptions | None) -> GenerationOptions:

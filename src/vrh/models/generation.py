@@ -8,7 +8,8 @@ the same way everywhere.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import torch
@@ -70,15 +71,19 @@ def check_batch_fits(lm: LoadedModel, batch: VisionBatch, max_new_tokens: int) -
 
 
 @torch.no_grad()
-def generate_answers(lm: LoadedModel, images: list, prompts: list[str], max_new_tokens: int = 64
+def generate_answers(lm: LoadedModel, images: list, prompts: list[str], max_new_tokens: int = 64,
+                     while_generating: Callable[[VisionBatch], AbstractContextManager[Any]] | None = None
                      ) -> tuple[list[str], list[dict[str, Any]]]:
     """Greedy answers (new tokens only, decoded by the adapter) for a batch of (image, prompt), with the
-    adapter's per-sample metadata that box parsing needs (e.g. the resized image size)."""
+    adapter's per-sample metadata that box parsing needs (e.g. the resized image size).
+    ``while_generating(batch)``: a context manager entered around ``generate`` with the batch just built (the
+    knockout mask modes read its visual tokens there: :func:`vrh.core.knockout.knockout_batch`)."""
     batch = lm.adapter.build_batch(lm.processor, images, prompts)
     check_batch_fits(lm, batch, max_new_tokens)
     tok = getattr(lm.processor, "tokenizer", lm.processor)
-    out = lm.model.generate(**inputs_on_device(batch, lm.device), max_new_tokens=max_new_tokens, do_sample=False,
-                            pad_token_id=tok.pad_token_id)
+    with while_generating(batch) if while_generating is not None else nullcontext():
+        out = lm.model.generate(**inputs_on_device(batch, lm.device), max_new_tokens=max_new_tokens,
+                                do_sample=False, pad_token_id=tok.pad_token_id)
     new = out[:, batch.seq_len:]  # (B, T) generated ids after the left-padded prompt
     texts = [s.strip() for s in lm.adapter.decode(lm.processor, new)]
     return texts, batch.meta or [{} for _ in texts]
