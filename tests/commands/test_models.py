@@ -11,7 +11,7 @@ import pytest
 
 from vrh.models.adapters import registered_adapters
 from vrh.models.answer_formats import declared
-from vrh.models.composed import ComposedAdapter
+from vrh.models.adapters.composed_base import ComposedAdapter
 from vrh.models.adapters.refusals import REFUSALS
 from vrh.cli import main
 from vrh.commands import models

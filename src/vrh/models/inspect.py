@@ -158,7 +158,7 @@ def inspect_checkpoint(checkpoint: str, *, image_sizes: tuple[tuple[int, int], .
 
     from vrh.models.adapters import get_adapter
     from vrh.models import preflight
-    from vrh.models.composed import ComposedAdapter
+    from vrh.models.adapters.composed_base import ComposedAdapter
 
     path = resolve_local(checkpoint, revision)
     raw = preflight.read_config(str(path))

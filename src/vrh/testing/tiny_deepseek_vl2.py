@@ -1,6 +1,6 @@
-"""Tiny random-init DeepSeek-VL2 (:class:`vrh.models.deepseek_vl2.DeepseekVL2ForCausalLM`) built from a config in
+"""Tiny random-init DeepSeek-VL2 (:class:`vrh.models.adapters.deepseek_vl2.modeling.DeepseekVL2ForCausalLM`) built from a config in
 the *published* schema (``language_config`` / ``vision_config`` / ``projector_config`` as deepseek-ai's
-config.json writes them), with :class:`~vrh.models.deepseek_vl2.DeepseekVL2Processor` over an in-memory BPE
+config.json writes them), with :class:`~vrh.models.adapters.deepseek_vl2.processing.DeepseekVL2Processor` over an in-memory BPE
 tokenizer carrying DeepSeek-VL2's special tokens.
 
 Shapes: 2 LM layers (layer 0 dense, layer 1 MoE: 4 routed experts, top-2, 1 shared), 4 query heads; a 1-layer
@@ -57,7 +57,7 @@ def tiny_published_config(tokenizer, *, mla: bool = False, **language: Any) -> d
 
 
 def deepseek_vl2_processor(tokenizer, config: dict[str, Any]):
-    from vrh.models.deepseek_vl2 import DeepseekVL2Processor
+    from vrh.models.adapters.deepseek_vl2.processing import DeepseekVL2Processor
 
     return DeepseekVL2Processor(tokenizer, candidate_resolutions=config["candidate_resolutions"], patch_size=14,
                                 downsample_ratio=2, image_mean=[0.5, 0.5, 0.5], image_std=[0.5, 0.5, 0.5],
@@ -67,7 +67,7 @@ def deepseek_vl2_processor(tokenizer, config: dict[str, Any]):
 
 @functools.lru_cache(maxsize=None)
 def _tiny_deepseek_vl2(seed: int, mla: bool, overrides_json: str):
-    from vrh.models.deepseek_vl2 import DeepseekVL2ForCausalLM
+    from vrh.models.adapters.deepseek_vl2.modeling import DeepseekVL2ForCausalLM
     from vrh.testing.tiny_models import finish_tiny_model
 
     tok = deepseek_vl2_tokenizer()

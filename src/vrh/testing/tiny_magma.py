@@ -1,4 +1,4 @@
-"""Tiny random-init Magma (:class:`vrh.models.magma.MagmaForCausalLM`) with its ported processor: 64-px crops (2 x 2
+"""Tiny random-init Magma (:class:`vrh.models.adapters.magma.modeling.MagmaForCausalLM`) with its ported processor: 64-px crops (2 x 2
 features each, up to 4 crops), a ConvNeXt trunk of one block per stage (widths 16-16-32-32), a tiny Llama LM, and an
 in-memory BPE tokenizer with Llama 3's chat format and Magma's ``<image_start>``/``<image>``/``<image_end>`` tokens.
 Its config has the published schema (``text_config``, ``vision_config``, ``image_token_index``) plus two vrh keys
@@ -26,7 +26,8 @@ CROP = 64  # base_img_size: 2 x 2 features per crop
 
 @functools.lru_cache(maxsize=None)
 def _tiny_magma(seed: int, overrides_json: str):
-    from vrh.models.magma import MagmaForCausalLM, MagmaImageProcessor, MagmaProcessor, magma_config
+    from vrh.models.adapters.magma.modeling import MagmaForCausalLM, magma_config
+    from vrh.models.adapters.magma.processing import MagmaImageProcessor, MagmaProcessor
     from vrh.testing.tiny_models import build_tokenizer, finish_tiny_model, tiny_text_config
 
     ov = json.loads(overrides_json)
@@ -62,11 +63,11 @@ def tiny_magma(seed: int = 0, **overrides):
 
 def magma_pixels(batch, b: int, processor) -> list:
     """Per visual token of sample ``b``: the ``[32, 32, C]`` input pixels (0-255) it is computed from, or None for a
-    row separator: read off the model's own :func:`~vrh.models.magma.stitch` run on features that carry their (crop,
+    row separator: read off the model's own :func:`~vrh.models.adapters.magma.modeling.stitch` run on features that carry their (crop,
     row, column) index, so the pixel-content test checks the adapter against what the model does."""
     import numpy as np
 
-    from vrh.models.magma import CONVNEXT_STRIDE, stitch
+    from vrh.models.adapters.magma.modeling import CONVNEXT_STRIDE, stitch
 
     ip = processor.image_processor
     rows, cols = (int(v) for v in batch.inputs["image_sizes"][b])

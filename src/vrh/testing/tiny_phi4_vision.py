@@ -1,4 +1,4 @@
-"""Tiny random-init Phi-4-Reasoning-Vision (model type ``phi4-siglip``, :mod:`vrh.models.phi4_vision`) with its
+"""Tiny random-init Phi-4-Reasoning-Vision (model type ``phi4-siglip``, :mod:`vrh.models.adapters.phi4_vision.modeling`) with its
 processor over an in-memory BPE tokenizer carrying Phi-4's chat tokens and a small chat template of the released
 shape (system turn, ``<|im_start|>role<|im_sep|>...<|im_end|>``). No download.
 
@@ -62,8 +62,8 @@ def phi4_vision_tokenizer():
 
 @functools.lru_cache(maxsize=None)
 def _tiny_phi4_vision(seed: int, overrides_json: str):
-    from vrh.models.phi4_vision import (Phi4VisionForCausalLM, Phi4VisionImageProcessor, Phi4VisionProcessor,
-                                        phi4_vision_config)
+    from vrh.models.adapters.phi4_vision.modeling import Phi4VisionForCausalLM, phi4_vision_config
+    from vrh.models.adapters.phi4_vision.processing import Phi4VisionImageProcessor, Phi4VisionProcessor
     from vrh.testing.tiny_models import finish_tiny_model
 
     tok = phi4_vision_tokenizer()

@@ -13,7 +13,7 @@ from PIL import Image
 import vrh
 from vrh.models import answer_formats as af
 from vrh.models.adapters import get_adapter
-from vrh.models.composed import ComposedAdapter
+from vrh.models.adapters.composed_base import ComposedAdapter
 from vrh.models.inspect import inspect_checkpoint
 from vrh.testing import TINY_BUILDERS, save_tiny
 

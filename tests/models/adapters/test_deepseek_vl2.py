@@ -198,7 +198,7 @@ def test_image_embeddings_sit_where_the_remote_model_puts_them(mla):
 def test_projector_concatenates_2x2_windows_channel_major():
     """``downsample_mlp_gelu`` on a 3 x 3 grid: zero-padded to 4 x 4, window (I, J) -> for each channel c its
     (2I, 2J), (2I, 2J+1), (2I+1, 2J), (2I+1, 2J+1) values (F.unfold's order, as the remote projector)."""
-    from vrh.models.deepseek_vl2 import Projector
+    from vrh.models.adapters.deepseek_vl2.modeling import Projector
 
     proj = Projector(dict(input_dim=2, n_embed=5, mlp_ratio=1, depth=2, downsample_ratio=2))
     x = torch.randn(1, 9, 2)  # (T, g*g, C), g = 3
@@ -216,7 +216,7 @@ def test_letterbox_is_imageops_pad(size, box):
     processor calls), and the placement it reports is where the image went."""
     from PIL import ImageOps
 
-    from vrh.models.deepseek_vl2 import letterbox
+    from vrh.models.adapters.deepseek_vl2.processing import letterbox
 
     image = coord_image(*size) if max(size) <= 256 else Image.new("RGB", size, (255, 255, 255))
     ours, (x0, y0, rw, rh) = letterbox(image, box, (127, 127, 127))
@@ -231,7 +231,7 @@ def test_router_matches_native_router_where_native_applies():
     """With the native router's settings (softmax, no renormalisation) the port is the native function."""
     from transformers.models.deepseek_v2.modeling_deepseek_v2 import DeepseekV2TopkRouter
 
-    from vrh.models.deepseek_vl2 import Router, language_config
+    from vrh.models.adapters.deepseek_vl2.modeling import Router, language_config
 
     for method, groups in (("greedy", 1), ("group_limited_greedy", 2)):
         cfg = language_config({"language_config": dict(hidden_size=16, num_attention_heads=2, n_routed_experts=8,
@@ -261,7 +261,7 @@ def test_missing_and_extra_keys_are_refused(tmp_path):
 
 
 def test_unsupported_configs_are_refused_in_one_line():
-    from vrh.models.deepseek_vl2 import DeepseekVL2ForCausalLM
+    from vrh.models.adapters.deepseek_vl2.modeling import DeepseekVL2ForCausalLM
 
     tok = deepseek_vl2_tokenizer()
     bad = tiny_published_config(tok, topk_method="gready")  # the remote config class's default: it would not run

@@ -155,7 +155,7 @@ def _real_vision() -> dict:
 def test_convnext_layernorms_have_eps_1e5_everywhere():
     """Magma-8B's tower is timm's convnext_xxlarge (norm_eps 1e-5): the stem, every block and every downsampling
     LayerNorm, 1 + 40 + 3 of them, all with eps 1e-5 (transformers' ConvNextModel would hard-code 1e-6)."""
-    from vrh.models.magma import MagmaVisionTower
+    from vrh.models.adapters.magma.modeling import MagmaVisionTower
 
     with torch.device("meta"):
         tower = MagmaVisionTower(_real_vision())
@@ -174,7 +174,7 @@ def test_trunk_matches_transformers_convnext_with_the_same_weights_and_eps():
     weights; left at its hard-coded 1e-6 it differs (so eps is really in play)."""
     from transformers import ConvNextConfig, ConvNextModel
 
-    from vrh.models.magma import ConvNeXtTrunk
+    from vrh.models.adapters.magma.modeling import ConvNeXtTrunk
 
     torch.manual_seed(0)
     ours = ConvNeXtTrunk(DEPTHS, WIDTHS).eval()
@@ -211,7 +211,7 @@ def test_trunk_matches_transformers_convnext_with_the_same_weights_and_eps():
 def test_global_strategy_encodes_the_stitched_image_with_the_same_layout():
     """``img_anyres_strategy: global`` encodes the crops stitched back into one image, once: the same token count
     and row separators as "crop", features of the whole canvas (a ConvNeXt sees across crop borders)."""
-    from vrh.models.magma import stitch
+    from vrh.models.adapters.magma.modeling import stitch
 
     model, processor = tiny_magma(vision_config={"img_anyres_strategy": "global"})
     crop_model, _ = tiny_magma()
@@ -284,7 +284,7 @@ def test_crop_grid_is_llavas_select_best_resolution(width, height):
     with ``rows * cols <= 4``, candidates in its order (width factor outer): transformers' own copy agrees."""
     from transformers.image_processing_utils import select_best_resolution
 
-    from vrh.models.magma import best_grid
+    from vrh.models.adapters.magma.processing import best_grid
 
     candidates = [(rows * 512, cols * 512) for cols in range(1, 5) for rows in range(1, 4 // cols + 1)]  # (h, w)
     h, w = select_best_resolution((height, width), candidates)

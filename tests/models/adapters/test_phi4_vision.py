@@ -2,7 +2,7 @@
 the tower's weights from that folder (never a hub id), the remote processor's text tokens and feature splice
 reproduced, and ``vrh models --inspect`` on the released config.
 
-The reference checkpoint here is assembled independently of :mod:`vrh.models.phi4_vision`: native transformers
+The reference checkpoint here is assembled independently of :mod:`vrh.models.adapters.phi4_vision.modeling`: native transformers
 modules named as the remote code names them (``Phi4ForCausalLMV(Phi3ForCausalLM)``: plain Phi-3 keys;
 ``model.vision_tower.vision_tower`` = a transformers-4.x ``Siglip2VisionModel``, whose vision transformer sits under
 ``vision_model``; ``model.mm_projector`` = Sequential(Linear, GELU, Linear)), and the reference forward splices the
@@ -23,7 +23,7 @@ from safetensors.torch import load_file, save_file
 
 import vrh
 from vrh.models.adapters import get_adapter
-from vrh.models.phi4_vision import Phi4VisionImageProcessor
+from vrh.models.adapters.phi4_vision.processing import Phi4VisionImageProcessor
 from vrh.testing.tiny_phi4_vision import phi4_vision_tokenizer, tiny_phi4_vision, tiny_phi4_vision_config
 
 from .pixels import coord_image
@@ -139,7 +139,7 @@ def test_text_tokens_are_the_remote_processors(adds_bos):
     place of its -200; and each text token's offsets point at its own characters."""
     from tokenizers import processors
 
-    from vrh.models.phi4_vision import Phi4VisionProcessor
+    from vrh.models.adapters.phi4_vision.processing import Phi4VisionProcessor
 
     tok = phi4_vision_tokenizer()
     if adds_bos:
@@ -268,7 +268,7 @@ def test_inspect_counts_heads_and_visual_tokens_of_the_released_config(tmp_path)
 def test_the_released_chat_template_and_image_settings():
     """The released template renders the remote processor's text; the released preprocessor_config.json agrees
     with the settings vrh takes from config.json (as the remote processor does)."""
-    from vrh.models.phi4_vision import Phi4VisionProcessor
+    from vrh.models.adapters.phi4_vision.processing import Phi4VisionProcessor
 
     tok = phi4_vision_tokenizer()
     tok.chat_template = (REAL / "chat_template.jinja").read_text(encoding="utf-8")

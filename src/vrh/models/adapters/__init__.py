@@ -1,5 +1,6 @@
-"""Model-family adapters. Each file in this package defines and registers one adapter, except the support
-modules in :data:`SUPPORT_MODULES` (the base class and the refusals table).
+"""Model-family adapters. Each module of this package defines and registers one adapter, except the support
+modules in :data:`SUPPORT_MODULES` (the base classes and the refusals table). A family with modules of its own (a
+composed family's model and processor) is a package: its adapter in its ``__init__``, the rest beside it.
 
 Which adapter serves a checkpoint, in order (:func:`get_adapter`): the one the user named (``--adapter``:
 a registered name or ``package.module:Class``), else the registered adapter whose ``model_types`` has the
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-import sys
 from typing import Any
 
 from vrh.models.adapters import base as _base
@@ -20,45 +20,20 @@ from vrh.models.adapters.base import Adapter, VisionBatch, register_adapter
 from vrh.models.adapters.refusals import (REFUSALS, find_refusal, native_in_transformers,
                                    remote_code_message)
 
-SUPPORT_MODULES = ("base", "refusals")  # modules of this package that define no adapter
+SUPPORT_MODULES = ("base", "composed_base", "refusals")  # modules of this package that define no adapter
 PLUGIN_GROUP = "vrh.adapters"  # entry-point group: name = "package.module:AdapterClass"
 NOT_STATED = "(not stated)"
 STATUSES = ("tested", "composed", "custom", "refused")  # vrh models' order (describe_adapter says what each means)
 
-_DEFERRED: list[str] = []  # families skipped while vrh.models.composed was midway (below); imported on first lookup
-
-
-def _composed_midway() -> bool:
-    """vrh.models.composed is being imported and has not defined ComposedAdapter yet: it was imported before
-    this package (its first import, of ``adapters.base``, runs this package's ``__init__``)."""
-    mod = sys.modules.get("vrh.models.composed")
-    return mod is not None and not hasattr(mod, "ComposedAdapter")
-
-
-def load_deferred() -> None:
-    """Import the families that subclass ComposedAdapter and were skipped because vrh.models.composed was
-    imported first (its import of ``adapters.base`` runs this ``__init__`` before it defines ComposedAdapter).
-    Every lookup here calls it, so either import order serves every family."""
-    while _DEFERRED:
-        importlib.import_module(_DEFERRED[0])
-        _DEFERRED.pop(0)
-
 
 def registered_adapters() -> dict[str, type[Adapter]]:
-    """Every registered adapter by name (:func:`vrh.models.adapters.base.registered_adapters`), the deferred
-    families imported first."""
-    load_deferred()
+    """Every registered adapter by name (:func:`vrh.models.adapters.base.registered_adapters`)."""
     return _base.registered_adapters()
 
 
-for _mod in pkgutil.iter_modules(__path__):
+for _mod in pkgutil.iter_modules(__path__):  # a family is a module or a package (its adapter in its __init__)
     if _mod.name not in SUPPORT_MODULES:
-        try:
-            importlib.import_module(f"{__name__}.{_mod.name}")
-        except ImportError:
-            if not _composed_midway():
-                raise
-            _DEFERRED.append(f"{__name__}.{_mod.name}")
+        importlib.import_module(f"{__name__}.{_mod.name}")
 
 
 def load_plugins() -> list[type[Adapter]]:
@@ -67,7 +42,6 @@ def load_plugins() -> list[type[Adapter]]:
     Called on lookup, not at import, so importing vrh runs no third-party code."""
     from importlib.metadata import entry_points
 
-    load_deferred()
     found = []
     for ep in entry_points(group=PLUGIN_GROUP):
         cls = ep.load()
@@ -165,12 +139,12 @@ def describe_adapter(cls: type[Adapter]) -> dict[str, Any]:
     coordinates and format) and ``token_layout`` (visual tokens -> image, one line) are class attributes an
     adapter may set; missing ones read "(not stated)". Built-in adapters are "tested" because the shared
     suite (tests/models/adapters) refuses a registered adapter without a tiny random-init build; a built-in
-    family vrh composes itself (:class:`~vrh.models.composed.ComposedAdapter`, no transformers class) is
+    family vrh composes itself (:class:`~vrh.models.adapters.composed_base.ComposedAdapter`, no transformers class) is
     "composed", its detail saying what the CPU tests verified, what needs a GPU with the real weights and which
     published files vrh saw only in part. ``answer_formats``: the names of the family's prompt/answer variants,
     its default first (:func:`vrh.models.answer_formats.declared`)."""
     from vrh.models.answer_formats import declared
-    from vrh.models.composed import ComposedAdapter
+    from vrh.models.adapters.composed_base import ComposedAdapter
 
     builtin = cls.__module__.startswith(__name__ + ".")
     composed = builtin and issubclass(cls, ComposedAdapter)

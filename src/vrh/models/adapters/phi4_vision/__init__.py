@@ -1,8 +1,8 @@
 """Phi-4-Reasoning-Vision-15B (model type ``phi4-siglip``), served without its remote code.
 
-The model is composed from native parts (:mod:`vrh.models.phi4_vision`: a Phi-3 LM, a SigLIP2 NaFlex tower whose
+The model is composed from native parts (:mod:`vrh.models.adapters.phi4_vision.modeling`: a Phi-3 LM, a SigLIP2 NaFlex tower whose
 ``hidden_states[-2]`` go through an MLP projector) and loaded strictly from the checkpoint's own safetensors by
-:class:`~vrh.models.composed.ComposedAdapter`: the parameter names are the published ones, so every tensor is consumed
+:class:`~vrh.models.adapters.composed_base.ComposedAdapter`: the parameter names are the published ones, so every tensor is consumed
 as is, the fine-tuned vision tower included (the remote code would silently use the original SigLIP2 weights when
 loaded by hub id).
 
@@ -29,7 +29,7 @@ from torch import nn
 
 from vrh.models.adapters.base import Box, VisionBatch, register_adapter
 from vrh.models.answer_formats import NATIVE, shared
-from vrh.models.composed import ComposedAdapter
+from vrh.models.adapters.composed_base import ComposedAdapter
 
 GRID = 1000  # the default answer frame: integers 0-1000 relative to the image (unverified, see above)
 NOTHINK = "<|dummy_84|>"  # opens a direct (NOTHINK) answer, as the released chat template's system prompt asks
@@ -52,16 +52,16 @@ class Phi4VisionAdapter(ComposedAdapter):
 
     # --- building and loading --------------------------------------------------------------------
     def build_model(self, config: dict[str, Any]) -> nn.Module:
-        from vrh.models.phi4_vision import Phi4VisionForCausalLM, phi4_vision_config
+        from vrh.models.adapters.phi4_vision.modeling import Phi4VisionForCausalLM, phi4_vision_config
 
         return Phi4VisionForCausalLM(phi4_vision_config(config))
 
     def convert_state(self, tensors, config: dict[str, Any]) -> dict[str, torch.Tensor]:
-        """The published names are the module's names (see :mod:`vrh.models.phi4_vision`): nothing to rename."""
+        """The published names are the module's names (see :mod:`vrh.models.adapters.phi4_vision.modeling`): nothing to rename."""
         return dict(tensors)
 
     def processor_for(self, path: str) -> Any:
-        from vrh.models.phi4_vision import Phi4VisionProcessor
+        from vrh.models.adapters.phi4_vision.processing import Phi4VisionProcessor
 
         return Phi4VisionProcessor.from_pretrained(path)
 

@@ -1,8 +1,8 @@
-"""Magma-8B (model type ``magma``), served without its remote code: :mod:`vrh.models.magma` rebuilds it from a native
+"""Magma-8B (model type ``magma``), served without its remote code: :mod:`vrh.models.adapters.magma.modeling` rebuilds it from a native
 ``LlamaForCausalLM``, a ConvNeXt-XXLarge trunk under timm's names, the MLP projector and the row separator, and
-loads the checkpoint's own safetensors strictly (:class:`~vrh.models.composed.ComposedAdapter`).
+loads the checkpoint's own safetensors strictly (:class:`~vrh.models.adapters.composed_base.ComposedAdapter`).
 
-Token layout (see :mod:`vrh.models.magma`): the image is resized, without keeping its aspect ratio, to
+Token layout (see :mod:`vrh.models.adapters.magma.modeling`): the image is resized, without keeping its aspect ratio, to
 ``cols * S x rows * S`` (``S = base_img_size``, 512 for Magma-8B) and cut into ``rows x cols`` crops; each crop gives
 ``g x g`` features (``g = S / 32``), stitched into one ``R x C`` grid (``R = rows * g``, ``C = cols * g``) and read
 row-major with a ``row_seperator`` after each row: ``R * (C + 1)`` tokens, all ``<image>`` tokens of the expanded
@@ -40,7 +40,7 @@ from torch import nn
 from vrh.models.adapters.base import ChatTemplateAdapter, register_adapter
 from vrh.models.adapters.llava_next import LlavaNextAdapter
 from vrh.models.answer_formats import NATIVE, AnswerFormat, shared
-from vrh.models.composed import ComposedAdapter
+from vrh.models.adapters.composed_base import ComposedAdapter
 
 SYSTEM_PROMPT = "You are agent that can see, talk and act."  # model card, lmms-eval wrapper
 # open_clip's pooled head (timm head.norm, the CLIP projection): in the tower's state dict, never run by Magma
@@ -74,7 +74,7 @@ class MagmaAdapter(ComposedAdapter, ChatTemplateAdapter):
 
     # --- building and loading ------------------------------------------------------------------
     def build_model(self, config: dict[str, Any]) -> nn.Module:
-        from vrh.models.magma import MagmaForCausalLM, magma_config
+        from vrh.models.adapters.magma.modeling import MagmaForCausalLM, magma_config
 
         return MagmaForCausalLM(magma_config(config))
 
@@ -85,7 +85,7 @@ class MagmaAdapter(ComposedAdapter, ChatTemplateAdapter):
         return {k: v for k, v in tensors if not k.startswith(UNUSED_PREFIXES)}
 
     def processor_for(self, path: str) -> Any:
-        from vrh.models.magma import MagmaProcessor
+        from vrh.models.adapters.magma.processing import MagmaProcessor
 
         return MagmaProcessor.from_pretrained(path)
 
@@ -122,7 +122,7 @@ class MagmaAdapter(ComposedAdapter, ChatTemplateAdapter):
 
     def visual_map(self, processor: Any, enc: Any, b: int, image: Any
                    ) -> tuple[torch.Tensor, dict[str, Any], torch.Tensor]:
-        from vrh.models.magma import CONVNEXT_STRIDE
+        from vrh.models.adapters.magma.modeling import CONVNEXT_STRIDE
 
         s, p = processor.image_processor.base_img_size, CONVNEXT_STRIDE
         if tuple(enc["pixel_values"].shape[-2:]) != (s, s):  # [B, N, C, S, S]

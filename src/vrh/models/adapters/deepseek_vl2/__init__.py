@@ -1,6 +1,6 @@
 """DeepSeek-VL2 (``deepseek_vl_v2``: deepseek-ai/deepseek-vl2-tiny, -small, deepseek-vl2), served without remote
 code: vrh composes native transformers parts and loads the published safetensors strictly
-(:mod:`vrh.models.deepseek_vl2`, :class:`vrh.models.composed.ComposedAdapter`).
+(:mod:`vrh.models.adapters.deepseek_vl2.modeling`, :class:`vrh.models.adapters.composed_base.ComposedAdapter`).
 
 How an image becomes tokens (the remote ``DeepseekVLV2Processor``): a *global view*, the image letterboxed onto
 one ``S``-px tile (``ImageOps.pad``, bicubic, centred, grey ``mean * 255`` bars), and *local tiles*, the image
@@ -36,7 +36,7 @@ import torch
 
 from vrh.models.adapters.base import Box, VisionBatch, register_adapter
 from vrh.models.answer_formats import NATIVE, AnswerFormat, shared
-from vrh.models.composed import ComposedAdapter
+from vrh.models.adapters.composed_base import ComposedAdapter
 
 NORM = 999  # the answer frame: 0-999 relative to the original image
 USER = "<|User|>: "  # text before the image
@@ -64,17 +64,17 @@ class DeepseekVL2Adapter(ComposedAdapter):
 
     # --- model ---------------------------------------------------------------------------------
     def build_model(self, config: dict[str, Any]):
-        from vrh.models.deepseek_vl2 import DeepseekVL2ForCausalLM
+        from vrh.models.adapters.deepseek_vl2.modeling import DeepseekVL2ForCausalLM
 
         return DeepseekVL2ForCausalLM.from_published(config)
 
     def convert_state(self, tensors, config: dict[str, Any]) -> dict[str, torch.Tensor]:
-        from vrh.models.deepseek_vl2 import convert_state
+        from vrh.models.adapters.deepseek_vl2.checkpoint import convert_state
 
         return convert_state(tensors, config)
 
     def processor_for(self, path: str) -> Any:
-        from vrh.models.deepseek_vl2 import DeepseekVL2Processor
+        from vrh.models.adapters.deepseek_vl2.processing import DeepseekVL2Processor
 
         return DeepseekVL2Processor.from_pretrained(path)
 

@@ -23,26 +23,23 @@ Token layout of one image (``tile_tag: 2D``, ``global_view_pos: head``): the glo
 onto one tile) as ``h`` rows of ``w`` tokens plus a newline each; one separator; the local tiles stitched into one
 ``(nh * h) x (nw * w)`` grid plus a newline per row. Every one of these positions is an ``<image>`` token in the
 text (:class:`DeepseekVL2Processor`).
+
+The published tensor names <-> the module's: :mod:`vrh.models.adapters.deepseek_vl2.checkpoint`; the
+processor: :mod:`vrh.models.adapters.deepseek_vl2.processing`.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import torch.nn.functional as F
-from PIL import Image
 from torch import nn
 from transformers import GenerationMixin, PretrainedConfig, PreTrainedModel
 from transformers.modeling_outputs import MoeCausalLMOutputWithPast
-
-from vrh.models.canvas import select_best_resolution  # the remote processor's canvas choice
 
 # defaults of the remote DeepseekV2Config (configuration_deepseek.py) for keys a config.json leaves out
 REMOTE_LM_DEFAULTS = dict(vocab_size=102400, hidden_size=4096, intermediate_size=11008, moe_intermediate_size=1407,
@@ -309,259 +306,14 @@ class DeepseekVL2ForCausalLM(PreTrainedModel, GenerationMixin):
 
     def save_pretrained(self, directory: str | Path, **_: Any) -> None:
         """Write the checkpoint as DeepSeek publishes it: its ``config.json`` and ``model.safetensors`` under the
-        published names (:func:`published_state`), which :func:`convert_state` reads back."""
+        published names (:func:`~vrh.models.adapters.deepseek_vl2.checkpoint.published_state`), which
+        :func:`~vrh.models.adapters.deepseek_vl2.checkpoint.convert_state` reads back."""
         from safetensors.torch import save_file
+
+        from vrh.models.adapters.deepseek_vl2.checkpoint import published_state
 
         folder = Path(directory)
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "config.json").write_text(json.dumps(self.config.published, indent=2), encoding="utf-8")
         state = {k: v.detach().contiguous() for k, v in published_state(self).items()}
         save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
-
-
-# --- checkpoint names <-> module names -----------------------------------------------------------
-
-_VISION_RENAMES = [  # published (after "vision.") <-> module (after "model.vision."); {i} = block index
-    ("patch_embed.proj.", "embeddings.patch_embedding."), ("blocks.{i}.norm1.", "encoder.layers.{i}.layer_norm1."),
-    ("blocks.{i}.norm2.", "encoder.layers.{i}.layer_norm2."),
-    ("blocks.{i}.attn.proj.", "encoder.layers.{i}.self_attn.out_proj."), ("blocks.{i}.mlp.", "encoder.layers.{i}.mlp."),
-    ("norm.", "post_layernorm."), ("attn_pool.proj.", "head.attention.out_proj."), ("attn_pool.norm.", "head.layernorm."),
-    ("attn_pool.mlp.", "head.mlp."),
-]
-
-
-def _swap(key: str, source: str, target: str) -> str | None:
-    """``key`` with its prefix ``source`` (a template, ``{i}`` a number) replaced by ``target``, or None."""
-    m = re.match(re.escape(source).replace(re.escape("{i}"), r"(\d+)"), key)
-    if not m:
-        return None
-    return (target.replace("{i}", m[1]) if m.groups() else target) + key[m.end():]
-
-
-_EXPERT = re.compile(r"language\.model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.(gate|up|down)_proj\.weight")
-_QKV = re.compile(r"vision\.blocks\.(\d+)\.attn\.qkv\.(weight|bias)")
-_POOL_IN = re.compile(r"vision\.attn_pool\.(q|kv)\.(weight|bias)")
-
-
-def _rename(key: str) -> str | None:
-    """The module name of a published key that maps one to one, or None."""
-    if key.startswith("language.model."):
-        return "model.language_model." + key[len("language.model."):]
-    if key == "language.lm_head.weight":
-        return "lm_head.weight"
-    if key.startswith("projector.") or key in ("image_newline", "view_seperator"):
-        return "model." + key
-    if key == "vision.attn_pool.latent":
-        return "model.vision.head.probe"
-    if key.startswith("vision."):
-        for published, module in _VISION_RENAMES:
-            if (new := _swap(key[len("vision."):], published, module)) is not None:
-                return "model.vision." + new
-    return None
-
-
-def convert_state(tensors: Iterator[tuple[str, torch.Tensor]], config: dict[str, Any]) -> dict[str, torch.Tensor]:
-    """Published tensors -> :class:`DeepseekVL2ForCausalLM` state dict. Per-expert MoE weights are stacked into
-    the native ``experts.gate_up_proj`` (E, 2I, H) and ``experts.down_proj`` (E, H, I); the timm ``qkv`` rows
-    ``[q; k; v]`` split into ``q_proj/k_proj/v_proj``; the MAP head's ``q`` and ``kv`` join into
-    ``attention.in_proj``. A key that maps to nothing keeps its published name (load_strict then names it)."""
-    n_experts = _section(config, "language_config", REMOTE_LM_DEFAULTS)["n_routed_experts"]
-    state: dict[str, torch.Tensor] = {}
-    experts: dict[tuple[int, str], dict[int, torch.Tensor]] = {}
-    pool: dict[tuple[str, str], torch.Tensor] = {}
-    for key, t in tensors:
-        if m := _EXPERT.fullmatch(key):
-            experts.setdefault((int(m[1]), m[3]), {})[int(m[2])] = t
-        elif m := _QKV.fullmatch(key):
-            prefix = f"model.vision.encoder.layers.{m[1]}.self_attn."
-            for name, part in zip("qkv", t.chunk(3, dim=0)):  # rows [q; k; v] (reshape (B, N, 3, heads, hd))
-                state[f"{prefix}{name}_proj.{m[2]}"] = part
-        elif m := _POOL_IN.fullmatch(key):
-            pool[(m[1], m[2])] = t
-        elif key == "vision.pos_embed":
-            state["model.vision.embeddings.position_embedding.weight"] = t[0]  # (1, N, C) -> (N, C)
-        else:
-            state[_rename(key) or key] = t
-    for kind in ("weight", "bias"):
-        got = [pool.get((p, kind)) for p in ("q", "kv")]
-        if any(g is not None for g in got):
-            if any(g is None for g in got):
-                raise ValueError(f"checkpoint has only one of vision.attn_pool.q/kv.{kind}")
-            state[f"model.vision.head.attention.in_proj_{kind}"] = torch.cat(got)  # rows [q; k; v]
-    for layer in sorted({layer for layer, _ in experts}):
-        parts = {p: experts.get((layer, p), {}) for p in ("gate", "up", "down")}
-        for p, found in parts.items():
-            if sorted(found) != list(range(n_experts or 0)):
-                raise ValueError(f"layer {layer}: checkpoint has {p}_proj for experts {sorted(found)[:8]}"
-                                 f"{'...' if len(found) > 8 else ''}, expected 0..{(n_experts or 0) - 1}")
-        prefix = f"model.language_model.layers.{layer}.mlp.experts."
-        state[prefix + "gate_up_proj"] = torch.stack(
-            [torch.cat([parts["gate"][e], parts["up"][e]]) for e in range(n_experts)])  # (E, 2I, H)
-        state[prefix + "down_proj"] = torch.stack([parts["down"][e] for e in range(n_experts)])  # (E, H, I)
-    return state
-
-
-def published_state(model: DeepseekVL2ForCausalLM) -> dict[str, torch.Tensor]:
-    """The inverse of :func:`convert_state`: the model's tensors under the published names."""
-    qkv: dict[str, dict[str, torch.Tensor]] = {}  # published qkv name -> its q, k, v parts
-    out: dict[str, torch.Tensor] = {}
-    for key, t in model.state_dict().items():
-        if m := re.fullmatch(r"model\.language_model\.layers\.(\d+)\.mlp\.experts\.(gate_up|down)_proj", key):
-            base = f"language.model.layers.{m[1]}.mlp.experts."
-            for e in range(t.shape[0]):
-                if m[2] == "down":
-                    out[f"{base}{e}.down_proj.weight"] = t[e]
-                else:
-                    gate, up = t[e].chunk(2)
-                    out[f"{base}{e}.gate_proj.weight"], out[f"{base}{e}.up_proj.weight"] = gate, up
-        elif m := re.fullmatch(r"model\.vision\.encoder\.layers\.(\d+)\.self_attn\.([qkv])_proj\.(weight|bias)", key):
-            qkv.setdefault(f"vision.blocks.{m[1]}.attn.qkv.{m[3]}", {})[m[2]] = t
-        elif m := re.fullmatch(r"model\.vision\.head\.attention\.in_proj_(weight|bias)", key):
-            d = t.shape[0] // 3
-            out[f"vision.attn_pool.q.{m[1]}"], out[f"vision.attn_pool.kv.{m[1]}"] = t[:d], t[d:]
-        elif key == "model.vision.embeddings.position_embedding.weight":
-            out["vision.pos_embed"] = t[None]
-        else:
-            out[_published_name(key)] = t
-    for key, parts in qkv.items():
-        out[key] = torch.cat([parts[p] for p in "qkv"])
-    return out
-
-
-def _published_name(module_key: str) -> str:
-    if module_key == "lm_head.weight":
-        return "language.lm_head.weight"
-    if module_key == "model.vision.head.probe":
-        return "vision.attn_pool.latent"
-    if module_key.startswith("model.language_model."):
-        return "language.model." + module_key[len("model.language_model."):]
-    if module_key.startswith("model.vision."):
-        for published, module in _VISION_RENAMES:
-            if (new := _swap(module_key[len("model.vision."):], module, published)) is not None:
-                return "vision." + new
-        raise ValueError(f"no published name for {module_key}")
-    return module_key[len("model."):]
-
-
-# --- processor -------------------------------------------------------------------------------------
-
-GROUNDING_TOKENS = ["<|ref|>", "<|/ref|>", "<|det|>", "<|/det|>", "<|grounding|>"]
-CHAT_TOKENS = ["<|User|>", "<|Assistant|>"]
-PROCESSOR_FILE = "processor_config.json"
-
-
-def contain_size(size: tuple[int, int], box: tuple[int, int]) -> tuple[int, int]:
-    """The size ``PIL.ImageOps.contain`` resizes a ``size`` image to inside ``box`` (its rounding)."""
-    (w, h), (bw, bh) = size, box
-    if w / h > bw / bh:
-        return bw, round(h / w * bw)
-    if w / h < bw / bh:
-        return round(w / h * bh), bh
-    return bw, bh
-
-
-def letterbox(image: Image.Image, box: tuple[int, int], color: tuple[int, ...]) -> tuple[Image.Image, tuple[int, ...]]:
-    """``ImageOps.pad(image, box, color=color)`` (bicubic, centred) and where the image went:
-    ``(x0, y0, resized_w, resized_h)`` on the canvas."""
-    rw, rh = contain_size(image.size, box)
-    x0, y0 = round((box[0] - rw) * 0.5), round((box[1] - rh) * 0.5)
-    canvas = Image.new("RGB", box, color)
-    canvas.paste(image.resize((rw, rh), Image.Resampling.BICUBIC), (x0, y0))
-    return canvas, (x0, y0, rw, rh)
-
-
-class DeepseekVL2Processor:
-    """The remote ``DeepseekVLV2Processor`` without torchvision: the same special tokens added in the same order,
-    the same views (global letterbox + local tiles on the best candidate canvas) and the same ``<image>`` count.
-    Reads and writes the published ``processor_config.json`` next to the tokenizer files."""
-
-    def __init__(self, tokenizer: Any, candidate_resolutions: list[list[int]], patch_size: int, downsample_ratio: int,
-                 image_mean=(0.5, 0.5, 0.5), image_std=(0.5, 0.5, 0.5), normalize: bool = True,
-                 image_token: str = "<image>", pad_token: str = "<\uff5c\u2581pad\u2581\uff5c>", **settings: Any):
-        self.tokenizer = tokenizer
-        self.candidate_resolutions = [list(map(int, c)) for c in candidate_resolutions]
-        self.patch_size, self.downsample_ratio = int(patch_size), int(downsample_ratio)
-        self.image_mean, self.image_std, self.normalize = list(image_mean), list(image_std), bool(normalize)
-        self.image_token, self.pad_token, self.settings = image_token, pad_token, settings
-        if tokenizer.pad_token is None:
-            tokenizer.add_special_tokens({"pad_token": pad_token})
-        if image_token not in tokenizer.get_vocab():
-            tokenizer.add_special_tokens({"additional_special_tokens": [image_token]})
-        for group in (GROUNDING_TOKENS, CHAT_TOKENS):  # as the remote processor: appended when missing
-            tokenizer.add_special_tokens({"additional_special_tokens": group})
-        self.image_token_id = int(tokenizer.convert_tokens_to_ids(image_token))
-
-    @property
-    def image_size(self) -> int:
-        return self.candidate_resolutions[0][0]
-
-    @property
-    def grid(self) -> int:
-        """Tokens per tile side: ceil((S // patch) / downsample)."""
-        return math.ceil((self.image_size // self.patch_size) / self.downsample_ratio)
-
-    @property
-    def seen_px(self) -> int:
-        """Tile pixels the ViT's patches cover (384 // 14 * 14 = 378; the rest of the tile is never read)."""
-        return self.image_size // self.patch_size * self.patch_size
-
-    def num_image_tokens(self, nw: int, nh: int) -> int:
-        g = self.grid
-        return g * (g + 1) + 1 + nh * g * (nw * g + 1)
-
-    def views(self, image: Image.Image) -> tuple[torch.Tensor, tuple[int, int], dict[str, Any]]:
-        """``(tiles (1 + nw*nh, 3, S, S), (nw, nh), geometry)``: the global view, then the local tiles row-major."""
-        image = image.convert("RGB")
-        s = self.image_size
-        color = tuple(int(m * 255) for m in self.image_mean)
-        best = select_best_resolution(image.size, self.candidate_resolutions)
-        glob, gplace = letterbox(image, (s, s), color)
-        local, lplace = letterbox(image, best, color)
-        nw, nh = best[0] // s, best[1] // s
-        crops = [glob] + [local.crop((j * s, i * s, (j + 1) * s, (i + 1) * s)) for i in range(nh) for j in range(nw)]
-        arr = np.stack([np.asarray(c, dtype=np.float32) / 255.0 for c in crops])  # (T, S, S, 3)
-        if self.normalize:
-            arr = (arr - np.asarray(self.image_mean, np.float32)) / np.asarray(self.image_std, np.float32)
-        geometry = {"global_place": gplace, "local_place": lplace, "local_canvas": best}
-        return torch.from_numpy(arr).permute(0, 3, 1, 2).contiguous(), (nw, nh), geometry
-
-    def encode(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
-        """Ids without BOS/EOS, and each token's character span in ``text``."""
-        enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-        return list(enc["input_ids"]), [tuple(o) for o in enc["offset_mapping"]]
-
-    def batch_decode(self, ids: Any, **kwargs: Any) -> list[str]:
-        return self.tokenizer.batch_decode(ids, **kwargs)
-
-    def decode(self, ids: Any, **kwargs: Any) -> str:
-        return self.tokenizer.decode(ids, **kwargs)
-
-    def save_pretrained(self, directory: str | Path) -> None:
-        folder = Path(directory)
-        folder.mkdir(parents=True, exist_ok=True)
-        self.tokenizer.save_pretrained(str(folder))
-        config = {**self.settings, "candidate_resolutions": self.candidate_resolutions,
-                  "patch_size": self.patch_size, "downsample_ratio": self.downsample_ratio,
-                  "image_mean": self.image_mean, "image_std": self.image_std, "normalize": self.normalize,
-                  "image_token": self.image_token, "pad_token": self.pad_token,
-                  "processor_class": "DeepseekVLV2Processor"}
-        (folder / PROCESSOR_FILE).write_text(json.dumps(config, indent=2), encoding="utf-8")
-
-    @classmethod
-    def from_pretrained(cls, directory: str | Path) -> DeepseekVL2Processor:
-        from transformers import AutoTokenizer
-
-        folder = Path(directory)
-        file = folder / PROCESSOR_FILE
-        if not file.is_file():
-            raise FileNotFoundError(f"{folder} has no {PROCESSOR_FILE} (DeepSeek-VL2's processor settings)")
-        from vrh.infra.json_text import read_json
-
-        config = read_json(file, max_bytes=2**20, max_depth=16, expect=dict)
-        missing = [k for k in ("candidate_resolutions", "patch_size", "downsample_ratio") if k not in config]
-        if missing:
-            raise ValueError(f"{file} lacks {', '.join(missing)}")
-        config.pop("processor_class", None)
-        from vrh.models.composed import tokenizer_config
-
-        return cls(AutoTokenizer.from_pretrained(str(folder), config=tokenizer_config(folder), trust_remote_code=False), **config)
