@@ -298,11 +298,11 @@ class EvalOptions:
 class KnockoutOptions:
     """What the knockout mask modes block (:mod:`vrh.core.knockout`); recorded in ``config.json`` with the rest."""
 
-    knockout_queries: str = option("answer", choices=("answer", "image"),
+    blocked_queries: str = option("answer", choices=("answer", "image"),
                                    help="knockout modes: the queries whose attention is blocked, 'answer' those "
                                         "that produce the answer tokens (the rows Eq. 1 scores) or 'image' every "
                                         "position from the image on (docs/guide.md, Knockout)")
-    knockout_min_overlap: float = option(0.0, help="knockout-referent: minimum fraction of a visual cell inside the "
+    referent_min_overlap: float = option(0.0, help="knockout-referent: minimum fraction of a visual cell inside the "
                                                    "box for the cell to be the referent's (detection's "
                                                    "--min-overlap; 0 = any overlap)")
 

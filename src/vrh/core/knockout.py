@@ -18,7 +18,7 @@ What is blocked, per batch row (each row its own key set, so a batch equals its 
 * **keys**: the mode's key set (:class:`KnockoutBatch`): every visual token, or the referent's visual tokens
   (cell tokens whose rectangle overlaps the sample's box: :func:`vrh.core.regions.box_token_mask`, detection's
   rule and ``min_overlap``);
-* **queries** (:data:`QUERY_RULES`, the setting ``--knockout-queries``, in ``config.json``): ``answer`` (the
+* **queries** (:data:`QUERY_RULES`, the setting ``--blocked-queries``, in ``config.json``): ``answer`` (the
   default), the queries that produce the answer tokens -- the last prompt position and every decode step, the
   rows Eq. 1 scores; or ``image``, every position from the row's first visual token on (the prompt's own
   reading of the image too).

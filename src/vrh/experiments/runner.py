@@ -158,7 +158,7 @@ def knockouts(settings: Any) -> KnockoutSettings:
     """The knockout modes' settings of ``settings`` (a command's settings carry them), or the defaults."""
     if not isinstance(settings, KnockoutOptions):
         return KnockoutSettings()
-    return KnockoutSettings(settings.knockout_queries, settings.knockout_min_overlap)
+    return KnockoutSettings(settings.blocked_queries, settings.referent_min_overlap)
 
 
 def generation(settings: GenerationOptions | None) -> GenerationOptions:

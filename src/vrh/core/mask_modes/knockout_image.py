@@ -1,7 +1,7 @@
 """``knockout-image``: a masked head's logits from the blocked queries to every visual token are ``-inf``.
 
 The head still attends to the text, renormalised over it (:mod:`vrh.core.knockout`, which queries:
-``--knockout-queries``). A cross-attention head (Llama 3.2 Vision), whose keys are all vision states, has no
+``--blocked-queries``). A cross-attention head (Llama 3.2 Vision), whose keys are all vision states, has no
 key left: its output at those queries is zero, as in ``zero`` mode; that family's self-attention heads have
 no visual key in their text, so the mode changes nothing there.
 """

@@ -2,7 +2,7 @@
 ``-inf``.
 
 The referent's tokens are, per sample, the key set of Eq. 1 (cell tokens whose rectangle overlaps the
-sample's box, :func:`vrh.core.regions.box_token_mask`, detection's rule; ``--knockout-min-overlap`` its
+sample's box, :func:`vrh.core.regions.box_token_mask`, detection's rule; ``--referent-min-overlap`` its
 ``min_overlap``), so each row of a batch carries its own key set. The head still attends to the rest of the
 image and to the text. A sample without a box (VQA) is refused. See :mod:`vrh.core.knockout`.
 """
