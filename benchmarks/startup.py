@@ -1,5 +1,6 @@
-"""What a ``vrh`` call costs before it does anything (issue 46 item 20): the CPU time of ``vrh --help`` and of
-``vrh detect --help``, against a bare ``python -c pass``, and which heavy libraries they import.
+"""What a ``vrh`` call costs before it does anything (issue 46 item 20): the CPU time of ``vrh --help``, of
+``vrh detect --help`` and of ``vrh models`` (which imports every adapter module to list the families), against a
+bare ``python -c pass``, and which heavy libraries they import.
 
 Why: every command builds the whole parser (``vrh --help`` lists them all), so whatever one command's
 ``add_arguments`` imports, every call pays. It was about 1 s of CPU (``vrh report``'s arguments imported the
@@ -30,6 +31,7 @@ CALLS = {
     "python -c pass": [sys.executable, "-c", "pass"],
     "vrh --help": [sys.executable, "-m", "vrh", "--help"],
     "vrh detect --help": [sys.executable, "-m", "vrh", "detect", "--help"],
+    "vrh models": [sys.executable, "-m", "vrh", "models"],  # lists the families: imports every adapter module
 }
 HEAVY = ("torch", "transformers", "numpy", "matplotlib", "PIL", "rich")
 PROBE = ("import contextlib, io, sys, vrh.cli\n"
@@ -67,7 +69,7 @@ def main(argv: list[str] | None = None) -> dict:
                 cpu[name].append(c)
                 wall[name].append(w)
         heavy = {"vrh --help": heavy_imports(["--help"], cwd), "vrh detect --help": heavy_imports(
-            ["detect", "--help"], cwd)}
+            ["detect", "--help"], cwd), "vrh models": heavy_imports(["models"], cwd)}
     result = {"repeat": args.repeat,
               "cpu_s": {n: round(statistics.median(v), 3) for n, v in cpu.items()},
               "wall_s": {n: round(statistics.median(v), 3) for n, v in wall.items()},

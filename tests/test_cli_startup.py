@@ -36,6 +36,14 @@ def test_help_imports_none_of_the_heavy_libraries(tmp_path, argv):
     assert _heavy_after(tmp_path, *argv) == []
 
 
+@pytest.mark.parametrize("argv", [["models"], ["models", "--json"]], ids=lambda a: " ".join(a))
+def test_listing_the_families_imports_none_of_the_heavy_libraries(tmp_path, argv):
+    """``vrh models`` imports every adapter module to list the families: they import torch (and numpy) only inside
+    the functions that run a model or read a processor's outputs (it cost about 2 s of CPU when they did so at
+    import)."""
+    assert _heavy_after(tmp_path, *argv) == []
+
+
 def test_every_commands_help_imports_neither_torch_nor_transformers(tmp_path):
     """One process per command would cost a minute; one process building every command's help in turn."""
     code = ("import contextlib, io, sys, vrh.cli\n"
@@ -63,5 +71,5 @@ def test_the_startup_benchmark_prints_its_figure_as_json(tmp_path):
     out = subprocess.run([sys.executable, str(script), "--repeat", "1"], cwd=tmp_path, capture_output=True,
                          text=True, check=True).stdout.splitlines()
     result = json.loads(out[-1])
-    assert set(result["cpu_s"]) == {"python -c pass", "vrh --help", "vrh detect --help"}
-    assert result["heavy_imports"] == {"vrh --help": [], "vrh detect --help": []}
+    assert set(result["cpu_s"]) == {"python -c pass", "vrh --help", "vrh detect --help", "vrh models"}
+    assert result["heavy_imports"] == {"vrh --help": [], "vrh detect --help": [], "vrh models": ["rich"]}

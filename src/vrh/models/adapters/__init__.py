@@ -143,8 +143,8 @@ def describe_adapter(cls: type[Adapter]) -> dict[str, Any]:
     "composed", its detail saying what the CPU tests verified, what needs a GPU with the real weights and which
     published files vrh saw only in part. ``answer_formats``: the names of the family's prompt/answer variants,
     its default first (:func:`vrh.models.answer_formats.declared`)."""
-    from vrh.models.answer_formats import declared
     from vrh.models.adapters.composed_base import ComposedAdapter
+    from vrh.models.answer_formats import declared
 
     builtin = cls.__module__.startswith(__name__ + ".")
     composed = builtin and issubclass(cls, ComposedAdapter)

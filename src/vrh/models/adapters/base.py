@@ -18,10 +18,12 @@ import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-from torch import nn
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
 
 Box = tuple[float, float, float, float]  # (x1, y1, x2, y2), original-image pixels
 
@@ -59,6 +61,8 @@ class VisionBatch:
     cell_tokens: list[torch.Tensor] = field(default_factory=list)  # per sample: BoolTensor [V_b]; [] = all cells
 
     def __post_init__(self) -> None:
+        import torch
+
         if not self.cell_tokens:
             self.cell_tokens = [torch.ones(len(v), dtype=torch.bool) for v in self.visual_positions]
         for b, (v, c) in enumerate(zip(self.visual_positions, self.cell_tokens, strict=True)):
@@ -96,7 +100,7 @@ class Adapter:
     runs_remote_code = False  # True only in a custom adapter whose load() opts in to the checkpoint's code itself
 
     # --- loading -------------------------------------------------------------------------------
-    def load(self, path: str, *, dtype: torch.dtype = torch.float32, device: str = "cpu",
+    def load(self, path: str, *, dtype: torch.dtype | None = None, device: str = "cpu",
              attn_implementation: str = "sdpa", device_map: str | dict | None = None) -> tuple[nn.Module, Any]:
         """Load (model, processor) from a local path or hub id; offline when HF_HUB_OFFLINE is set.
 
@@ -106,7 +110,11 @@ class Adapter:
 
         The default, shared by the built-in families: ``transformers.<model_class>.from_pretrained``, the
         processor from :meth:`processor_for` with left padding (vrh's batches are left-padded), the
-        family's :meth:`on_load` checks and settings, then the model placed and in eval mode."""
+        family's :meth:`on_load` checks and settings, then the model placed and in eval mode. ``dtype`` None:
+        float32 (a default that needs no torch to import this module)."""
+        import torch
+
+        dtype = torch.float32 if dtype is None else dtype
         if not self.model_class:
             raise NotImplementedError(f"{type(self).__name__} sets no model_class and does not override load()")
         cls = getattr(importlib.import_module("transformers"), self.model_class)
@@ -157,6 +165,8 @@ class Adapter:
         the entries of its first input (images, tiles or patches; or, given ``grid_thw``, each image's patches)
         independently. Default: the first of ``visual``, ``vision_tower``, ``vision_model``, ``vision`` on ``model.model``
         or ``model`` (every built-in family); None (the vision share is then off) where there is none."""
+        from torch import nn
+
         for owner in (getattr(model, "model", None), model):
             for name in ("visual", "vision_tower", "vision_model", "vision"):
                 found = getattr(owner, name, None) if owner is not None else None
@@ -319,6 +329,8 @@ class ChatTemplateAdapter(Adapter):
 
     def build_batch(self, processor: Any, images: list, prompts: list[str],
                     answers: list[str] | None = None, expressions: list[str] | None = None) -> VisionBatch:
+        import torch
+
         images = [im.convert("RGB") if hasattr(im, "convert") else im for im in images]
         tok = processor.tokenizer
         texts, spans = self.chat_spans(prompts, answers, expressions,

@@ -22,14 +22,13 @@ Why it lives in this package: a family subclasses it, and discovery imports the 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING, Any
 
 from vrh.models.adapters.base import Adapter
-from vrh.models.composed import (check_buffers, checkpoint_folder, empty_parameters, iter_checkpoint, load_strict,
-                                 read_config)
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
 
 
 class ComposedAdapter(Adapter):
@@ -54,8 +53,14 @@ class ComposedAdapter(Adapter):
         """The checkpoint's tensors (published names) -> the state dict of :meth:`build_model`'s module."""
         raise NotImplementedError
 
-    def load(self, path: str, *, dtype: torch.dtype = torch.float32, device: str = "cpu",
+    def load(self, path: str, *, dtype: torch.dtype | None = None, device: str = "cpu",
              attn_implementation: str = "sdpa", device_map: str | dict | None = None) -> tuple[nn.Module, Any]:
+        import torch
+
+        from vrh.models.composed import (check_buffers, checkpoint_folder, empty_parameters, iter_checkpoint,
+                                         load_strict, read_config)
+
+        dtype = torch.float32 if dtype is None else dtype  # as Adapter.load
         if device_map is not None:
             raise ValueError(f"--device-map is not supported for {self.name} (a composed family vrh builds "
                              "itself); load it on one device")

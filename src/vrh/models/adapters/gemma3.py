@@ -31,11 +31,12 @@ parser. The first valid 4-list in the answer is read in that order (``box_2d`` o
 from __future__ import annotations
 
 import math
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from vrh.models.adapters.base import Box, ChatTemplateAdapter, VisionBatch, register_adapter
+
+if TYPE_CHECKING:
+    import torch
 
 NORM = 1000  # the answer frame: 0-1000 relative to the original image
 
@@ -98,6 +99,8 @@ class Gemma3Adapter(ChatTemplateAdapter):
     def visual_map(self, processor: Any, enc: Any, b: int, image: Any
                    ) -> tuple[torch.Tensor, dict[str, Any], torch.Tensor]:
         """The whole image's n x n cells, then each pan-and-scan crop's n x n cells, row-major."""
+        import torch
+
         # every view (the whole image, then each crop) is image_seq_length soft tokens
         n_views = int((enc["input_ids"][b] == self.feature_token_id(processor)).sum()) // processor.image_seq_length
         n = math.isqrt(int(processor.image_seq_length))  # tokens per side: the projector pools a square

@@ -28,12 +28,13 @@ The MoE checkpoints (GLM-4.5V, GLM-4.6V 106B: ``glm4v_moe``) are not registered 
 from __future__ import annotations
 
 import json
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from vrh.models.adapters.base import Box, register_adapter
 from vrh.models.adapters.qwen_vl import QwenVLAdapter
+
+if TYPE_CHECKING:
+    import torch
 
 BOX_OPEN, BOX_CLOSE = "<|begin_of_box|>", "<|end_of_box|>"
 # tokens that end or pad a GLM turn; decode drops them and keeps the box and think markers
@@ -64,7 +65,7 @@ class Glm4vAdapter(QwenVLAdapter):
     _CLASSES = {"glm4v": ("Glm4vForConditionalGeneration", "Glm4vProcessor"),
                 "glm46v": ("Glm46VForConditionalGeneration", "Glm46VProcessor")}
 
-    def load(self, path: str, *, dtype: torch.dtype = torch.float32, device: str = "cpu",
+    def load(self, path: str, *, dtype: torch.dtype | None = None, device: str = "cpu",
              attn_implementation: str = "sdpa", device_map: str | dict | None = None):
         """Pick the model and processor classes from the checkpoint's ``model_type`` (glm4v or glm46v)."""
         from transformers import AutoConfig

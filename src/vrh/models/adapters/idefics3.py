@@ -35,13 +35,14 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING, Any
 
 from vrh.models.adapters.base import ChatTemplateAdapter, image_only, register_adapter
 from vrh.models.adapters.llava_next import LlavaNextAdapter
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
 
 _TAG = re.compile(r"<row_(\d+)_col_(\d+)>")
 
@@ -67,6 +68,8 @@ def tile_tags(text: str) -> tuple[int, int]:
 
 def grid_cells(rows: int, cols: int, width: float, height: float) -> torch.Tensor:
     """The cells of a ``rows x cols`` grid over a ``width x height`` image, row-major: ``[rows * cols, 4]`` xyxy."""
+    import torch
+
     i, j = torch.meshgrid(torch.arange(rows), torch.arange(cols), indexing="ij")  # [rows, cols] each
     i, j = i.flatten().double(), j.flatten().double()  # [rows * cols], row-major
     cw, ch = width / cols, height / rows
@@ -89,7 +92,7 @@ class Idefics3Adapter(ChatTemplateAdapter):
                 "smolvlm": ("SmolVLMForConditionalGeneration", "SmolVLMProcessor")}
 
     # --- loading -------------------------------------------------------------------------------
-    def load(self, path: str, *, dtype: torch.dtype = torch.float32, device: str = "cpu",
+    def load(self, path: str, *, dtype: torch.dtype | None = None, device: str = "cpu",
              attn_implementation: str = "sdpa", device_map: str | dict | None = None) -> tuple[nn.Module, Any]:
         """Pick the classes from the checkpoint's ``model_type`` (idefics3 or smolvlm)."""
         from transformers import AutoConfig
@@ -137,6 +140,8 @@ class Idefics3Adapter(ChatTemplateAdapter):
     def visual_map(self, processor: Any, enc: Any, b: int, image: Any
                    ) -> tuple[torch.Tensor, dict[str, Any], torch.Tensor]:
         """Tile cells (row-major within each tile, tiles row-major), then the global frame's cells."""
+        import torch
+
         per_frame = int(processor.image_seq_len)
         n = math.isqrt(per_frame)  # tokens per frame side: the connector reshapes a frame square
         frame_h, frame_w = (int(v) for v in enc["pixel_values"].shape[-2:])  # pixel_values: [B, N, C, F, F]

@@ -38,11 +38,12 @@ both (the same tokens either way).
 from __future__ import annotations
 
 import math
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from vrh.models.adapters.base import Box, ChatTemplateAdapter, register_adapter
+
+if TYPE_CHECKING:
+    import torch
 
 NORM = 1000  # the answer frame: 0-1000 relative to the original image
 LEGACY_IMAGE = "<image>"  # the image placeholder of the older -hf chat template
@@ -108,6 +109,8 @@ class InternVLAdapter(ChatTemplateAdapter):
                    ) -> tuple[torch.Tensor, dict[str, Any], torch.Tensor]:
         """Tile cells (row-major within each tile, tiles row-major), then the thumbnail's cells. Checked
         against the processor's output: tiles x ``image_seq_length`` must equal the sample's image tokens."""
+        import torch
+
         settings = tiling_settings(processor)
         cols, rows, thumbnail = tile_grid(image.size, settings)
         n = math.isqrt(int(processor.image_seq_length))  # tokens per tile side: the model reshapes a tile square

@@ -23,20 +23,21 @@ Reading a box back uses :func:`vrh.data.boxes.parse_box`, so any template it can
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
-
-import numpy as np
-import torch
-from torch import nn
+from typing import TYPE_CHECKING, Any
 
 from vrh.models.adapters.base import Box, ChatTemplateAdapter, register_adapter
 from vrh.models.answer_formats import NATIVE, shared
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
 
 _EDGE = 1e-6  # original px: a side this short is float rounding of a patch edge on the padding's border
 
 
 def _resized_hw(ip: Any, height: int, width: int) -> tuple[int, int]:
     """(height, width) after the image processor's resize step, using transformers' own size helpers."""
+    import numpy as np
     from transformers.image_transforms import get_resize_output_image_size, get_size_with_aspect_ratio
     from transformers.image_utils import ChannelDimension, get_image_size_for_max_height_width
 
@@ -96,7 +97,7 @@ class LlavaAdapter(ChatTemplateAdapter):
     answer_formats = (NATIVE, *shared("pixels", "norm1", "norm1000"))
 
     # --- loading -------------------------------------------------------------------------------
-    def load(self, path: str, *, dtype: torch.dtype = torch.float32, device: str = "cpu",
+    def load(self, path: str, *, dtype: torch.dtype | None = None, device: str = "cpu",
              attn_implementation: str = "sdpa", device_map: str | dict | None = None) -> tuple[nn.Module, Any]:
         """The default load, then the checkpoint's ``vrh`` settings (``vrh.json`` over ``config.vrh``)."""
         model, processor = super().load(path, dtype=dtype, device=device, attn_implementation=attn_implementation,
@@ -127,6 +128,8 @@ class LlavaAdapter(ChatTemplateAdapter):
 
     # --- token -> image map --------------------------------------------------------------------
     def visual_map(self, processor: Any, enc: Any, b: int, image: Any) -> tuple[torch.Tensor, dict[str, Any], torch.Tensor]:
+        import torch
+
         ip, patch = processor.image_processor, int(processor.patch_size)
         crop_h, crop_w = (int(v) for v in enc["pixel_values"].shape[-2:])  # pixel_values: [B, C, H, W]
         rows, cols = crop_h // patch, crop_w // patch

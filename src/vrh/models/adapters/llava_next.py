@@ -29,14 +29,14 @@ way). vrh writes two decimals, as LLaVA's grounding data does.
 
 from __future__ import annotations
 
-from typing import Any
-
-import numpy as np
-import torch
-from torch import nn
+from typing import TYPE_CHECKING, Any
 
 from vrh.models.adapters.base import Box, ChatTemplateAdapter, register_adapter
 from vrh.models.adapters.llava import complete_processor
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
 
 
 def _side(size: Any, *keys: str) -> int | None:
@@ -59,6 +59,7 @@ def tile_side(processor: Any) -> int:
 
 def anyres_canvas(image_hw: tuple[int, int], pinpoints: list, tile: int):
     """Where the processor put the image: ``(canvas_hw, resized_hw, paste_yx)`` in canvas pixels."""
+    import numpy as np
     from transformers.image_processing_utils import get_patch_output_size, select_best_resolution
     from transformers.image_utils import ChannelDimension
 
@@ -74,6 +75,7 @@ def anyres_canvas(image_hw: tuple[int, int], pinpoints: list, tile: int):
 def kept_grid(image_hw: tuple[int, int], rows: int, cols: int) -> torch.Tensor:
     """Row-major indices into the full ``rows x cols`` tile grid of the tokens the model keeps, as a
     ``[rows', cols']`` LongTensor: the model's own ``unpad_image`` applied to a grid of indices."""
+    import torch
     from transformers.models.llava_next.modeling_llava_next import unpad_image
 
     idx = torch.arange(rows * cols).view(1, rows, cols)  # [1, rows, cols] "feature map" of token indices
@@ -105,6 +107,8 @@ class LlavaNextAdapter(ChatTemplateAdapter):
     # --- token -> image map --------------------------------------------------------------------
     def visual_map(self, processor: Any, enc: Any, b: int, image: Any
                    ) -> tuple[torch.Tensor, dict[str, Any], torch.Tensor]:
+        import torch
+
         if processor.vision_feature_select_strategy != "default":
             raise ValueError(f"vision_feature_select_strategy={processor.vision_feature_select_strategy!r}: the "
                              "llava_next adapter supports 'default' (CLS dropped) only")

@@ -30,13 +30,14 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING, Any
 
 from vrh.models.adapters.base import register_adapter
 from vrh.models.adapters.llava_next import LlavaNextAdapter, anyres_canvas, tile_side
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
 
 
 def max_tiles(vision_aspect_ratio: str) -> int:
@@ -83,6 +84,7 @@ class LlavaOnevisionAdapter(LlavaNextAdapter):
     # --- token -> image map --------------------------------------------------------------------
     def visual_map(self, processor: Any, enc: Any, b: int, image: Any
                    ) -> tuple[torch.Tensor, dict[str, Any], torch.Tensor]:
+        import torch
         from transformers.models.llava_onevision.modeling_llava_onevision import unpad_image
 
         ip, tile = processor.image_processor, tile_side(processor)
@@ -126,6 +128,8 @@ class LlavaOnevisionAdapter(LlavaNextAdapter):
 
 def _cells(top: torch.Tensor, left: torch.Tensor, height: float, width: float) -> torch.Tensor:
     """Row-major ``[len(top) * len(left), 4]`` xyxy cells of the given size at every (top, left) pair."""
+    import torch
+
     y, x = torch.meshgrid(top, left, indexing="ij")  # [R, C] each
     y, x = y.flatten(), x.flatten()
     return torch.stack([x, y, x + width, y + height], dim=1)

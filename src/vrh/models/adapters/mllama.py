@@ -31,13 +31,14 @@ LLaVA-NeXT and Idefics3: an answer ``[x1, y1, x2, y2]`` of floats in ``[0, 1]``.
 
 from __future__ import annotations
 
-from typing import Any
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING, Any
 
 from vrh.models.adapters.base import Adapter, VisionBatch, register_adapter
 from vrh.models.adapters.llava_next import LlavaNextAdapter
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
 
 
 @register_adapter
@@ -86,6 +87,8 @@ class MllamaAdapter(Adapter):
 
     def build_batch(self, processor: Any, images: list, prompts: list[str],
                     answers: list[str] | None = None, expressions: list[str] | None = None) -> VisionBatch:
+        import torch
+
         images = [im.convert("RGB") if hasattr(im, "convert") else im for im in images]
         texts, spans = self.chat_spans(prompts, answers, expressions, lambda p: self.chat_text(processor, p),
                                        image_token=processor.image_token)
@@ -124,6 +127,7 @@ class MllamaAdapter(Adapter):
     def key_map(self, processor: Any, enc: Any, b: int, image: Any) -> tuple[torch.Tensor, torch.Tensor, dict]:
         """Sample ``b``'s cross-attention keys: rectangles ``[V, 4]`` (original-image pixels), cell flags ``[V]``
         and the meta dict; ``V = max_images * max_tiles * num_patches`` (see the module docstring)."""
+        import torch
         from transformers.models.mllama.image_processing_pil_mllama import (get_all_supported_aspect_ratios,
                                                                            get_image_size_fit_to_canvas)
 

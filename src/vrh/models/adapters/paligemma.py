@@ -33,12 +33,13 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING, Any
 
 from vrh.models.adapters.base import Adapter, Box, VisionBatch, register_adapter
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
 
 BINS = 1024  # <loc0000> ... <loc1023>
 _LOC4_RE = re.compile(r"<loc(\d{4})>\s*<loc(\d{4})>\s*<loc(\d{4})>\s*<loc(\d{4})>")
@@ -89,7 +90,7 @@ class PaliGemmaAdapter(Adapter):
     model_class = "PaliGemmaForConditionalGeneration"
 
     # --- loading -------------------------------------------------------------------------------
-    def load(self, path: str, *, dtype: torch.dtype = torch.float32, device: str = "cpu",
+    def load(self, path: str, *, dtype: torch.dtype | None = None, device: str = "cpu",
              attn_implementation: str = "sdpa", device_map: str | dict | None = None) -> tuple[nn.Module, Any]:
         """The LM always eager (Gemma 2 has no sdpa path: sdpa cannot softcap), the tower as requested."""
         impl = {"text_config": "eager", "vision_config": attn_implementation, "": attn_implementation}
@@ -105,6 +106,8 @@ class PaliGemmaAdapter(Adapter):
         """Prefix ``<image> + prompt`` and, with ``answers``, the answers as the causal suffix (its ``<eos>``
         dropped). Positions come from the processor's placeholder span and the tokenizer's offsets: prefix
         offsets index the expanded prefix text, suffix offsets the suffix text."""
+        import torch
+
         images = [im.convert("RGB") if hasattr(im, "convert") else im for im in images]
         tok, image_token = processor.tokenizer, processor.image_token
         for prompt in prompts:
@@ -160,6 +163,8 @@ class PaliGemmaAdapter(Adapter):
 
     def visual_map(self, processor: Any, enc: Any, b: int, image: Any) -> tuple[torch.Tensor, dict[str, Any]]:
         """n x n cells of the squashed image, row-major, scaled to the original (every token a cell)."""
+        import torch
+
         ip = processor.image_processor
         side_h, side_w = (int(v) for v in enc["pixel_values"].shape[-2:])  # pixel_values: [B, C, S, S]
         if getattr(ip, "do_center_crop", False) or getattr(ip, "do_pad", False) or side_h != side_w:

@@ -16,11 +16,12 @@ how they are asked to ground and in the coordinate frame of their answers:
 from __future__ import annotations
 
 import json
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from vrh.models.adapters.base import Box, ChatTemplateAdapter, register_adapter
+
+if TYPE_CHECKING:
+    import torch
 
 
 class QwenVLAdapter(ChatTemplateAdapter):
@@ -43,6 +44,8 @@ class QwenVLAdapter(ChatTemplateAdapter):
         """Each LM visual token is one merged cell of the resized image, row-major over the merged grid
         (the vision tower merges consecutive ``merge**2`` patches, and the image processor emits patches
         grouped by merge window). Cells are scaled back to the original image."""
+        import torch
+
         ip = processor.image_processor
         patch, merge = int(ip.patch_size), int(ip.merge_size)
         t, gh, gw = (int(v) for v in enc["image_grid_thw"][b])  # one image per sample -> row b; patch units

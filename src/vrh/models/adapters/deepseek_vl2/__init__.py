@@ -30,13 +30,14 @@ and pixels, in case a fine-tune writes no ``<|det|>`` tags.
 
 from __future__ import annotations
 
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from vrh.models.adapters.base import Box, VisionBatch, register_adapter
-from vrh.models.answer_formats import NATIVE, AnswerFormat, shared
 from vrh.models.adapters.composed_base import ComposedAdapter
+from vrh.models.answer_formats import NATIVE, AnswerFormat, shared
+
+if TYPE_CHECKING:
+    import torch
 
 NORM = 999  # the answer frame: 0-999 relative to the original image
 USER = "<|User|>: "  # text before the image
@@ -92,6 +93,8 @@ class DeepseekVL2Adapter(ComposedAdapter):
                     answers: list[str] | None = None, expressions: list[str] | None = None) -> VisionBatch:
         """``BOS, <|User|>: , <image> x n, \\n{prompt}\\n\\n<|Assistant|>:[answer]``, each text piece tokenized
         on its own as the remote processor does, left-padded."""
+        import torch
+
         tok = processor.tokenizer
         if tok.bos_token_id is None or tok.pad_token_id is None:
             raise ValueError("DeepSeek-VL2's tokenizer needs a BOS and a pad token")
@@ -138,6 +141,8 @@ class DeepseekVL2Adapter(ComposedAdapter):
     def visual_map(processor: Any, size: tuple[int, int], nw: int, nh: int, geometry: dict[str, Any]
                    ) -> tuple[torch.Tensor, dict[str, Any], torch.Tensor]:
         """Rectangles (original pixels) and cell flags of one image's tokens, in sequence order."""
+        import torch
+
         width, height = size
         s, g, seen = processor.image_size, processor.grid, processor.seen_px
         step = processor.patch_size * processor.downsample_ratio  # tile pixels per token side (28)

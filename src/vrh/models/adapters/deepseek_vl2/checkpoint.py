@@ -11,7 +11,6 @@ from typing import Any
 import torch
 from torch import nn
 
-
 _VISION_RENAMES = [  # published (after "vision.") <-> module (after "model.vision."); {i} = block index
     ("patch_embed.proj.", "embeddings.patch_embedding."), ("blocks.{i}.norm1.", "encoder.layers.{i}.layer_norm1."),
     ("blocks.{i}.norm2.", "encoder.layers.{i}.layer_norm2."),

@@ -32,15 +32,16 @@ transformers' own ``apply_chat_template(tokenize=True)``). Both are recorded (``
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING, Any
 
 from vrh.models.adapters.base import ChatTemplateAdapter, register_adapter
+from vrh.models.adapters.composed_base import ComposedAdapter
 from vrh.models.adapters.llava_next import LlavaNextAdapter
 from vrh.models.answer_formats import NATIVE, AnswerFormat, shared
-from vrh.models.adapters.composed_base import ComposedAdapter
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
 
 SYSTEM_PROMPT = "You are agent that can see, talk and act."  # model card, lmms-eval wrapper
 # open_clip's pooled head (timm head.norm, the CLIP projection): in the tower's state dict, never run by Magma
@@ -89,7 +90,7 @@ class MagmaAdapter(ComposedAdapter, ChatTemplateAdapter):
 
         return MagmaProcessor.from_pretrained(path)
 
-    def load(self, path: str, *, dtype: torch.dtype = torch.float32, device: str = "cpu",
+    def load(self, path: str, *, dtype: torch.dtype | None = None, device: str = "cpu",
              attn_implementation: str = "sdpa", device_map: str | dict | None = None) -> tuple[nn.Module, Any]:
         """The composed load and a check that the tokenizer's ``<image>`` is
         the id the model scatters features into (here, not in :meth:`on_load`: inspect counts with a stand-in)."""
@@ -122,6 +123,8 @@ class MagmaAdapter(ComposedAdapter, ChatTemplateAdapter):
 
     def visual_map(self, processor: Any, enc: Any, b: int, image: Any
                    ) -> tuple[torch.Tensor, dict[str, Any], torch.Tensor]:
+        import torch
+
         from vrh.models.adapters.magma.modeling import CONVNEXT_STRIDE
 
         s, p = processor.image_processor.base_img_size, CONVNEXT_STRIDE

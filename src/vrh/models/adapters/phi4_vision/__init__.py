@@ -22,14 +22,15 @@ of the resized image, JSON pixels).
 
 from __future__ import annotations
 
-from typing import Any
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING, Any
 
 from vrh.models.adapters.base import Box, VisionBatch, register_adapter
-from vrh.models.answer_formats import NATIVE, shared
 from vrh.models.adapters.composed_base import ComposedAdapter
+from vrh.models.answer_formats import NATIVE, shared
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
 
 GRID = 1000  # the default answer frame: integers 0-1000 relative to the image (unverified, see above)
 NOTHINK = "<|dummy_84|>"  # opens a direct (NOTHINK) answer, as the released chat template's system prompt asks
@@ -77,6 +78,8 @@ class Phi4VisionAdapter(ComposedAdapter):
 
     def build_batch(self, processor: Any, images: list, prompts: list[str],
                     answers: list[str] | None = None, expressions: list[str] | None = None) -> VisionBatch:
+        import torch
+
         images = [im.convert("RGB") for im in images]
         texts, spans = self.chat_spans(prompts, answers, expressions, processor.chat_text)
         enc = processor(texts, images)
@@ -107,6 +110,8 @@ class Phi4VisionAdapter(ComposedAdapter):
     def visual_map(self, processor: Any, enc: dict[str, torch.Tensor], b: int, image: Any
                    ) -> tuple[torch.Tensor, dict[str, Any]]:
         """Rectangles of sample ``b``'s tokens: patch ``(k // w, k % w)`` of the resized image, scaled back."""
+        import torch
+
         p = processor.image_processor.patch_size
         rows, cols = (int(v) for v in enc["spatial_shapes"][b])  # patches of the resized image
         width, height = image.size
