@@ -197,8 +197,14 @@ def config_record(cfg: Any, exclude: Sequence[str] = ("resume", "overwrite", "th
     interrupted one's. ``answer_format`` is recorded
     resolved, where the model is (``model.answer_format``: name, prompt and box writing in effect), not as
     the option was written: the default and the family's first named explicitly are one setting. Likewise
-    ``random_from`` is recorded resolved, in ``exclude_layers`` (:func:`vrh.experiments.setup.fit_random_pool`)."""
-    return {k: v for k, v in dataclasses.asdict(cfg).items() if k not in exclude}
+    ``random_from`` is recorded resolved, in ``exclude_layers`` (:func:`vrh.experiments.setup.fit_random_pool`).
+    The knockout settings (:class:`KnockoutOptions`) are recorded where a knockout mode runs: elsewhere they
+    change nothing, and run folders written before them (which a resume compares with) lack them."""
+    record = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in exclude}
+    if not str(record.get("mask_mode", "")).startswith("knockout-"):
+        for f in dataclasses.fields(KnockoutOptions):
+            record.pop(f.name, None)
+    return record
 
 
 # --- option groups ------------------------------------------------------------------------------------

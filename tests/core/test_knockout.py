@@ -295,3 +295,14 @@ def test_batched_knockout_conditions_equal_one_head_set_at_a_time(tmp_path):
     for c in conds:
         assert batched.records[c.label] == alone.records[c.label], c.label
     assert batched.records["all-image"] != batched.records["none"]  # the knockout acts
+
+
+def test_config_json_records_the_knockout_settings_only_under_a_knockout_mode():
+    from vrh.experiments.settings import SweepSettings
+    from vrh.options import config_record
+
+    plain = config_record(SweepSettings(model="m", data="d", heads="h", out="o"))
+    assert "blocked_queries" not in plain  # a zero-mode run's config.json is what it always was (resume)
+    knocked = config_record(SweepSettings(model="m", data="d", heads="h", out="o", mask_mode="knockout-referent",
+                                          blocked_queries="image"))
+    assert knocked["blocked_queries"] == "image" and knocked["referent_min_overlap"] == 0.0
