@@ -83,6 +83,8 @@ class ImageStore:
                 self.recorder.add(self.folder / name)
             # below the recorder's folder (the --out vrh was given), no name a link: a new file (vrh.runs.safe_paths)
             root = self.recorder.folder if self.recorder is not None else self.folder
+            if self.recorder is None:  # a store of its own (no --out above it): its folder is made, as before
+                self.folder.mkdir(parents=True, exist_ok=True)
             with safe_paths.open_write(root, self.folder / name, "wb", fresh=True, mkdir=True) as f:
                 f.write(data)
             self._names[name] = digest
