@@ -67,6 +67,13 @@ ONE_FILE_KINDS = {  # the kinds the page promises in one file, and the test that
 }
 
 
+def test_the_one_folder_promise_is_kept_by_a_test_that_adds_one():
+    """An analysis is one folder: tests/analyses/test_registry.py adds one from a temporary package and sees it
+    everywhere, with no other file of vrh edited."""
+    assert re.search(r"\*\*Add an analysis command with its report section\*\* \(1 folder\)", DOC)
+    assert "register_analysis(" in (ROOT / "tests" / "analyses" / "test_registry.py").read_text()
+
+
 def test_the_one_file_promises_are_kept_by_a_test_that_adds_one():
     """Each kind the page says is one file is added by a test from a temporary module, with no other file of vrh
     edited (tests/test_extensions.py, tests/study/test_kinds.py): the count cannot silently grow."""

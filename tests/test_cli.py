@@ -8,18 +8,18 @@ import sys
 import pytest
 
 from vrh import runs
-from vrh.cli import COMMANDS, build_parser, main
+from vrh.cli import build_parser, commands, main
 
 
 def test_help_lists_commands(capsys):
     with pytest.raises(SystemExit):
         main(["--help"])
     out = capsys.readouterr().out
-    for mod in COMMANDS:
+    for mod in commands():
         assert mod.NAME in out
 
 
-@pytest.mark.parametrize("mod", [m for m in COMMANDS if hasattr(m, "Config")], ids=lambda m: m.NAME)
+@pytest.mark.parametrize("mod", [m for m in commands() if hasattr(m, "Config")], ids=lambda m: m.NAME)
 def test_every_option_has_help_and_shows_its_default(mod):
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "command").choices[mod.NAME]

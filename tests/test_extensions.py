@@ -15,11 +15,13 @@ import pytest
 import vrh.data.sources
 import vrh.scoring
 import vrh.tasks
+from vrh.analyses import registry as analyses
 from vrh.cli import main
 from vrh.core import masking
 from vrh.data import Sample, answer_rule_registry
 from vrh.data.sources import registry as sources
 from vrh.scoring import registry as scorers
+from vrh.runs import results as results_kinds
 from vrh.tasks import base as tasks
 
 SCORER = '''
@@ -87,12 +89,13 @@ def throwaway_mode(model, adapter, heads):
 PACKAGES = {vrh.scoring: {"throwaway_scorer": SCORER}, vrh.tasks: {"throwaway_task": TASK, "throwaway_rule": RULE},
             vrh.data.sources: {"throwaway_source": SOURCE}}
 REGISTRIES = ((scorers, "_METHODS"), (tasks, "_TASKS"), (sources, "_SOURCES"), (masking, "_MODES"),
-              (answer_rule_registry, "_RULES"))
+              (answer_rule_registry, "_RULES"), (analyses, "_ANALYSES"), (results_kinds, "_KINDS"))
 
 
 def _registered() -> dict[str, tuple[str, ...]]:
     return {"scorers": scorers.scorer_names(), "tasks": tasks.task_names(), "sources": sources.source_names(),
-            "mask modes": masking.mask_mode_names(), "answer rules": answer_rule_registry.answer_rule_names()}
+            "mask modes": masking.mask_mode_names(), "answer rules": answer_rule_registry.answer_rule_names(),
+            "analyses": tuple(analyses.analyses()), "results kinds": tuple(results_kinds._KINDS)}
 
 
 @pytest.fixture
@@ -137,7 +140,7 @@ def test_each_kind_of_extension_reaches_the_cli_help(extensions, capsys):
 
 
 def test_a_registered_scorer_joins_compare_defaults(extensions):
-    from vrh.commands import compare
+    from vrh.analyses import compare
     from vrh.experiments.settings import DESIGN_SPACE, TOKEN_CHOICE
     from vrh.options import add_options, parse_config
 

@@ -6,7 +6,7 @@ change that silently breaks capture, scoring, masking or the judge fails here.
 """
 
 from vrh.experiments import conditions as cond
-from vrh.experiments.settings import DEMO_WORLD_SEED
+from vrh.analyses.demo.settings import DEMO_WORLD_SEED
 from vrh.experiments.detection import detect_heads, detection_split
 from vrh.models.loading import load_model
 from vrh.options import DetectOptions

@@ -84,23 +84,44 @@ def test_no_import_cycles_in_vrh():
 def test_commands_do_not_import_each_other():
     graph = import_graph()
     commands = {m for m in graph if m.startswith("vrh.commands.") and not m.rpartition(".")[2].startswith("_")}
-    assert {"vrh.commands.detect", "vrh.commands.evaluate", "vrh.commands.demo"} <= commands
+    assert {"vrh.commands.data", "vrh.commands.report", "vrh.commands.study"} <= commands
     bad = {m: sorted(graph[m] & commands) for m in commands if graph[m] & commands}
     assert not bad, f"command modules import other commands: {bad}"
 
 
+def _analysis_of(module: str) -> str | None:
+    """``vrh.analyses.sweep.section`` -> ``sweep``; None for the registry and the package's own modules."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[:2] == ["vrh", "analyses"] and (SRC / "analyses" / parts[2]).is_dir() \
+        else None
+
+
+def test_analyses_do_not_import_each_other():
+    """An analysis folder is the analysis: it imports the shared machinery (vrh.experiments, ...) and the registry,
+    never another analysis' folder (so that removing a folder removes only it)."""
+    graph = import_graph()
+    assert {"vrh.analyses.detect", "vrh.analyses.evaluate", "vrh.analyses.demo"} <= set(graph)
+    bad = {m: sorted(t for t in graph[m] if _analysis_of(t) not in (None, _analysis_of(m)))
+           for m in graph if _analysis_of(m)}
+    assert not {m: t for m, t in bad.items() if t}, f"analyses import other analyses: {bad}"
+
+
 def test_command_modules_import_only_options_and_settings_at_module_level():
     """So that ``vrh --help`` does not import torch: library imports live inside ``run``; the settings types
-    (the commands' ``Config``) import only the options."""
-    for path in (SRC / "commands").glob("*.py"):
-        if path.name.startswith("_"):
+    (the commands' ``Config``) import only the options. An analysis' registration (its folder's ``__init__``)
+    and settings likewise: ``vrh --help`` imports every registration."""
+    paths = [*(SRC / "commands").glob("*.py"), *(SRC / "analyses").glob("*/__init__.py"),
+             *(SRC / "analyses").glob("*/settings.py"), SRC / "analyses" / "registry.py"]
+    for path in paths:
+        if path.name.startswith("_") and path.name != "__init__.py":
             continue
+        own = f"vrh.analyses.{path.parent.name}.settings"
         for node in ast.parse(path.read_text()).body:
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("vrh"):
-                assert node.module in ("vrh.options", "vrh.experiments.settings"), \
-                    f"{path.name} imports {node.module} at module level"
+                assert node.module in ("vrh.options", "vrh.experiments.settings", "vrh.analyses.registry",
+                                       "vrh.infra.discovery", own), f"{path} imports {node.module} at module level"
             if isinstance(node, ast.Import):
-                assert not any(a.name.startswith(("vrh", "torch")) for a in node.names), path.name
+                assert not any(a.name.startswith(("vrh", "torch")) for a in node.names), path
 
 
 def test_the_cli_imports_without_torch():
@@ -138,6 +159,7 @@ LAYERS = (
     ("options", ("vrh.options",)),  # the option groups: they read the masking registry (core)
     ("report", ("vrh.report",)),  # reads run folders only; the demo builds its report, compare draws its figure
     ("experiments", ("vrh.experiments", "vrh.organism", "vrh.testing")),
+    ("analyses", ("vrh.analyses",)),  # one folder per analysis: its registration, settings, run (the registry a leaf)
     ("interface", ("vrh.commands", "vrh.cli", "vrh.__main__", "vrh.study")),  # study runs the library calls
 )
 

@@ -43,7 +43,7 @@ def test_model_is_required_except_by_the_demo():
     """A default model ran the toy organism on a user's 640x480 images and scored it (issue 26 item 10)."""
     with pytest.raises(SystemExit):
         _parse(["--data", "d", "--out", "o"])  # --model missing
-    from vrh.commands import demo
+    from vrh.analyses import demo
 
     p = argparse.ArgumentParser()
     add_options(p, demo.Config)

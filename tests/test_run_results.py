@@ -88,12 +88,19 @@ STABILITY = {  # the three shapes vrh stability writes
 }
 
 
+def files() -> dict:
+    """:data:`FILES` and each registered analysis' own example (its registration's ``example_results``)."""
+    from vrh.analyses.registry import analyses
+
+    return {**FILES, **{a.name: dict(a.example_results) for a in analyses().values() if a.example_results is not None}}
+
+
 def _cases():
-    yield from FILES.items()
+    yield from files().items()
     yield from (("stability", obj) for obj in STABILITY.values())
 
 
-@pytest.mark.parametrize("command,obj", list(_cases()), ids=[*FILES, *STABILITY])
+@pytest.mark.parametrize("command,obj", list(_cases()), ids=[*files(), *STABILITY])
 def test_every_kind_writes_back_what_it_read_key_for_key_in_order(command, obj):
     value = runs.results_from_json(command, {"schema_version": 2, **obj})
     assert type(value) is runs.results_type(command) is not runs.RunResults and value.COMMAND == command
@@ -103,14 +110,12 @@ def test_every_kind_writes_back_what_it_read_key_for_key_in_order(command, obj):
 
 
 def test_every_command_that_writes_results_has_a_kind():
-    from vrh.cli import COMMANDS
+    from vrh.analyses.registry import analyses
 
-    import dataclasses
-
-    writing = {m.NAME for m in COMMANDS  # a command with settings and an --out run folder
-               if hasattr(m, "Config") and "out" in {f.name for f in dataclasses.fields(m.Config)}}
+    writing = {a.name for a in analyses().values() if a.writes_run_folder()}  # settings with an --out run folder
     assert {"detect", "evaluate", "sweep"} <= writing
-    assert writing <= {*FILES, "stability"} and all(runs.results_type(c) is not runs.RunResults for c in writing)
+    assert all(analyses()[c].results_type() is runs.results_type(c) is not runs.RunResults for c in writing)
+    assert writing <= {*files(), "stability"}
 
 
 def test_unknown_keys_are_kept_after_the_known_ones():
@@ -180,7 +185,7 @@ def test_every_field_of_every_kind_and_block_has_a_type():
     assert {b.__name__: untyped_fields(b) for b in blocks if untyped_fields(b)} == {}
 
 
-@pytest.mark.parametrize("command,obj", list(_cases()), ids=[*FILES, *STABILITY])
+@pytest.mark.parametrize("command,obj", list(_cases()), ids=[*files(), *STABILITY])
 def test_every_example_holds_the_annotated_types(command, obj):
     assert mismatches(runs.results_from_json(command, {"schema_version": 2, **obj})) == []
 

@@ -1,4 +1,5 @@
-"""The ``vrh`` command line: ``main(argv)`` with one subcommand per module of :mod:`vrh.commands`.
+"""The ``vrh`` command line: ``main(argv)`` with one subcommand per registered analysis (:mod:`vrh.analyses`)
+and per module of :mod:`vrh.commands` (what is not an analysis: its own grammar).
 
 Each command's options are the fields of its ``Config`` dataclass (declared once, in :mod:`vrh.options`
 groups plus the command's own fields); the parser is generated from them. Heads are written
@@ -13,13 +14,31 @@ import os
 import sys
 from collections.abc import Sequence
 
-from vrh.commands import (compare, compare_heads, data, demo, detect, dpo, dpo_pairs, dpo_train, evaluate, heads,
-                          models, organism, probe_format, report, stability, study, sweep, text_heads, transfer)
+from vrh.commands import data, heads, models, organism, report, study
 from vrh.options import add_options, parse_config
 
-# the order is the order of --help
-COMMANDS = (demo, detect, evaluate, sweep, compare, transfer, text_heads, compare_heads, heads, stability, dpo_pairs,
-            dpo_train, dpo, study, report, organism, data, models, probe_format)
+# the commands that are not analyses, each at its place in --help among the analyses' (Analysis.place)
+COMMANDS = ((85, heads), (130, study), (140, report), (150, organism), (160, data), (170, models))
+
+
+def commands() -> list:
+    """Every command in the order of --help: the registered analyses (:func:`vrh.analyses.registry.analyses`)
+    and :data:`COMMANDS`, each with ``NAME`` and ``HELP``, and either ``Config`` and ``run`` (an analysis) or
+    ``add_arguments`` and ``main``."""
+    from vrh.analyses.registry import analyses
+
+    placed = [(a.place, _AnalysisCommand(a)) for a in analyses().values()] + list(COMMANDS)
+    return [cmd for _, cmd in sorted(placed, key=lambda pc: pc[0])]
+
+
+class _AnalysisCommand:
+    """An analysis as a command: its name, help, settings type (the parser's options) and run."""
+
+    def __init__(self, analysis):
+        self.analysis, self.NAME, self.HELP, self.Config = analysis, analysis.name, analysis.help, analysis.settings
+
+    def run(self, cfg, lm=None):
+        return self.analysis.run_json(cfg, lm)
 
 
 class Parser(argparse.ArgumentParser):
@@ -39,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Heads are LAYER:HEAD, 0-based.")
     parser.add_argument("--version", action="version", version=f"vrh {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for mod in COMMANDS:
+    for mod in commands():
         p = sub.add_parser(mod.NAME, help=mod.HELP, description=mod.HELP)
         if hasattr(mod, "Config"):
             add_options(p, mod.Config)
@@ -63,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.command:
         parser.print_help()
         return 2
-    mod = next(m for m in COMMANDS if m.NAME == args.command)
+    mod = next(m for m in commands() if m.NAME == args.command)
     try:
         if hasattr(mod, "Config"):
             mod.run(parse_config(mod.Config, args))

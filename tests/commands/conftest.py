@@ -23,7 +23,7 @@ def tiny_lm(tiny_checkpoint):
 
 @pytest.fixture(scope="package")
 def det_run(tmp_path_factory, tiny_checkpoint, tiny_dataset, tiny_lm):
-    from vrh.commands import detect
+    from vrh.analyses import detect
 
     os.environ.setdefault("VRH_NO_PROGRESS", "1")
     out = tmp_path_factory.mktemp("det") / "det"

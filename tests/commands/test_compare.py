@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from vrh import runs
-from vrh.commands import compare
+from vrh.analyses import compare
 from vrh.core.heads import top_k
 from vrh.experiments import compare as comparison
 from vrh.experiments import settings

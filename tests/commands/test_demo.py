@@ -7,7 +7,7 @@ import json
 import pytest
 
 from vrh import runs
-from vrh.commands import demo
+from vrh.analyses import demo
 from vrh.options import add_options, default_ks, parse_config
 
 SMALL = dict(n_detect=8, n_eval=8, n_vqa=4, batch_size=4)
@@ -25,7 +25,8 @@ def no_report(monkeypatch):
     import vrh.report.build
 
     calls = []
-    monkeypatch.setattr(vrh.report.build, "build_report", lambda dirs, out, k=None: calls.append((dirs, out, k)))
+    monkeypatch.setattr(vrh.report.build, "build_report",
+                        lambda dirs, out, k=None, sections=None: calls.append((dirs, out, k)))
     return calls
 
 
@@ -91,7 +92,7 @@ def test_demo_writes_headline_subruns_and_report(finished):
 
 
 def test_the_printed_headline_gives_both_random_rows_their_spread_in_percent(finished, capsys, monkeypatch):
-    from vrh.experiments.demo import print_summary
+    from vrh.analyses.demo.analysis import print_summary
 
     monkeypatch.setenv("COLUMNS", "200")  # one table row per line
     out, r = finished

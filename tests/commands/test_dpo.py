@@ -6,7 +6,7 @@ import pytest
 pytest.importorskip("trl")
 
 from vrh import runs  # noqa: E402
-from vrh.commands import dpo  # noqa: E402
+from vrh.analyses import dpo  # noqa: E402
 from vrh.data import boxes as grounding  # noqa: E402
 from vrh.experiments import runner  # noqa: E402
 
@@ -63,7 +63,7 @@ def test_dpo_loop_writes_fig_a3_from_three_held_out_evaluations(tmp_path, tiny_c
     assert trained <= set(fake_generation)  # the evaluations ran the saved DPO folders
     assert not {r["id"] for r in runs.read_samples(out / f"eval_{name}_dpo-vrh")} & set(split.detect_ids)
 
-    from vrh.report.build import build_report
+    from vrh.analyses.reporting import build_report
 
     md = build_report([out], tmp_path / "report")["md"].read_text()
     assert "DPO with retrieval heads (Fig. A3)" in md and "| dpo-vrh - base |" in md

@@ -12,7 +12,7 @@ from vrh.experiments import preference_pairs as dpo
 from vrh.experiments import evaluation
 from vrh.data import boxes as grounding
 from vrh.experiments import runner
-from vrh.commands import dpo_pairs
+from vrh.analyses import dpo_pairs
 from vrh.data import load_dataset
 from vrh.options import add_options, parse_config
 

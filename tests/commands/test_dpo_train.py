@@ -28,7 +28,7 @@ def test_dpo_train_then_evaluate_the_trained_model_with_model(tmp_path, tiny_che
     assert runs.read_config(ev)["model"]["path"] == str(out / dpo.MODEL_DIR)
     assert runs.read_results(ev)["n"] == len(runs.read_detection_split(det_run).eval_ids)
 
-    from vrh.report.build import build_report
+    from vrh.analyses.reporting import build_report
 
     md = build_report([out], tmp_path / "report")["md"].read_text()
     assert "train (dpo-train)" in md and "| optimizer steps | 2 |" in md
@@ -160,7 +160,7 @@ def test_dpo_train_killed_with_sigkill_while_checkpointing_resumes_to_the_uninte
 
 
 def test_paper_defaults_are_the_option_defaults():
-    from vrh.commands import dpo_train
+    from vrh.analyses import dpo_train
 
     cfg = dpo_train.Config(model="m", pairs="p", out="o")
     assert (cfg.lr, cfg.epochs, cfg.max_steps) == (2e-7, 4.0, -1)

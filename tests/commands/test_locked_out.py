@@ -35,21 +35,14 @@ def _pairs(folder, tiny_dataset) -> str:
 
 
 def _argv(command: str, det_run, tiny_dataset, tmp_path) -> list[str]:
-    """Each command's least arguments that pass its checks before the model loads (a new command: none besides
-    --model and --out, until it names what it needs here)."""
-    if command == "dpo-train":
-        return ["--pairs", _pairs(tmp_path / "pairs", tiny_dataset)]
-    return {"demo": [],
-            "detect": ["--data", tiny_dataset, "--n", "6"],
-            "evaluate": ["--data", tiny_dataset],
-            "sweep": ["--data", tiny_dataset, "--heads", str(det_run)],
-            "compare": ["--data", tiny_dataset],
-            "transfer": ["--data", tiny_dataset, "--heads", str(det_run)],
-            "stability": ["--heads", str(det_run), "--accuracy-draws", "1"],
-            "dpo-pairs": ["--heads", str(det_run)],
-            "dpo": ["--heads", str(det_run)],
-            "compare-heads": ["--heads", str(det_run), "--heads-b", str(det_run), "--data", tiny_dataset]
-            }.get(command, [])
+    """Each command's least arguments that pass its checks before the model loads: its registration's
+    ``example_argv`` (vrh.analyses.registry), with {data}, {heads} and {pairs} filled."""
+    from vrh.analyses.registry import analyses
+
+    argv = list(analyses()[command].example_argv) if command in analyses() else []
+    fill = {"{data}": lambda: tiny_dataset, "{heads}": lambda: str(det_run),
+            "{pairs}": lambda: _pairs(tmp_path / "pairs", tiny_dataset)}
+    return [fill[a]() if a in fill else a for a in argv]
 
 
 @pytest.fixture(scope="module")

@@ -58,7 +58,7 @@ def test_the_probe_takes_no_answer_format(world, capsys):
 
 # --- --answer-format on a run ------------------------------------------------------------------------
 def _evaluate(tiny_checkpoint, tiny_dataset, out, tiny_lm, **kw):
-    from vrh.commands import evaluate
+    from vrh.analyses import evaluate
 
     return evaluate.run(evaluate.Config(model=tiny_checkpoint, data=tiny_dataset, out=str(out), n=2, **FAST, **kw),
                         tiny_lm)

@@ -14,7 +14,7 @@ from .conftest import FAST
 
 
 def _evaluate(tiny_checkpoint, tiny_dataset, out, tiny_lm, **kw):
-    from vrh.commands import evaluate
+    from vrh.analyses import evaluate
 
     return evaluate.run(evaluate.Config(model=tiny_checkpoint, data=tiny_dataset, out=str(out), n=2, **FAST, **kw),
                         tiny_lm)

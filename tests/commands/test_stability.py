@@ -10,7 +10,7 @@ import torch
 
 from vrh import runs
 from vrh.experiments import evaluation
-from vrh.commands import stability
+from vrh.analyses import stability
 from vrh.options import add_options, parse_config
 from vrh.experiments.stability import draw, draw_conditions, overlap_curve
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from vrh import runs
-from vrh.commands import sweep
+from vrh.analyses import sweep
 from vrh.options import add_options, parse_config
 
 from .conftest import FAST

@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 
 from vrh import runs
-from vrh.commands import transfer
+from vrh.analyses import transfer
 
 FAST = dict(max_new_tokens=8, batch_size=2)
 

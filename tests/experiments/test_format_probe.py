@@ -96,7 +96,7 @@ def world_file(tmp_path_factory):
 def test_a_run_where_no_answer_held_a_box_says_so_on_stdout(organism, world_file, tmp_path, capsys):
     """The organism asked to answer 0-1 fractions writes pixel boxes: every answer fails to parse, and evaluate
     printed only "accuracy 0.0%" (issue 46 item 12)."""
-    from vrh.commands import evaluate
+    from vrh.analyses import evaluate
 
     evaluate.run(evaluate.Config(model="organism", data=world_file, out=str(tmp_path / "norm1"), n=6,
                                  answer_format="norm1", max_new_tokens=24), organism)
@@ -115,7 +115,7 @@ def test_the_never_parsed_line_only_for_all_failures(organism):
 
 
 def test_detect_and_sweep_say_it_too(organism, world_file, tmp_path, capsys):
-    from vrh.commands import detect, sweep
+    from vrh.analyses import detect, sweep
 
     detect.run(detect.Config(model="organism", data=world_file, out=str(tmp_path / "det"), n=4, n_eval=4,
                              answer_format="norm1", max_new_tokens=24, paper_model="none"), organism)

@@ -51,7 +51,7 @@ def test_overlap_figures_with_chance_and_rank_correlation(tmp_path):
 
 
 def test_the_report_draws_compare_heads_runs(tmp_path):
-    from vrh.report.build import build_report
+    from vrh.analyses.reporting import build_report
 
     a = _scores_run(tmp_path / "a", torch.arange(32.0).reshape(4, 8))
     head_comparison.run_compare_heads(CompareHeadsSettings(heads=a, heads_b="3:7,0:0",

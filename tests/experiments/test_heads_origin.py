@@ -26,7 +26,7 @@ def tiny_lm(tiny_checkpoint):
 @pytest.fixture(scope="module")
 def norm_run(tmp_path_factory, tiny_checkpoint, tiny_dataset, tiny_lm):
     """``vrh detect --answer-format norm1000``: heads ranked while the model answered on the 0-1000 grid."""
-    from vrh.commands import detect
+    from vrh.analyses import detect
 
     out = tmp_path_factory.mktemp("det_norm") / "det"
     detect.run(detect.Config(model=tiny_checkpoint, data=tiny_dataset, n=4, n_eval=4, out=str(out),
@@ -36,7 +36,7 @@ def norm_run(tmp_path_factory, tiny_checkpoint, tiny_dataset, tiny_lm):
 
 
 def _evaluate(tiny_checkpoint, tiny_dataset, tiny_lm, out, heads, **kw):
-    from vrh.commands import evaluate
+    from vrh.analyses import evaluate
 
     return evaluate.run(evaluate.Config(model=tiny_checkpoint, data=tiny_dataset, out=str(out), n=2, k=2,
                                         mask_heads=str(heads), **FAST, **kw), tiny_lm)
@@ -62,7 +62,7 @@ def test_evaluate_refuses_another_answer_format_and_accepts_the_same(norm_run, t
 
 
 def test_sweep_takes_the_heads_answer_format(norm_run, tiny_checkpoint, tiny_dataset, tiny_lm, tmp_path, capsys):
-    from vrh.commands import sweep
+    from vrh.analyses import sweep
 
     sweep.run(sweep.Config(model=tiny_checkpoint, data=tiny_dataset, out=str(tmp_path / "sw"), n=2, ks=(0, 1),
                            seeds=(0,), heads=str(norm_run), **FAST), tiny_lm)
@@ -116,7 +116,7 @@ def test_the_dpo_loop_takes_the_heads_answer_format_for_its_pairs_and_trained_mo
                                                                                     tiny_dataset, tiny_lm, monkeypatch):
     pytest.importorskip("trl")
     import vrh.experiments.dpo_comparison as dc
-    from vrh.commands import dpo
+    from vrh.analyses import dpo
 
     seen = {}
 
@@ -136,7 +136,7 @@ def test_the_dpo_loop_takes_the_heads_answer_format_for_its_pairs_and_trained_mo
 
 
 def test_stability_takes_the_heads_answer_format(norm_run, tiny_checkpoint, tiny_lm, tmp_path, capsys):
-    from vrh.commands import stability
+    from vrh.analyses import stability
 
     stability.run(stability.Config(heads=str(norm_run), model=tiny_checkpoint, k=2, n_values=(2,), bootstrap=2,
                                    seeds=(0,), n_eval=2, accuracy_draws=1, out=str(tmp_path / "st"), **FAST), tiny_lm)

@@ -59,7 +59,7 @@ def test_paper_model_names_one_and_a_bad_name_lists_them():
 
 
 def test_detect_says_when_no_paper_list_applies(tiny_checkpoint, tiny_dataset, tmp_path, capsys):
-    from vrh.commands import detect
+    from vrh.analyses import detect
 
     detect.run(detect.Config(model=tiny_checkpoint, data=tiny_dataset, n=2, n_eval=2, out=str(tmp_path / "d"),
                              max_new_tokens=4, batch_size=4))

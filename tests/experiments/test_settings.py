@@ -3,6 +3,8 @@ in config.json with the keys, in the order, that run folders have always had (a 
 
 import pytest
 
+from vrh.analyses.demo.settings import DemoSettings
+from vrh.analyses.transfer.settings import TransferSettings
 from vrh.experiments import settings as s
 from vrh.options import GenerationOptions, config_record
 
@@ -16,12 +18,12 @@ RECORDS = {
     s.EvaluateSettings: (*RUN_GEN_MASK, *EVAL, *MODEL, "mask_heads", "k", "random", "seed"),
     s.SweepSettings: (*RUN_GEN_MASK, *EVAL, *MODEL, "heads", "ks", "seeds"),
     s.CompareSettings: (*RUN_GEN_MASK, *DETECT, "data", *MODEL, "methods", "default", "ks", "seeds"),
-    s.TransferSettings: (*RUN_GEN_MASK, *EVAL, *MODEL, "heads", "heads_b", "k", "seeds"),
+    TransferSettings: (*RUN_GEN_MASK, *EVAL, *MODEL, "heads", "heads_b", "k", "seeds"),
     s.StabilitySettings: (*RUN_GEN_MASK, *MODEL, "heads", "data", "k", "n_values", "bootstrap", "seed", "seeds",
                           "accuracy_draws", "n_eval"),
     s.PairsSettings: (*RUN_GEN_MASK, "heads", "data", "train", "n", "pairs", "rejected", "k", "seed", *MODEL,
                       "random_negatives"),
-    s.DemoSettings: (*RUN_GEN_MASK, *MODEL, "n_detect", "n_eval", "n_vqa", "k", "ks", "seeds", "world_seed",
+    DemoSettings: (*RUN_GEN_MASK, *MODEL, "n_detect", "n_eval", "n_vqa", "k", "ks", "seeds", "world_seed",
                      "sparsity_thresholds"),
 }
 REQUIRED = dict(model="m", data="d", heads="h", out="o")
@@ -42,9 +44,9 @@ def test_each_settings_value_records_the_keys_run_folders_have_always_had(cls):
 
 @pytest.mark.parametrize("cls", list(RECORDS), ids=lambda c: c.__name__)
 def test_each_settings_type_is_its_commands_config(cls):
-    from vrh.cli import COMMANDS
+    from vrh.analyses.registry import get_analysis
 
-    assert {m.NAME: m for m in COMMANDS}[cls.COMMAND].Config is cls
+    assert get_analysis(cls.COMMAND).settings is cls
 
 
 def test_take_reads_a_values_fields_from_anything_carrying_them():

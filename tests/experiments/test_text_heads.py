@@ -145,7 +145,7 @@ def test_sentences_on_a_tiny_qwen2_5_vl_with_its_chat_template(tmp_path, tiny_ch
 
 def test_a_text_heads_run_is_a_head_source_for_the_grounding_commands(text_run, organism_c, tmp_path):
     """vrh sweep masks the text run's top-k heads on grounding (the other half of the cross-masking question)."""
-    from vrh.commands import sweep
+    from vrh.analyses import sweep
     from vrh.organism.world import write_split
 
     out, _ = text_run

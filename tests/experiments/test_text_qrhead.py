@@ -48,7 +48,7 @@ def test_the_map_is_the_mean_over_every_test_and_the_causal_test_masks_its_top_k
 
 
 def test_the_report_names_the_scorer(qr_run, tmp_path):
-    from vrh.report.build import build_report
+    from vrh.analyses.reporting import build_report
 
     build_report([str(qr_run[0])], tmp_path / "rep")
     md = (tmp_path / "rep" / "report.md").read_text()

@@ -38,7 +38,7 @@ def test_batches_are_strided_over_ranks_and_cover_every_item_once():
 
 
 def test_a_command_without_data_parallel_support_is_refused(monkeypatch):
-    from vrh.commands import compare, evaluate
+    from vrh.analyses import compare, evaluate
     from vrh.experiments.setup import check_data_parallel
 
     monkeypatch.setattr(distributed, "_WORLD", World(rank=0, size=2))

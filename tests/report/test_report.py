@@ -15,7 +15,7 @@ import pytest
 from vrh import runs
 from vrh.experiments import conditions
 from vrh.experiments import kcurves
-from vrh.report import build_report, report_main
+from vrh.analyses.reporting import build_report, report_main
 from vrh.report.document import figures
 from vrh.report.load import load_runs
 
@@ -311,7 +311,7 @@ def test_random_control_warning_is_shown_with_its_kcurve(report):
 
 def test_finished_detect_run_renders_as_before(report):
     """Detection now also writes results.json: still a detect run, not an unknown command."""
-    from vrh.report.build import build_sections
+    from vrh.analyses.reporting import build_sections
     from vrh.report.load import load_run
 
     html = report[2]["html"].read_text()

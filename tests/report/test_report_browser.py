@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from vrh.report import build_report
+from vrh.analyses.reporting import build_report
 
 pytestmark = pytest.mark.slow
 
@@ -26,7 +26,7 @@ def demo_run(tmp_path_factory) -> Path:
     reuse = os.environ.get("VRH_DEMO_RUN")
     if reuse:
         return Path(reuse)
-    from vrh.commands import demo
+    from vrh.analyses import demo
 
     out = tmp_path_factory.mktemp("demo") / "run"
     demo.run(demo.Config(out=str(out)))
@@ -35,7 +35,7 @@ def demo_run(tmp_path_factory) -> Path:
 
 @pytest.mark.parametrize("width", [700, 1200])
 def test_demo_report_fits_the_window_and_every_image_loads(demo_run, browser, shots_dir, tmp_path, width):
-    from vrh.experiments.demo import SUBRUNS
+    from vrh.analyses.demo.analysis import SUBRUNS
 
     html = build_report([demo_run, *(demo_run / s for s in SUBRUNS)], tmp_path / "report")["html"]
     page = browser.check(html, width=width)

@@ -13,8 +13,8 @@ import pytest
 
 from tests.support.results_types import mismatches
 from vrh import runs
-from vrh.report import build_report
-from vrh.report.build import build_sections
+from vrh.analyses.reporting import build_report
+from vrh.analyses.reporting import build_sections
 from vrh.report.document import Section, Table, Text, figures
 from vrh.report.load import load_runs
 
@@ -30,7 +30,7 @@ def organism():
 
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory, organism):
-    from vrh.commands import demo
+    from vrh.analyses import demo
 
     out = tmp_path_factory.mktemp("demo") / "demo"
     demo.run(demo.Config(out=str(out), **SMALL), organism)
@@ -39,7 +39,7 @@ def demo_run(tmp_path_factory, organism):
 
 @pytest.fixture(scope="module")
 def dpo_pairs_run(tmp_path_factory, demo_run, organism):
-    from vrh.commands import dpo_pairs
+    from vrh.analyses import dpo_pairs
 
     out = tmp_path_factory.mktemp("dpo") / "dpo"
     dpo_pairs.run(dpo_pairs.Config(model="organism", heads=str(demo_run / "detect"), k=3, n=6, out=str(out),
@@ -51,7 +51,7 @@ def dpo_pairs_run(tmp_path_factory, demo_run, organism):
 def command_runs(tmp_path_factory, demo_run, organism):
     """evaluate (random heads outside the detected top-k), transfer (with B's own heads) and stability (with
     accuracy draws) on the demo's detection, each on 2 held-out samples (~5 s on two cores)."""
-    from vrh.commands import evaluate, stability, transfer
+    from vrh.analyses import evaluate, stability, transfer
 
     root, det = tmp_path_factory.mktemp("commands"), str(demo_run / "detect")
     data = str(demo_run / "data" / "grounding.jsonl")
@@ -71,7 +71,7 @@ def _typed(folder):
 
 
 def test_every_results_json_written_holds_the_annotated_types(demo_run, dpo_pairs_run, command_runs):
-    from vrh.experiments.demo import SUBRUNS
+    from vrh.analyses.demo.analysis import SUBRUNS
 
     kinds = set()
     for folder in [demo_run, *(demo_run / s for s in SUBRUNS), dpo_pairs_run, *command_runs]:
@@ -88,7 +88,7 @@ def test_the_results_json_of_dpo_and_compare_hold_the_annotated_types(tmp_path, 
     evaluations of its three models), ``vrh compare`` and ``vrh stability``'s token-choice comparison on
     compare's detection (~10-20 s on two cores)."""
     pytest.importorskip("trl")
-    from vrh.commands import compare, dpo, stability
+    from vrh.analyses import compare, dpo, stability
 
     fast = dict(batch_size=4, max_new_tokens=24)
     dpo.run(dpo.Config(model="organism", heads=str(demo_run / "detect"), k=2, n=4, n_eval=2, lr=1e-3, max_steps=1,
@@ -182,7 +182,7 @@ def test_the_demo_random_control_counts_the_sets_of_each_task(demo_run):
 
 
 def test_the_demo_folder_alone_reports_its_sub_runs(demo_run, tmp_path):
-    from vrh.experiments.demo import SUBRUNS
+    from vrh.analyses.demo.analysis import SUBRUNS
 
     alone = load_runs([demo_run])
     assert [r.name for r in alone] == ["demo", *SUBRUNS]

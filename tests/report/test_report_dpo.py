@@ -3,7 +3,7 @@ difference tables, the unequal-pairs warning, and a run with keys missing."""
 
 from vrh import runs
 from vrh.experiments import dpo_comparison as dc
-from vrh.report.build import build_report, build_sections
+from vrh.analyses.reporting import build_report, build_sections
 from vrh.report.document import Fig, Table, Text
 from vrh.report.load import load_runs
 

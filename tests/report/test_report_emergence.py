@@ -11,9 +11,9 @@ import pytest
 
 from vrh import runs
 from vrh_lab.organism.emergence import collect, summarize, write_run
-from vrh.report import build_report
+from vrh.analyses.reporting import build_report
 from vrh.report import emergence as em
-from vrh.report.build import build_sections
+from vrh.analyses.reporting import build_sections
 from vrh.report.document import figures
 from vrh.report.load import load_runs
 

@@ -236,7 +236,7 @@ def _detect_with(folder, scores):
 @pytest.mark.parametrize("many, count_axis", [(False, "linear"), (True, "logarithmic")])
 def test_histogram_caption_says_what_the_plot_drew(tmp_path, drawn, many, count_axis):
     """Every caption said "both axes logarithmic" while the count axis was linear (issue 37 item 1)."""
-    from vrh.report.build import build_sections
+    from vrh.analyses.reporting import build_sections
     from vrh.report.document import figures
     from vrh.report.load import load_runs
 

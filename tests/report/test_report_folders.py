@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from vrh import runs
-from vrh.report import build_report
+from vrh.analyses.reporting import build_report
 from vrh.report.load import load_runs
 
 

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from vrh import runs
-from vrh.report import build_report
-from vrh.report.build import build_sections
+from vrh.analyses.reporting import build_report
+from vrh.analyses.reporting import build_sections
 from vrh.report.document import figures
 from vrh.report.load import load_runs
 from vrh.runs import written

@@ -7,7 +7,7 @@ import pytest
 
 from vrh import runs
 from vrh.models.loading import organism_path
-from vrh.report import build_report
+from vrh.analyses.reporting import build_report
 from vrh.report.model_cards import CARD, planted
 
 

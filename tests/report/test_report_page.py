@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from vrh import runs
-from vrh.report import build_report
+from vrh.analyses.reporting import build_report
 from vrh.report.document import Table, _html_block
 from vrh.report.kchoice import report_k
 from vrh.report.load import load_runs
@@ -188,7 +188,7 @@ def test_masked_evaluations_show_the_unmasked_run_as_reference(tmp_path, monkeyp
 
 def test_dpo_pairs_show_one_example_per_drop_reason_and_old_runs_their_counts(tmp_path):
     from vrh.experiments import preference_pairs as dpo
-    from vrh.report.build import build_sections
+    from vrh.analyses.reporting import build_sections
     from vrh.report.document import Table
     from vrh.report.pairs import DROP_MEANING
 

@@ -149,10 +149,9 @@ def test_each_tables_defaults_have_their_keys_type_and_pass_their_bounds(kind):
 def test_a_run_kinds_cells_build_the_same_settings_value_as_its_command(kind):
     """The study runs the command's own library call with the command's own options type: a cell's folder
     is what ``vrh COMMAND`` writes (tests/study/test_commands.py compares the folders)."""
-    from vrh.cli import COMMANDS
+    from vrh.analyses.registry import get_analysis
 
-    command = {m.NAME: m for m in COMMANDS}[kind.settings.COMMAND]
-    assert command.Config is kind.settings
+    assert get_analysis(kind.settings.COMMAND).settings is kind.settings
     assert callable(kind.run)
 
 

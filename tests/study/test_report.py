@@ -10,7 +10,7 @@ import pytest
 from matplotlib.colors import to_rgb
 
 from vrh import runs
-from vrh.report.build import build_report, build_sections
+from vrh.analyses.reporting import build_report, build_sections
 from vrh.report.document import Fig, Table, Text
 from vrh.report.load import load_run, load_runs
 from vrh.report.study import study_sections

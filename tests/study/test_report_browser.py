@@ -14,7 +14,7 @@ import re
 import pytest
 
 from tests.report.conftest import browser, shots_dir  # noqa: F401  (the Chromium page check's fixtures)
-from vrh.report import build_report
+from vrh.analyses.reporting import build_report
 
 pytestmark = pytest.mark.slow
 

@@ -202,7 +202,7 @@ def test_grounding_lines_refuse_vqa_fields(tmp_path):
 def test_answer_rule_option_reaches_the_task():
     import argparse
 
-    from vrh.commands.evaluate import Config
+    from vrh.analyses.evaluate import Config
     from vrh.options import add_options, parse_config
 
     p = argparse.ArgumentParser()

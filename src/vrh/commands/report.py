@@ -15,6 +15,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from vrh.report import report_main
+    from vrh.analyses.reporting import report_main
 
-    return report_main(args)
+    return report_main(args)  # the report with every registered analysis' sections

@@ -135,7 +135,7 @@ def _report(folder, out) -> int:
     from pathlib import Path
 
     from vrh.infra.console import console
-    from vrh.report.build import build_report
+    from vrh.analyses.reporting import build_report
 
     paths = build_report([folder], out or Path(folder) / "report")  # titled by the study's name
     console.print(f"report: {paths['html']}")

@@ -165,31 +165,7 @@ class CompareSettings(ModelOptions, DataOptions, DetectOptions, MaskOptions, Gen
         object.__setattr__(self, "scorer", self.default)
 
 
-# --- transfer, stability, preference pairs ------------------------------------------------------------
-@dataclass(frozen=True, kw_only=True)
-class TransferSettings(ModelOptions, DataOptions, EvalOptions, MaskOptions, GenerationOptions,
-                       ShareOptions, RunOptions):
-    """``vrh transfer``: :func:`vrh.experiments.transfer.run_transfer`."""
-
-    COMMAND: ClassVar[str] = "transfer"
-
-    heads: str = option(metavar="RUN", help="model A's detection run folder: its top --k heads are masked in "
-                                            "--model (model B)")
-    heads_b: str | None = option(None, metavar="RUN", help="model B's own detection run folder (adds the "
-                                                           "own-heads condition and the score-map similarity)")
-    k: int | None = option(None, parse=optional_int,
-                           help="how many of A's (and B's) top heads to mask, and random heads to draw (default: "
-                                f"{DEFAULT_K_RULE} of model B)")
-    seeds: tuple[int, ...] = option((0, 1, 2), parse=ints, metavar="S,S",
-                                    help="random-head seeds: one random control each")
-
-    def __post_init__(self):
-        if self.k is not None and self.k < 1:
-            raise ValueError(f"--k: transfer masks at least one head, got {self.k}")
-        if not self.seeds:
-            raise ValueError("--seeds: transfer needs at least one random seed")
-
-
+# --- stability, preference pairs ------------------------------------------------------------------
 @dataclass(frozen=True, kw_only=True)
 class StabilitySettings(ModelOptions, MaskOptions, GenerationOptions, ShareOptions, RunOptions):
     """``vrh stability``: :func:`vrh.experiments.stability.run_stability`."""
@@ -262,37 +238,6 @@ class ProbeFormatSettings(ModelOptions, DataOptions, GenerationOptions):
     tau: float = option(0.5, help="IoU threshold for a correct box")
     json_out: str | None = option(None, flag="--json", metavar="FILE",
                                   help="also write the table as JSON to FILE (default: stdout only)")
-
-
-# --- the demo -----------------------------------------------------------------------------------------
-DEMO_WORLD_SEED = 20_000  # disjoint from the organism's training streams and its held-out seed
-
-
-@dataclass(frozen=True, kw_only=True)
-class DemoSettings(ModelOptions, MaskOptions, GenerationOptions, ShareOptions, RunOptions):
-    """``vrh demo``: :func:`vrh.experiments.demo.run_demo`."""
-
-    COMMAND: ClassVar[str] = "demo"
-
-    model: str = redefault(ModelOptions, "model", "organism")  # the one command that has a default model
-    out: str = option("runs/demo", help="run folder to write (a non-empty one needs --overwrite, or --resume to "
-                                        "continue an interrupted demo)")
-    batch_size: int = redefault(GenerationOptions, "batch_size", 64)
-    max_new_tokens: int = redefault(GenerationOptions, "max_new_tokens", 24)
-    n_detect: int = option(200, help="grounding samples heads are detected on")
-    n_eval: int = option(200, help="held-out grounding samples the k-sweep is evaluated on")
-    n_vqa: int = option(200, help="VQA samples evaluated under the same masks")
-    k: int | None = option(None, parse=optional_int,
-                           help=f"headline k: how many top heads to mask (default: {DEFAULT_K_RULE})")
-    ks: tuple[int, ...] | None = option(None, parse=ints, metavar="K,K",
-                                        help="k values of the grounding sweep (none: 0, 1, k/2, k, 2k); 0 and k are "
-                                             "always included")
-    seeds: tuple[int, ...] = option((0, 1, 2), parse=ints, metavar="S,S",
-                                    help="random-head seeds: one random control per (k, seed)")
-    world_seed: int = option(DEMO_WORLD_SEED, cli=False, help="seed of the synthetic world's samples (VQA: +1)")
-    sparsity_thresholds: tuple[float, ...] = option((1e-3, 5e-3), cli=False,  # sparsity.DEFAULT_THRESHOLDS
-                                                    help="score thresholds of the sparsity figure (the paper's "
-                                                         "Fig. 5 ones: 0.001 non-negligible, 0.005 high)")
 
 
 # --- text retrieval heads -----------------------------------------------------------------------------

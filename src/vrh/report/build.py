@@ -46,13 +46,14 @@ from __future__ import annotations
 
 import argparse
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 
 import matplotlib
 
 from vrh.report.arguments import DEFAULT_TITLE, add_arguments
-from vrh.report import characterize, dpo, emergence, head_comparison, pairs, sections, study
+from vrh.report import characterize, emergence, study
+from vrh.report import sections as sections_
 from vrh.report.document import Section, Text, figures, render_html, render_markdown
 from vrh.report.kchoice import KChoice, report_k
 from vrh.report.load import load_runs
@@ -67,19 +68,30 @@ MD_NAME = "report.md"
 FIG_DIR = "figures"
 
 
-def build_sections(runs, k: int | KChoice | None) -> list[Section]:
+SectionBuilder = Callable[[list, KChoice], "Section | list[Section] | None"]
+Sections = tuple[Sequence[tuple[float, SectionBuilder]], Collection[str]]
+STUDY_PLACE, SUMMARY_PLACE, EMERGENCE_PLACE = 5.0, 10.0, 100.0  # the report's own sections among the analyses'
+OWN_COMMANDS = frozenset({"emergence"})  # runs a section of the report's own draws (an organism's training log)
+
+
+def build_sections(runs, k: int | KChoice | None, sections: Sections | None = None) -> list[Section]:
     """Every section with something to show, in reading order. ``k``: the user's ``--k``, or None for
-    the k the runs recorded (:func:`vrh.report.kchoice.report_k`)."""
+    the k the runs recorded (:func:`vrh.report.kchoice.report_k`). ``sections``: the analyses' sections,
+    ``(place, builder)`` each, and the commands whose runs they draw (:func:`vrh.analyses.registry.report_sections`,
+    handed by the caller: the report never imports an analysis); without them, every run is an "Other run"."""
     kc = k if isinstance(k, KChoice) else report_k(runs, k)
+    given, drawn = sections if sections is not None else ((), frozenset())
+    own: list[tuple[float, SectionBuilder]] = [
+        (STUDY_PLACE, lambda rs, _k: study.study_sections(rs)),
+        (SUMMARY_PLACE, lambda rs, _k: sections_.summary_section(rs)),
+        (EMERGENCE_PLACE, lambda rs, _k: emergence.emergence_section(rs))]
+    parts: list = []
     with matplotlib.rc_context(PLAIN_TEXT):  # every figure is drawn (to PNG) inside its section builder
-        parts = [characterize.demo_section(runs), *study.study_sections(runs), sections.summary_section(runs),
-                 sections.scores_section(runs, kc),
-                 sections.kcurve_section(runs), sections.outcome_section(runs), sections.overlay_section(runs, kc),
-                 characterize.transfer_section(runs), characterize.stability_section(runs),
-                 characterize.compare_section(runs), head_comparison.head_comparison_section(runs),
-                 emergence.emergence_section(runs), pairs.dpo_section(runs),
-                 dpo.dpo_section(runs),
-                 characterize.other_section([r for r in runs if not study.is_study(r)])]  # bookkeeping, no run
+        for _, build in sorted([*given, *own], key=lambda pb: pb[0]):  # stable: equal places keep their order
+            part = build(runs, kc)
+            parts += part if isinstance(part, list) else [part]
+        parts.append(characterize.other_section([r for r in runs if not study.is_study(r)],  # bookkeeping, no run
+                                                OWN_COMMANDS | set(drawn)))
     return [p for p in parts if p is not None]
 
 
@@ -112,13 +124,13 @@ def runs_line(runs) -> str:
 
 
 def build_report(run_dirs: Sequence[str | Path], out_dir: str | Path, *, k: int | None = None,
-                 title: str | None = None) -> dict[str, Path]:
+                 title: str | None = None, sections: Sections | None = None) -> dict[str, Path]:
     """Write ``report.html`` and ``report.md`` (+ ``figures/``) for ``run_dirs`` into ``out_dir``, titled
     ``title`` (default: :func:`default_title`).
 
     ``k`` is the number of top heads marked on heat maps and averaged in overlays (default: the k the runs
     were made with, :func:`vrh.report.kchoice.report_k`; 20, capped at an eighth of a small model's heads,
-    when no run records one). Returns ``{"html": ..., "md": ..., "figures": ...}`` paths.
+    when no run records one). ``sections``: the analyses' sections (:func:`build_sections`). Returns ``{"html": ..., "md": ..., "figures": ...}`` paths.
     A path that is not a run folder raises FileNotFoundError; run folders none of which finished raise
     ValueError (a report of partial numbers only would read like a result); anything odd inside a run is
     reported, not raised.
@@ -136,7 +148,7 @@ def build_report(run_dirs: Sequence[str | Path], out_dir: str | Path, *, k: int 
                          + " -- a run is finished once it has written its results; wait for it or --resume it")
     kc = report_k(runs, k)
     title = title or default_title(runs)
-    secs = build_sections(runs, kc)
+    secs = build_sections(runs, kc, sections)
     intro = [*characterize.headline_lines(runs),  # the finding first, then what the page covers
              *planted_notices(runs),  # and at once, what kind of finding it is on a model with planted heads
              Text(runs_line(runs) + "Heads are LAYER:HEAD, 0-based (as the CLI writes them). Accuracies in %; "
@@ -225,7 +237,7 @@ def _write_all(out_dir: Path, files: Mapping[Path, bytes]) -> None:
                 pass  # a folder on the way that is not one (refused above): nothing of vrh's to remove
 
 
-def report_main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
+def report_main(args: argparse.Namespace | Sequence[str] | None = None, sections: Sections | None = None) -> int:
     """CLI entry: ``args`` is the parsed namespace (``runs``, ``out``, optional ``k`` / ``title``) or an
     argv list. Prints where the report went; returns 0. Only unfinished runs raise ValueError (exit code 2
     in the CLI)."""
@@ -233,7 +245,8 @@ def report_main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
         p = argparse.ArgumentParser(prog="vrh report", description="Build an HTML + Markdown report from run folders")
         add_arguments(p)
         args = p.parse_args(None if args is None else list(args))
-    paths = build_report(args.runs, args.out, k=getattr(args, "k", None), title=getattr(args, "title", None))
+    paths = build_report(args.runs, args.out, k=getattr(args, "k", None), title=getattr(args, "title", None),
+                         sections=sections)
     from vrh.infra.console import console
 
     console.print(f"report: {paths['html']} (self-contained), {paths['md']} + {paths['figures']}/")

@@ -1,5 +1,5 @@
-"""Report sections for the characterisation runs (transfer, stability, compare) and for commands the
-report does not know.
+"""Report sections for the characterisation runs (stability, compare) and for commands the
+report does not know (the transfer's: :mod:`vrh.analyses.transfer.section`).
 
 Each run's results are its command's typed value (:mod:`vrh.runs.results`: ``DemoResults``,
 ``TransferResults``, ``StabilityResults``, ``CompareResults``). Every key may be missing (it then reads as
@@ -9,23 +9,20 @@ a slightly different version of a command still renders instead of breaking the 
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import numpy as np
 
 from vrh.infra.console import heads_text
 from vrh.report import plots
 from vrh.report.document import Fig, Section, Table, Text, slug
-from vrh.report.load import Run, at, is_num, model_pair, num, or_missing, pct, pm, short
+from vrh.report.load import Run, at, is_num, num, or_missing, pct, pm, short
 from vrh.report.methods_figure import ONE_PANEL_METHODS, method_curves
 from vrh.report.notes import random_control_blocks
 from vrh.report.sections import recorded_sparsity, sparsity_thresholds
 from vrh.report.style import RANDOM_COLOR, VRH_COLOR, VRH_LIGHT
-from vrh.runs import RESULTS, CompareRandom, DemoVqa, TransferResults
+from vrh.runs import RESULTS, CompareRandom, DemoVqa
 from vrh.scoring.sparsity import sparsity_summary
-
-ACCURACY_KEYS = ("baseline_accuracy", "random_accuracy_mean", "own_heads_accuracy", "transferred_heads_accuracy")
-
-KNOWN = {"detect", "evaluate", "sweep", "transfer", "stability", "compare", "demo", "emergence", "dpo-pairs",
-         "dpo", "dpo-train", "text-heads", "compare-heads"}  # the last two: vrh.report.head_comparison
 
 
 def headline_lines(runs: list[Run]) -> list[Text]:
@@ -45,7 +42,7 @@ def headline_lines(runs: list[Run]) -> list[Text]:
     return out
 
 
-def demo_section(runs: list[Run]) -> Section | None:
+def demo_section(runs: list[Run], kc: object = None) -> Section | None:  # kc: the report's k, unread
     """The demo's headline figures (its sub-runs render in their own sections)."""
     demos = [r for r in runs if r.command == "demo" and r.results]
     if not demos:
@@ -93,78 +90,7 @@ def _demo_sparsity(run: Run, runs: list[Run]) -> list:
                   f"{run.name}: {th.describe()}{where}")]
 
 
-def _pair(r: TransferResults) -> str:
-    """``A → B`` with checkpoint paths shortened to their folder names (:func:`vrh.report.load.model_pair`)."""
-    return " → ".join(model_pair(or_missing(r.model_a, "?"), or_missing(r.model_b, "?")))
-
-
-def _accuracies(r: TransferResults) -> dict[str, object]:
-    """The accuracy keys of a transfer (:data:`ACCURACY_KEYS`), as written."""
-    return {key: getattr(r, key) for key in ACCURACY_KEYS}
-
-
-def _per_k(r: TransferResults) -> bool:
-    """A per-k transfer (``k`` and the accuracies as lists) rather than one k."""
-    return isinstance(r.k, list) or any(isinstance(getattr(r, key), list) for key in ACCURACY_KEYS[1:])
-
-
-def _ran(value) -> bool:
-    """Whether a condition produced any number (a transfer without B's own heads writes None)."""
-    return any(is_num(v) for v in value) if isinstance(value, list) else is_num(value)
-
-
-def transfer_section(runs: list[Run]) -> Section | None:
-    trs = [r for r in runs if r.command == "transfer" and r.results]
-    if not trs:
-        return None
-    s = Section("Transfer")
-    s.add(Text("Cross-model masking (Fig. 7): the top-k VRHs detected in model A are masked at the same "
-               "(layer, head) indices in model B and compared with masking B's own top-k VRHs (when B's own "
-               "detection was given) and k random heads. Rank agreement of the two score maps: Spearman, "
-               "Kendall and top-k overlap."))
-    scalar = [r for r in trs if not _per_k(r.res) and any(_ran(v) for v in _accuracies(r.res).values())]
-    if scalar:
-        groups = [f"{_pair(r.res)}\n(k={or_missing(r.res.k, '?')})" for r in scalar]
-        shown = [label for key, label, *_ in plots.TRANSFER_BARS if any(_ran(getattr(r.res, key)) for r in scalar)]
-        s.add(Fig("transfer-bars", plots.transfer_bars(groups, [_accuracies(r.res) for r in scalar],
-                                                       title="Cross-model masking"),
-                  "Accuracy of model B: " + ", ".join(shown) + "."))
-        for run in scalar:
-            s.add(*random_control_blocks(run))
-    for run in (r for r in trs if _per_k(r.res)):
-        r = run.res  # per-k variant: lists aligned with r.k
-        longest = max((len(v) for v in _accuracies(r).values() if isinstance(v, list)), default=0)
-        ks = r.k if isinstance(r.k, list) else list(range(longest))
-        curves = {"own VRHs": r.own_heads_accuracy, "transferred VRHs": r.transferred_heads_accuracy,
-                  "random heads": r.random_accuracy_mean}
-        curves = {n: c for n, c in curves.items() if isinstance(c, list) and _ran(c)}
-        if not curves:
-            continue
-        s.add(Fig(f"{slug(run.name)}-transfer", plots.curve_family(
-            ks, curves,
-            baseline=r.baseline_accuracy, title=f"{run.name}: {_pair(r)}"), "Accuracy of model B vs k."))
-        s.add(*random_control_blocks(run))
-    own_ran = any(_ran(run.res.own_heads_accuracy) for run in trs)
-    rows = []
-    for run in trs:
-        r = run.res
-        one = (lambda v: v[-1] if isinstance(v, list) and v else v)
-        rows.append([run.name, _pair(r), str(one(r.k)), pct(r.baseline_accuracy),
-                     pm(one(r.random_accuracy_mean), one(r.random_accuracy_std))]
-                    + ([pct(one(r.own_heads_accuracy))] if own_ran else [])
-                    + [pct(one(r.transferred_heads_accuracy)), num(r.spearman, ".3f"),
-                       num(r.kendall, ".3f"), pct(r.topk_overlap)])
-    columns = (["run", "heads of A → masked in B", "k", "unmasked (%)", "random (%) mean ± std"]
-               + (["own VRHs (%)"] if own_ran else [])
-               + ["transferred VRHs (%)", "Spearman", "Kendall", "top-k overlap (%)"])
-    keep = [j for j, c in enumerate(columns) if j < 3 or any(row[j] != "–" for row in rows)]  # no all-dash column
-    s.add(Table([columns[j] for j in keep], [[row[j] for j in keep] for row in rows],
-                "Per-k runs show their largest k." + ("" if own_ran else " No run masked B's own heads (that needs "
-                                                      "B's own detection), so there is no own-heads column.")))
-    return s
-
-
-def stability_section(runs: list[Run]) -> Section | None:
+def stability_section(runs: list[Run], kc: object = None) -> Section | None:  # kc: the report's k, unread
     sts = [r for r in runs if r.command == "stability" and r.results]
     if not sts:
         return None
@@ -207,7 +133,7 @@ def stability_section(runs: list[Run]) -> Section | None:
     return s
 
 
-def compare_section(runs: list[Run]) -> Section | None:
+def compare_section(runs: list[Run], kc: object = None) -> Section | None:  # kc: the report's k, unread
     cms = [r for r in runs if r.command == "compare" and r.results]
     if not cms:
         return None
@@ -259,10 +185,11 @@ def _variant_lines(options) -> str:
     return "; ".join(parts)
 
 
-def other_section(runs: list[Run]) -> Section | None:
-    """Runs of commands this report cannot draw: say so and list what they hold, so nothing is silently
-    dropped and the owner of the command knows what to add here."""
-    others = [r for r in runs if r.command not in KNOWN]
+def other_section(runs: list[Run], known: Collection[str]) -> Section | None:
+    """Runs of commands no section draws (``known``: the commands some section draws, handed by
+    :func:`vrh.report.build.build_sections`): say so and list what they hold, so nothing is silently dropped and
+    the owner of the command knows what to add (a report section in its registration, :mod:`vrh.analyses`)."""
+    others = [r for r in runs if r.command not in known]
     if not others:
         return None
     s = Section("Other runs")

@@ -59,7 +59,7 @@ def _diff_rows(label: str, block: Mapping[str, Any]) -> list[list[str]]:
             for d in diffs if isinstance(d, dict)]
 
 
-def dpo_section(runs: list[Run]) -> Section | None:
+def dpo_section(runs: list[Run], kc: object = None) -> Section | None:  # kc: the report's k, unread
     comparisons = [r for r in runs if r.command == "dpo" and isinstance(r.results, dict)]
     trainings = [r for r in runs if r.command == "dpo-train" and isinstance(r.results, dict)]
     if not comparisons and not trainings:

@@ -139,7 +139,7 @@ def _complete_comparison(res: Any) -> bool:
                for s in sides) and all(isinstance(o, dict) and "chance" in o for o in res["overlap"])
 
 
-def head_comparison_section(runs: list) -> Any:
+def head_comparison_section(runs: list, kc: object = None) -> Any:  # kc: the report's k, unread
     """``vrh compare-heads`` runs (both maps, the matrix, the overlap table) and ``vrh text-heads`` runs (needle
     recall unmasked, with the top-k text heads, the cross set and random heads masked); None without either."""
     from vrh.report.document import Fig, Section, Table, Text

@@ -1,4 +1,4 @@
-"""Report section for ``dpo-pairs`` runs (:mod:`vrh.commands.dpo_pairs`, paper App. B).
+"""Report section for ``dpo-pairs`` runs (:mod:`vrh.analyses.dpo_pairs`, paper App. B).
 
 What a reader of a DPO dataset needs before training on it: how many pairs survived and why the others were
 dropped (a chosen answer that was wrong would teach the wrong box; a rejected answer equal to the chosen
@@ -24,7 +24,7 @@ DROP_MEANING = {"chosen_incorrect": "the unmasked answer was not correct: DPO wo
                 "beyond_pair_limit": "a usable pair after the first --pairs ones"}
 
 
-def dpo_section(runs: list[Run]) -> Section | None:
+def dpo_section(runs: list[Run], kc: object = None) -> Section | None:  # kc: the report's k, unread
     dps = [r for r in runs if r.command == "dpo-pairs" and r.results]
     if not dps:
         return None

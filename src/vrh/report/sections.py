@@ -282,7 +282,7 @@ def scores_section(runs: list[Run], kc: KChoice) -> Section | None:
 
 
 # --- k-curves -----------------------------------------------------------------------------------------
-def kcurve_section(runs: list[Run]) -> Section | None:
+def kcurve_section(runs: list[Run], kc: object = None) -> Section | None:  # kc: the report's k, unread
     sweeps = [r for r in runs if r.command == "sweep" and r.res.k]
     if not sweeps:
         return None
@@ -319,7 +319,7 @@ def kcurve_section(runs: list[Run]) -> Section | None:
 
 
 # --- outcomes -----------------------------------------------------------------------------------------
-def outcome_section(runs: list[Run]) -> Section | None:
+def outcome_section(runs: list[Run], kc: object = None) -> Section | None:  # kc: the report's k, unread
     s = Section("Outcome breakdown")
     s.add(Text("Why accuracy drops (Fig. 8a): a mislocated box means the model still answers in form but "
                "looks in the wrong place; a parse failure means it no longer produces a box at all."))

@@ -439,7 +439,7 @@ class DemoKCurve(Block):
 @results_kind
 @dataclass(frozen=True, kw_only=True)
 class DemoResults(RunResults):
-    """``vrh demo``'s headline (:func:`vrh.experiments.headline.headline`), every figure from its sweeps:
+    """``vrh demo``'s headline (:func:`vrh.analyses.demo.headline.headline`), every figure from its sweeps:
     grounding accuracy unmasked, with the top-``k`` VRHs masked and with k random heads (mean, std, seeds),
     parse-failure rates, the top-k heads, ``sparsity`` (:func:`vrh.scoring.sparsity.sparsity_summary` at
     the demo's thresholds), the ``vqa`` figures, the ``k_curve``, the split sizes, one random control per

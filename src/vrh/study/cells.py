@@ -199,17 +199,32 @@ def register_cell_kind(kind: CellKind, *, plan_after: str | None = None) -> Cell
     return kind
 
 
+def _analyses_kinds() -> None:
+    """Import the modules registered analyses name as registering their cell kinds (``Analysis.cell_kinds``:
+    an analysis of a user's own package brings its kind with it)."""
+    import importlib
+
+    from vrh.analyses.registry import analyses
+
+    for analysis in analyses().values():
+        for module in analysis.cell_kinds:
+            importlib.import_module(module)
+
+
 def cell_kinds() -> dict[str, CellKind]:
     """kind name -> :class:`CellKind`, in plan order."""
+    _analyses_kinds()
     return {name: _KINDS[name] for name in _PLAN}
 
 
 def cell_kind(name: str) -> CellKind:
+    _analyses_kinds()
     return _KINDS[name]
 
 
 def study_tables() -> dict[str, CellKind]:
     """table name -> the kind that reads it, in the order the study file's grammar lists them."""
+    _analyses_kinds()
     return {k.table: k for k in _KINDS.values() if k.table is not None}
 
 

@@ -16,13 +16,7 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any
 
-from vrh.experiments import settings as s
-from vrh.experiments.compare import run_compare
-from vrh.experiments.detection import run_detect
-from vrh.experiments.kcurves import run_sweep
-from vrh.experiments.preference_pairs import run_pairs
-from vrh.experiments.stability import run_stability
-from vrh.experiments.transfer import run_transfer
+from vrh.analyses.registry import get_analysis
 from vrh.options import ShareOptions
 from vrh.study import values as v
 from vrh.study.cells import OUT, Cell, CellKind, cell_kinds, check_unique, fingerprint, register_cell_kind
@@ -171,6 +165,13 @@ def dpo_pairs_cells(study: Any) -> list[Cell]:
             for m in _models(study, "dpo_pairs")]
 
 
+def runs_analysis(name: str) -> dict[str, Any]:
+    """A run-folder kind's ``settings`` and ``run``: the registered analysis ``name``'s settings type and its
+    library call (:mod:`vrh.analyses.registry`; imported when a cell runs)."""
+    analysis = get_analysis(name)
+    return {"settings": analysis.settings, "run": analysis.call}
+
+
 # --- the registrations: builder, table (keys, defaults, bounds), settings type and library call ----------
 register_cell_kind(DatasetKind("data", data_cells))
 register_cell_kind(CellKind(
@@ -179,46 +180,46 @@ register_cell_kind(CellKind(
     defaults={"n": 200, "n_eval": None, "scorers": ["out/sum/mean"], "seed": 0},
     rules={"n": v.POSITIVE, "n_eval": v.POSITIVE, "seed": v.SEED,
            "scorers": v.str_list("give at least one scorer (the first ranks the heads)")},
-    settings=s.DetectRunSettings, run=run_detect))
+    **runs_analysis("detect")))
 register_cell_kind(CellKind(
     "sweep", sweep_cells, table="sweep",
     keys={"ks": list, "seeds": list, "mask_mode": str, "n": int, "benchmarks": list, "models": list},
     defaults={"ks": [0, 1, 3, 5, 10, 20, 50], "seeds": [0, 1, 2], "mask_mode": "zero", "n": None},
     rules={"ks": v.KS, "seeds": v.SEEDS, "n": v.POSITIVE, "benchmarks": v.BENCHMARKS, "models": v.MODELS},
-    settings=s.SweepSettings, run=run_sweep))
+    **runs_analysis("sweep")))
 register_cell_kind(CellKind(
     "crosstask", crosstask_cells, table="crosstask",
     keys={"k": int, "seeds": list, "benchmark": str, "models": list},
     defaults={"k": 20, "seeds": [0, 1, 2]},
     rules={"k": v.POSITIVE, "seeds": v.SEEDS, "models": v.MODELS},
-    settings=s.SweepSettings, run=run_sweep))
+    **runs_analysis("sweep")))
 register_cell_kind(CellKind(
     "compare", compare_cells, table="compare",
     keys={"ks": list, "methods": list, "seeds": list, "n": int, "benchmark": str, "models": list},
     defaults={"ks": [5, 10, 20, 50], "methods": None, "seeds": [0, 1, 2], "n": 200},
     rules={"ks": v.KS, "seeds": v.SEEDS, "n": v.POSITIVE, "models": v.MODELS,
            "methods": v.str_list("leave it out for vrh compare's own list")},
-    settings=s.CompareSettings, run=run_compare))
+    **runs_analysis("compare")))
 register_cell_kind(CellKind(
     "transfer", transfer_cells, table="transfer",
     keys={"k": int, "seeds": list, "benchmark": str, "pairs": (str, list), "both_directions": bool},
     defaults={"k": 20, "seeds": [0, 1, 2], "pairs": "auto", "both_directions": True},
     rules={"k": v.POSITIVE, "seeds": v.SEEDS, "pairs": v.pairs},
-    settings=s.TransferSettings, run=run_transfer))
+    **runs_analysis("transfer")))
 register_cell_kind(CellKind(
     "stability", stability_cells, table="stability",
     keys={"k": int, "n_values": list, "bootstrap": int, "benchmark": str, "models": list},
     defaults={"k": 20, "n_values": [1, 2, 5, 10, 20, 50, 100, 200], "bootstrap": 10},
     rules={"k": v.POSITIVE, "bootstrap": v.POSITIVE, "models": v.MODELS,
            "n_values": v.int_list(1, "give at least one number of detection samples to draw")},
-    settings=s.StabilitySettings, run=run_stability),
+    **runs_analysis("stability")),
     plan_after="compare")  # the study file lists [transfer] first; the plan has always run stability first
 register_cell_kind(CellKind(
     "dpo_pairs", dpo_pairs_cells, table="dpo_pairs",
     keys={"k": int, "n": int, "benchmark": str, "models": list},
     defaults={"k": 20, "n": None},
     rules={"k": v.POSITIVE, "n": v.POSITIVE, "models": v.MODELS},
-    settings=s.PairsSettings, run=run_pairs))
+    **runs_analysis("dpo-pairs")))
 
 
 def build_cells(study: Any) -> list[Cell]:

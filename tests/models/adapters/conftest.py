@@ -16,7 +16,7 @@ def detect_then_evaluate(tmp_path, tiny_dataset):
     ``results.json``: what each family's end-to-end test asserts on."""
 
     def run(build, n: int) -> tuple[dict, list[dict], dict]:
-        from vrh.commands import detect, evaluate
+        from vrh.analyses import detect, evaluate
 
         model, processor = build()
         ckpt = str(save_tiny(model, processor, tmp_path / "ckpt"))

@@ -40,7 +40,7 @@ def test_detect_runs_on_pad_to_square_non_square_images(tmp_path, tiny_dataset):
     """84 x 56 images padded to a square: 2 of the 7 patch rows are padding only. Detection used to stop with
     "visual tokens do not form a grid: 49 tokens, 6 rows x 7 cols"; K now comes from the 35 cells only, and
     Localization Heads gets the 7 x 7 grid."""
-    from vrh.commands import detect
+    from vrh.analyses import detect
     from vrh.testing import save_tiny
 
     model, processor = tiny_llava(do_pad=True)

@@ -261,8 +261,8 @@ def test_detect_then_evaluate_end_to_end(detect_then_evaluate, tiny_dataset, tmp
     0, head_scores.json naming the cross-attention layers; a random evaluation and a sweep's random controls
     draw cross-attention heads."""
     from vrh import runs
-    from vrh.commands import evaluate, sweep
-    from vrh.report.build import build_report
+    from vrh.analyses import evaluate, sweep
+    from vrh.analyses.reporting import build_report
 
     out, samples, res = detect_then_evaluate(TINY_BUILDERS["mllama"], n=4)
     assert out["num_layers"] == 4 and out["num_heads"] == 4

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vrh.experiments.settings import TransferSettings
+from vrh.analyses.transfer.settings import TransferSettings
 from vrh.runs import TransferResults
 
 

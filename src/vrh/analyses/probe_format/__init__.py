@@ -10,14 +10,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from vrh.analyses.registry import Analysis, register_analysis
 from vrh.experiments.settings import ProbeFormatSettings as Config
 
 NAME = Config.COMMAND
 HELP = "try each prompt/answer variant on a few samples: parse rate, accuracy, one raw answer"
 
+ANALYSIS = register_analysis(Analysis(
+    NAME, HELP, Config, place=180,
+    run="vrh.experiments.format_probe:run_probe_format"))
+
 
 def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
     """Prints the table (and writes --json); returns it as JSON."""
-    from vrh.experiments.format_probe import run_probe_format
-
-    return run_probe_format(cfg, lm).to_json()
+    return ANALYSIS.run_json(cfg, lm)

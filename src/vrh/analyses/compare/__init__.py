@@ -11,14 +11,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from vrh.analyses.registry import Analysis, register_analysis
 from vrh.experiments.settings import CompareSettings as Config
 
 NAME = Config.COMMAND
 HELP = "every head-scoring variant and prior method, one detection, causal test per k (Tab. A9)"
 
+ANALYSIS = register_analysis(Analysis(
+    NAME, HELP, Config, place=50,
+    run="vrh.experiments.compare:run_compare",
+    results="vrh.runs.results_characterize:CompareResults",
+    report=((80, "vrh.report.characterize:compare_section"),),
+    example_argv=("--data", "{data}")))
+
 
 def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
     """Writes a comparison run folder; returns results.json."""
-    from vrh.experiments.compare import run_compare
-
-    return run_compare(cfg, lm).to_json()
+    return ANALYSIS.run_json(cfg, lm)

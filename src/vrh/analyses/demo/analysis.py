@@ -5,7 +5,7 @@ detects heads on the detection samples (``detect/``), sweeps k for the top-k det
 heads outside them on the held-out grounding samples (``sweep_grounding/``), evaluates the VQA set under
 the same masks (``sweep_vqa/``, cross-task), measures sparsity, and builds the report (``report/``).
 Every sub-run is an ordinary run folder (what ``vrh detect`` / ``vrh sweep`` write); the top-level
-``results.json`` carries the headline figures (:func:`vrh.experiments.headline.headline`), every one
+``results.json`` carries the headline figures (:func:`vrh.analyses.demo.headline.headline`), every one
 measured in this run.
 
 :func:`run_demo` is the demo. A non-empty ``--out`` is refused unless ``--overwrite`` (replace the previous run
@@ -18,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from vrh.experiments.settings import DemoSettings
+from vrh.analyses.demo.settings import DemoSettings
 from vrh.runs import DemoResults
 
 SUBRUNS = ("detect", "sweep_grounding", "sweep_vqa")
@@ -34,7 +34,7 @@ def run_demo(cfg: DemoSettings, lm: Any = None) -> DemoResults:
     from vrh import runs
     from vrh.experiments.conditions import HeadSource, check_room
     from vrh.experiments.detection import run_detection
-    from vrh.experiments.headline import headline
+    from vrh.analyses.demo.headline import headline
     from vrh.experiments.heldout import select_eval_samples
     from vrh.experiments.kcurves import sweep_folder
     from vrh.experiments.settings import DetectSettings, SweepSettings
@@ -110,7 +110,7 @@ def run_demo(cfg: DemoSettings, lm: Any = None) -> DemoResults:
 
 
 def _report(out: Path, k: int) -> Path:
-    from vrh.report.build import build_report
+    from vrh.analyses.reporting import build_report
 
     build_report([out, *(out / s for s in SUBRUNS)], out / "report", k=k)
     return out / "report"

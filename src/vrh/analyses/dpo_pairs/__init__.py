@@ -11,14 +11,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from vrh.analyses.registry import Analysis, register_analysis
 from vrh.experiments.settings import PairsSettings as Config
 
 NAME = Config.COMMAND
 HELP = "build DPO preference pairs: unmasked answers (chosen) vs answers with the VRHs masked (rejected)"
 
+ANALYSIS = register_analysis(Analysis(
+    NAME, HELP, Config, place=100,
+    run="vrh.experiments.preference_pairs:run_pairs",
+    results="vrh.runs.results:DpoPairsResults",
+    report=((110, "vrh.report.pairs:dpo_section"),),
+    example_argv=("--heads", "{heads}")))
+
 
 def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
     """Writes a dpo-pairs run folder (samples.jsonl, pairs.jsonl); returns results.json."""
-    from vrh.experiments.preference_pairs import run_pairs
-
-    return run_pairs(cfg, lm).to_json()
+    return ANALYSIS.run_json(cfg, lm)

@@ -11,14 +11,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from vrh.analyses.registry import Analysis, register_analysis
 from vrh.experiments.settings import StabilitySettings as Config
 
 NAME = Config.COMMAND
 HELP = "top-k stability vs number of scoring samples, and which output tokens to score"
 
+ANALYSIS = register_analysis(Analysis(
+    NAME, HELP, Config, place=90,
+    run="vrh.experiments.stability:run_stability",
+    results="vrh.runs.results_characterize:StabilityResults",
+    report=((70, "vrh.report.characterize:stability_section"),),
+    example_argv=("--heads", "{heads}", "--accuracy-draws", "1")))
+
 
 def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
     """Writes a stability run folder; returns results.json. ``lm`` is used only when ``cfg.model`` is set."""
-    from vrh.experiments.stability import run_stability
-
-    return run_stability(cfg, lm).to_json()
+    return ANALYSIS.run_json(cfg, lm)

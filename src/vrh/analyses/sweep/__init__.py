@@ -11,14 +11,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from vrh.analyses.registry import Analysis, register_analysis
 from vrh.experiments.settings import SweepSettings as Config
 
 NAME = Config.COMMAND
 HELP = "accuracy vs k: top-k detected heads vs k random heads over seeds"
 
+ANALYSIS = register_analysis(Analysis(
+    NAME, HELP, Config, place=40,
+    run="vrh.experiments.kcurves:run_sweep",
+    results="vrh.runs.results:SweepResults",
+    report=((30, "vrh.report.sections:kcurve_section"), (40, "vrh.report.sections:outcome_section")),
+    example_argv=("--data", "{data}", "--heads", "{heads}")))
+
 
 def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
     """Writes a sweep run folder; returns results.json."""
-    from vrh.experiments.kcurves import run_sweep
-
-    return run_sweep(cfg, lm).to_json()
+    return ANALYSIS.run_json(cfg, lm)

@@ -9,14 +9,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from vrh.analyses.registry import Analysis, register_analysis
 from vrh.experiments.settings import CompareHeadsSettings as Config
 
 NAME = Config.COMMAND
 HELP = "overlap of two head rankings with chance levels, and cross-masking (e.g. VRHs vs text retrieval heads)"
 
+ANALYSIS = register_analysis(Analysis(
+    NAME, HELP, Config, place=80,
+    run="vrh.experiments.head_comparison:run_compare_heads",
+    results="vrh.runs.results_characterize:CompareHeadsResults",
+    report=((90, "vrh.report.head_comparison:head_comparison_section"),),
+    example_argv=("--heads", "{heads}", "--heads-b", "{heads}", "--data", "{data}")))
+
 
 def run(cfg: Config, lm: Any = None) -> dict[str, Any]:
     """Writes a compare-heads run folder; returns results.json."""
-    from vrh.experiments.head_comparison import run_compare_heads
-
-    return run_compare_heads(cfg, lm)
+    return ANALYSIS.run_json(cfg, lm)
