@@ -13,11 +13,9 @@ import json
 import re
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from PIL import Image
 from safetensors.torch import save_file
 
 import vrh
@@ -26,7 +24,6 @@ from vrh.testing.tiny_deepseek_vl2 import (deepseek_vl2_processor, deepseek_vl2_
                                            tiny_published_config)
 
 from . import test_adapters as suite
-from .pixels import coord_image
 
 REAL = Path(__file__).resolve().parents[4] / "shared" / "real" / "checkpoints"
 
@@ -193,59 +190,6 @@ def test_image_embeddings_sit_where_the_remote_model_puts_them(mla):
                     want.append(newline if col == nw * g else feats[tile, i * g + j])
             got = embeds[b, batch.visual_positions[b]]
             assert torch.allclose(got, torch.stack(want), atol=1e-6)
-
-
-def test_projector_concatenates_2x2_windows_channel_major():
-    """``downsample_mlp_gelu`` on a 3 x 3 grid: zero-padded to 4 x 4, window (I, J) -> for each channel c its
-    (2I, 2J), (2I, 2J+1), (2I+1, 2J), (2I+1, 2J+1) values (F.unfold's order, as the remote projector)."""
-    from vrh.models.adapters.deepseek_vl2.modeling import Projector
-
-    proj = Projector(dict(input_dim=2, n_embed=5, mlp_ratio=1, depth=2, downsample_ratio=2))
-    x = torch.randn(1, 9, 2)  # (T, g*g, C), g = 3
-    grid = F.pad(x.view(3, 3, 2), (0, 0, 0, 1, 0, 1))  # (4, 4, C)
-    windows = torch.stack([torch.stack([grid[2 * i + a, 2 * j + b] for a in (0, 1) for b in (0, 1)], dim=1).flatten()
-                           for i in (0, 1) for j in (0, 1)])  # (4, C*4): channel-major
-    with torch.no_grad():
-        assert torch.allclose(proj(x)[0], proj.layers(windows), atol=1e-6)
-
-
-@pytest.mark.parametrize("size, box", [((150, 100), (72, 72)), ((70, 90), (72, 144)), ((641, 479), (768, 384)),
-                                       ((384, 384), (384, 384)), ((33, 250), (1152, 384))])
-def test_letterbox_is_imageops_pad(size, box):
-    """The processor's views are ``ImageOps.pad(image, box, color=mean)`` pixel for pixel (what the remote
-    processor calls), and the placement it reports is where the image went."""
-    from PIL import ImageOps
-
-    from vrh.models.adapters.deepseek_vl2.processing import letterbox
-
-    image = coord_image(*size) if max(size) <= 256 else Image.new("RGB", size, (255, 255, 255))
-    ours, (x0, y0, rw, rh) = letterbox(image, box, (127, 127, 127))
-    theirs = np.asarray(ImageOps.pad(image, box, color=(127, 127, 127)))
-    assert np.array_equal(np.asarray(ours), theirs)
-    blue = theirs[..., 2] >= 254  # the image's pixels (B = 255), the bars are 127
-    rows, cols = np.nonzero(blue)
-    assert (cols.min(), rows.min(), cols.max() + 1 - cols.min(), rows.max() + 1 - rows.min()) == (x0, y0, rw, rh)
-
-
-def test_router_matches_native_router_where_native_applies():
-    """With the native router's settings (softmax, no renormalisation) the port is the native function."""
-    from transformers.models.deepseek_v2.modeling_deepseek_v2 import DeepseekV2TopkRouter
-
-    from vrh.models.adapters.deepseek_vl2.modeling import Router, language_config
-
-    for method, groups in (("greedy", 1), ("group_limited_greedy", 2)):
-        cfg = language_config({"language_config": dict(hidden_size=16, num_attention_heads=2, n_routed_experts=8,
-                                                       num_experts_per_tok=3, routed_scaling_factor=2.0, n_group=groups, n_shared_experts=1,
-                                                       topk_group=1, topk_method=method, num_hidden_layers=1)})
-        ours, native = Router(cfg), DeepseekV2TopkRouter(cfg)
-        with torch.no_grad():
-            ours.weight.normal_()
-            native.weight.copy_(ours.weight)
-        x = torch.randn(2, 5, 16)
-        (l1, w1, i1), (l2, w2, i2) = ours(x), native(x)
-        o1, o2 = i1.sort(-1), i2.sort(-1)
-        assert torch.equal(o1.values, o2.values) and torch.equal(l1, l2)
-        assert torch.allclose(w1.gather(1, o1.indices), w2.gather(1, o2.indices))
 
 
 def test_missing_and_extra_keys_are_refused(tmp_path):
