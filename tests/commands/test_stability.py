@@ -12,7 +12,7 @@ from vrh import runs
 from vrh.experiments import evaluation
 from vrh.analyses import stability
 from vrh.options import add_options, parse_config
-from vrh.experiments.stability import draw, draw_conditions, overlap_curve
+from vrh.analyses.stability.analysis import draw, draw_conditions, overlap_curve
 
 FAST = dict(max_new_tokens=8, batch_size=4)
 REPORT_KEYS = {"n_values", "topk_overlap_mean", "topk_overlap_std", "k", "token_choice"}

@@ -4,6 +4,7 @@ in config.json with the keys, in the order, that run folders have always had (a 
 import pytest
 
 from vrh.analyses.demo.settings import DemoSettings
+from vrh.analyses.stability.settings import StabilitySettings
 from vrh.analyses.transfer.settings import TransferSettings
 from vrh.experiments import settings as s
 from vrh.options import GenerationOptions, config_record
@@ -19,7 +20,7 @@ RECORDS = {
     s.SweepSettings: (*RUN_GEN_MASK, *EVAL, *MODEL, "heads", "ks", "seeds"),
     s.CompareSettings: (*RUN_GEN_MASK, *DETECT, "data", *MODEL, "methods", "default", "ks", "seeds"),
     TransferSettings: (*RUN_GEN_MASK, *EVAL, *MODEL, "heads", "heads_b", "k", "seeds"),
-    s.StabilitySettings: (*RUN_GEN_MASK, *MODEL, "heads", "data", "k", "n_values", "bootstrap", "seed", "seeds",
+    StabilitySettings: (*RUN_GEN_MASK, *MODEL, "heads", "data", "k", "n_values", "bootstrap", "seed", "seeds",
                           "accuracy_draws", "n_eval"),
     s.PairsSettings: (*RUN_GEN_MASK, "heads", "data", "train", "n", "pairs", "rejected", "k", "seed", *MODEL,
                       "random_negatives"),

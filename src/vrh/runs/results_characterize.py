@@ -120,7 +120,7 @@ class TransferResults(RunResults):
 # --- stability ----------------------------------------------------------------------------------------
 @dataclass(frozen=True, kw_only=True)
 class TokenChoice(Block):
-    """Fig. 8b (:func:`vrh.experiments.stability.fold_token_choice`): accuracy after masking the top-k of
+    """Fig. 8b (:func:`vrh.analyses.stability.analysis.fold_token_choice`): accuracy after masking the top-k of
     ``rand1/sum/mean`` (one random answer token), of ``out/sum/mean`` (all of them) and k random heads (mean,
     std; None when no set could be drawn), unmasked; the overlap of the two top-k sets, the head sets and
     seeds, and every condition's outcome fractions."""

@@ -37,5 +37,3 @@ class DemoSettings(ModelOptions, MaskOptions, GenerationOptions, ShareOptions, R
     sparsity_thresholds: tuple[float, ...] = option((1e-3, 5e-3), cli=False,  # sparsity.DEFAULT_THRESHOLDS
                                                     help="score thresholds of the sparsity figure (the paper's "
                                                          "Fig. 5 ones: 0.001 non-negligible, 0.005 high)")
-
-

@@ -38,7 +38,7 @@ from vrh.experiments.conditions import Condition, RandomControl
 from vrh.core.heads import Head, top_k
 from vrh.experiments.kcurves import conditions_table, random_control_report
 from vrh.experiments.runner import ConditionResults
-from vrh.experiments.settings import StabilitySettings
+from vrh.analyses.stability.settings import StabilitySettings
 from vrh.infra.console import warn
 from vrh.scoring import make_scorer
 from vrh.scoring.functions import aggregate
