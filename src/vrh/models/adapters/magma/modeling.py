@@ -43,8 +43,6 @@ from transformers import GenerationMixin, LlamaConfig, LlamaForCausalLM, PreTrai
 CONVNEXT_NORM_EPS = 1e-5  # timm convnext_xxlarge: norm_eps=1e-5 on every LayerNorm (stem, blocks, downsampling)
 CONVNEXT_STRIDE = 32  # stem 4 x three 2x downsamplings: one feature per 32 x 32 input pixels
 BACKBONES = {"convnextxxlarge": ((3, 4, 30, 3), (384, 768, 1536, 3072))}  # vision_backbone -> (depths, widths)
-IMAGE_TOKEN = "<image>"
-PROCESSOR_FILE = "preprocessor_config.json"
 
 
 # --- config ----------------------------------------------------------------------------------------

@@ -19,8 +19,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from vrh.models.adapters.magma.modeling import CONVNEXT_STRIDE, IMAGE_TOKEN, PROCESSOR_FILE
+from vrh.models.adapters.magma.modeling import CONVNEXT_STRIDE
 from vrh.models.canvas import select_best_resolution
+
+IMAGE_TOKEN = "<image>"
+PROCESSOR_FILE = "preprocessor_config.json"
 
 
 def best_grid(width: int, height: int, num_crops: int, side: int) -> tuple[int, int]:

@@ -36,7 +36,6 @@ from torch import nn
 from transformers import Phi3Config, Phi3ForCausalLM, Siglip2VisionConfig, Siglip2VisionModel
 from transformers.models.phi3.modeling_phi3 import Phi3Model, Phi3PreTrainedModel
 
-IMAGE_TOKEN = "<image>"
 NAFLEX_TOWER = "google/siglip2-so400m-patch16-naflex"  # the tower the released config names
 
 

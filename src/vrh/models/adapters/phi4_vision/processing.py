@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from vrh.models.adapters.phi4_vision.modeling import IMAGE_TOKEN
+IMAGE_TOKEN = "<image>"  # the in-vocabulary placeholder, one per feature (module docstring)
 
 
 class Phi4VisionImageProcessor:
