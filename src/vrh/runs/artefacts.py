@@ -7,7 +7,7 @@ import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from vrh.runs.folder import (CONFIG, DETECT_STATE, EMERGENCE, HEAD_SCORES, OVERLAYS, RESULTS, RunFolder, SAMPLES,
                              SAMPLE_SCORES, SCHEMA_VERSION, is_batch_state_file, read_json, read_jsonl, write_jsonl)
@@ -33,7 +33,7 @@ def read_results(run_dir: str | os.PathLike) -> dict[str, Any] | None:
 
 def read_samples(run_dir: str | os.PathLike) -> list[SampleRecord]:
     path = Path(run_dir) / SAMPLES
-    return read_jsonl(path) if path.is_file() else []
+    return cast(list[SampleRecord], read_jsonl(path)) if path.is_file() else []  # the lines, as written
 
 
 def is_finished(run_dir: str | os.PathLike) -> bool:

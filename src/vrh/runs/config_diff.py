@@ -80,9 +80,12 @@ def _short(value: Any, limit: int) -> str:
     if isinstance(value, str):
         return f"{json.dumps(value[:limit] + '...')} ({len(value)} characters)"
     if isinstance(value, (list, Mapping)):
-        pairs = list(value.items()) if isinstance(value, Mapping) else [(None, v) for v in value]
-        item = lambda k, v, n: _short(v, n) if k is None else f"{json.dumps(k)}: {_short(v, n)}"  # noqa: E731
-        kept = [item(*pairs[0], limit)]  # at least one item, itself abbreviated if it is long
+        pairs: list[tuple[Any, Any]] = list(value.items()) if isinstance(value, Mapping) else [(None, v) for v in value]
+
+        def item(k: Any, v: Any, n: int) -> str:
+            return _short(v, n) if k is None else f"{json.dumps(k)}: {_short(v, n)}"
+
+        kept = [item(pairs[0][0], pairs[0][1], limit)]  # at least one item, itself abbreviated if it is long
         for k, v in pairs[1:]:
             whole = item(k, v, 10 ** 9)
             if len(", ".join(kept + [whole])) > limit:

@@ -12,7 +12,7 @@ import sys
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, cast
 
 import vrh
 from vrh.infra.distributed import World, world
@@ -167,7 +167,7 @@ class RunFolder:
         self.world: World = world()
         self.path = Path(path)
         self.resume = resume
-        self._samples = None
+        self._samples: IO[str] | None = None
         self._lock: FolderLock | None = None
         self.skipped: list[dict[str, Any]] = []  # samples the run left out (id, reason): results.json lists them
         if resume and overwrite:
@@ -248,13 +248,13 @@ class RunFolder:
         """Records of ``samples.jsonl`` and, after them, of every rank's shard; a record that is in two
         files (a merge interrupted between writing and deleting) counts once."""
         p = self.path / SAMPLES
-        out = read_jsonl(p) if p.exists() else []
+        out = cast(list[SampleRecord], read_jsonl(p) if p.exists() else [])  # the lines, as written
         shards = self.shard_paths()
         if not shards:
             return out
         seen = {_record_key(r) for r in out}
         for shard in shards:
-            for rec in read_jsonl(shard):
+            for rec in cast(list[SampleRecord], read_jsonl(shard)):
                 if _record_key(rec) not in seen:
                     seen.add(_record_key(rec))
                     out.append(rec)

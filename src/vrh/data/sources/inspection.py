@@ -106,10 +106,12 @@ def paper_count_checks(samples: list[Sample], path: str | Path) -> tuple[list[di
 
 def summarize_dataset(path: str | Path) -> tuple[dict[str, Any], list[Sample]]:
     samples = load_dataset(path, on_error="skip")
+    report = samples.report
+    assert report is not None  # load_dataset always attaches its LoadReport
     text_words = [len((s.expression or s.question or "").split()) for s in samples]
     summary = {
-        "path": str(path), "n": len(samples), "n_bad_lines": samples.report.n_skipped,
-        "bad_lines": [{"line": ln, "reason": r} for ln, r in samples.report.skipped[:N_TOP]],
+        "path": str(path), "n": len(samples), "n_bad_lines": report.n_skipped,
+        "bad_lines": [{"line": ln, "reason": r} for ln, r in report.skipped[:N_TOP]],
         "tasks": dict(Counter(s.task for s in samples)),
         "benchmarks": dict(Counter(str(s.meta.get("benchmark", "?")) for s in samples)),
         "n_images": len({s.image_path for s in samples}),
