@@ -141,7 +141,7 @@ def test_each_kind_of_extension_reaches_the_cli_help(extensions, capsys):
 
 def test_a_registered_scorer_joins_compare_defaults(extensions):
     from vrh.analyses import compare
-    from vrh.experiments.settings import DESIGN_SPACE, TOKEN_CHOICE
+    from vrh.analyses.compare.settings import DESIGN_SPACE, TOKEN_CHOICE
     from vrh.options import add_options, parse_config
 
     parser = argparse.ArgumentParser()

@@ -11,8 +11,8 @@ import torch
 from vrh import runs
 from vrh.analyses import compare
 from vrh.core.heads import top_k
-from vrh.experiments import compare as comparison
-from vrh.experiments import settings
+from vrh.analyses.compare import analysis as comparison
+from vrh.analyses.compare import settings
 from vrh.options import add_options, parse_config
 from vrh.scoring import compare_baselines
 

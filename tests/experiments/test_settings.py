@@ -3,6 +3,7 @@ in config.json with the keys, in the order, that run folders have always had (a 
 
 import pytest
 
+from vrh.analyses.compare.settings import CompareSettings
 from vrh.analyses.demo.settings import DemoSettings
 from vrh.analyses.stability.settings import StabilitySettings
 from vrh.analyses.transfer.settings import TransferSettings
@@ -18,7 +19,7 @@ RECORDS = {
     s.DetectRunSettings: ("out", "batch_size", "max_new_tokens", *DETECT, "data", *MODEL),
     s.EvaluateSettings: (*RUN_GEN_MASK, *EVAL, *MODEL, "mask_heads", "k", "random", "seed"),
     s.SweepSettings: (*RUN_GEN_MASK, *EVAL, *MODEL, "heads", "ks", "seeds"),
-    s.CompareSettings: (*RUN_GEN_MASK, *DETECT, "data", *MODEL, "methods", "default", "ks", "seeds"),
+    CompareSettings: (*RUN_GEN_MASK, *DETECT, "data", *MODEL, "methods", "default", "ks", "seeds"),
     TransferSettings: (*RUN_GEN_MASK, *EVAL, *MODEL, "heads", "heads_b", "k", "seeds"),
     StabilitySettings: (*RUN_GEN_MASK, *MODEL, "heads", "data", "k", "n_values", "bootstrap", "seed", "seeds",
                           "accuracy_draws", "n_eval"),
@@ -34,7 +35,7 @@ def _value(cls):
     from dataclasses import fields
 
     names = {f.name for f in fields(cls)}
-    extra = {"methods": ("out/sum/mean",)} if cls is s.CompareSettings else {}
+    extra = {"methods": ("out/sum/mean",)} if cls is CompareSettings else {}
     return cls(**{k: v for k, v in REQUIRED.items() if k in names}, **extra)
 
 
@@ -54,7 +55,7 @@ def test_take_reads_a_values_fields_from_anything_carrying_them():
     sweep = _value(s.SweepSettings)
     assert s.take(GenerationOptions, sweep) == GenerationOptions(batch_size=16, max_new_tokens=64)
     assert s.take(GenerationOptions, sweep, batch_size=4).batch_size == 4
-    detect = s.take(s.DetectSettings, _value(s.CompareSettings))
+    detect = s.take(s.DetectSettings, _value(CompareSettings))
     assert detect.scorers == ("out/sum/mean",) and detect.capture == "generate"  # compare's derived scorer list
 
 

@@ -218,7 +218,7 @@ def test_dpo_pairs_show_one_example_per_drop_reason_and_old_runs_their_counts(tm
 
 
 def test_compare_section_names_the_variant_of_each_method():
-    from vrh.report.characterize import _variant_lines
+    from vrh.analyses.compare.section import _variant_lines
 
     text = _variant_lines({"ocr_heads": {"keys": "prompt", "row": "own"}, "out/sum/mean": {"m": 20}, "x": {}})
     assert text == "ocr_heads (keys=prompt, row=own); out/sum/mean (m=20)"

@@ -80,7 +80,7 @@ def _check_detection(p: Any, r: Any) -> None:
 def _check_compare(p: Any, r: Any) -> None:
     """[compare]: its method specs, and at least the comparison's minimum of distinct seeds."""
     from vrh.experiments.detection import check_scorers
-    from vrh.experiments.settings import MIN_SEEDS
+    from vrh.analyses.compare.settings import MIN_SEEDS
 
     if p["compare"].methods is not None:
         try:

@@ -22,7 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from vrh.experiments.settings import CompareSettings
+from vrh.analyses.compare.settings import CompareSettings
 from vrh.runs import CompareResults, safe_paths
 
 DETECT_DIR = "detect"
