@@ -1,7 +1,7 @@
 """The library type-checks with mypy (``[tool.mypy]`` in pyproject.toml) at mypy's default strictness, and its
 error count stays at or below :data:`CEILING`: a change that adds type errors fails here, one that removes some
-lowers the ceiling (write the new count below). About 40 s of CPU on the 2-core machine (measured
-2026-12-04: 41.6 s user + sys for a fresh check of src/vrh), so it runs in the default suite."""
+lowers the ceiling (write the new count below). About 45 s of CPU on the 2-core machine (measured
+2026-12-04: 41.6 to 45.6 s user + sys for a fresh check of src/vrh, under 60 s), so it runs in the default suite."""
 
 import re
 import subprocess
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-CEILING = 711  # errors on 2026-12-04 (mypy 2.4.1); only ever lower it
+CEILING = 702  # errors on 2026-12-04 (mypy 2.4.1; 711 before the first fixes); only ever lower it
 
 
 def _errors(out: str) -> int:
