@@ -38,7 +38,7 @@ def test_parse_head_list():
 def test_a_head_listed_twice_is_refused_not_counted_twice():
     from vrh.core.heads import DuplicateHead, parse_head_list
     from vrh.experiments import conditions as cond
-    from vrh.experiments.head_comparison import head_side
+    from vrh.analyses.compare_heads.analysis import head_side
 
     assert parse_head_list("0:1,1:0") == [(0, 1), (1, 0)]
     for read in (parse_head_list, lambda s: cond.head_source(s, None, 4, 2, option="--mask-heads"),

@@ -158,8 +158,8 @@ def test_maps_carry_their_grid_and_rank_as_their_authors_print_them():
 
 def test_a_score_map_masks_its_top_k_and_compares_as_a_ranking(tmp_path):
     from vrh.experiments import conditions as cond
-    from vrh.experiments import head_comparison
-    from vrh.experiments.settings import CompareHeadsSettings
+    from vrh.analyses.compare_heads import analysis as head_comparison
+    from vrh.analyses.compare_heads.settings import CompareHeadsSettings
 
     src = cond.head_source("retrieval-heads:llama-2-7b-80k", None, 32, 32)
     assert src.kind == "run" and tuple(src.scores.shape) == (32, 32) and src.path == "retrieval-heads:llama-2-7b-80k"

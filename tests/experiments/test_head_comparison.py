@@ -1,4 +1,4 @@
-"""``vrh compare-heads`` (vrh.experiments.head_comparison): overlap with chance levels, rank correlation, and the
+"""``vrh compare-heads`` (vrh.analyses.compare_heads): overlap with chance levels, rank correlation, and the
 cross-masking matrix on organism C."""
 
 import json
@@ -9,8 +9,10 @@ import torch
 
 from vrh import runs
 from vrh.cli import main
-from vrh.experiments import head_comparison, text_heads
-from vrh.experiments.settings import CompareHeadsSettings, TextHeadsSettings
+from vrh.analyses.compare_heads import analysis as head_comparison
+from vrh.analyses.compare_heads.settings import CompareHeadsSettings
+from vrh.experiments import text_heads
+from vrh.experiments.settings import TextHeadsSettings
 from vrh.scoring import head_overlap
 from vrh.scoring.head_overlap import chance
 

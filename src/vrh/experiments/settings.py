@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 
 from vrh.options import (DEFAULT_K_RULE, DataOptions, DetectOptions, EvalOptions, GenerationOptions, MaskOptions,
                          ModelOptions, PairOptions, RunOptions, ShareOptions, ints, option, optional_int,
-                         positive_ints, redefault)
+                         redefault)
 
 
 def take(cls: type, source: Any, **overrides: Any) -> Any:
@@ -194,24 +194,3 @@ class TextHeadsSettings(ModelOptions, RunOptions):
     mask_mode: str = redefault(MaskOptions, "mask_mode", "zero")
     exclude_layers: tuple[int, ...] = redefault(MaskOptions, "exclude_layers", ())
     scorer: str | None = redefault(MaskOptions, "scorer", None)
-
-
-@dataclass(frozen=True, kw_only=True)
-class CompareHeadsSettings(ModelOptions, EvalOptions, MaskOptions, GenerationOptions, ShareOptions, RunOptions):
-    """``vrh compare-heads``: :func:`vrh.experiments.head_comparison.run_compare_heads`."""
-
-    COMMAND: ClassVar[str] = "compare-heads"
-
-    heads: str = option(metavar="A", help="head set A: a detection or text-heads run folder, a head list LAYER:HEAD,... "
-                                          "(in rank order) or a named set: paper:MODEL/BENCHMARK, "
-                                          "qrhead:MODEL/DATA (vrh heads list)")
-    heads_b: str = option(metavar="B", help="head set B, as --heads")
-    model: str | None = redefault(ModelOptions, "model", None)
-    data: str | None = option(None, help="grounding dataset (with --model): the cross-masking matrix's grounding "
-                                         "column (default: none)")
-    k: int | None = option(None, parse=optional_int,
-                           help=f"heads masked in the cross-masking matrix (default: {DEFAULT_K_RULE})")
-    overlap_ks: tuple[int, ...] = option((5, 10, 20), parse=positive_ints, metavar="K,K",
-                                         help="k of the top-k overlap figures (capped by the shorter set)")
-    seeds: tuple[int, ...] = option((0, 1, 2), parse=ints, metavar="S,S",
-                                    help="random-head seeds of the cross-masking matrix")

@@ -37,7 +37,7 @@ RUN_MARK = "vrh_run"  # config.json key only RunFolder.write_config writes: how 
 RUN_FORMAT = 1  # RUN_MARK's value; bump when the folder layout changes
 # What a command writes into its run folder beyond ARTEFACTS and sub-runs (removed by --overwrite)
 COMMAND_FILES = {"demo": ("data", "report"), "compare": ("compare.md", "compare.png"),
-                 "compare-heads": ("compare_heads.md", "compare_heads.png"),  # vrh.experiments.head_comparison
+                 "compare-heads": ("compare_heads.md", "compare_heads.png"),  # vrh.analyses.compare_heads
                  "dpo-train": ("model", "checkpoints", "train_log.jsonl")}  # vrh.experiments.dpo
 
 # results.json / head_scores.json carry this; bump when a key changes meaning or moves.

@@ -233,7 +233,7 @@ class TextHeadsResults(RunResults):
 @results_kind
 @dataclass(frozen=True, kw_only=True)
 class CompareHeadsResults(RunResults):
-    """``vrh compare-heads`` (:mod:`vrh.experiments.head_comparison`): two head sets' overlap with chance levels
+    """``vrh compare-heads`` (:mod:`vrh.analyses.compare_heads.analysis`): two head sets' overlap with chance levels
     (``overlap``: per k, :meth:`vrh.scoring.head_overlap.TopKOverlap.to_json`; ``lists``: the whole lists,
     :meth:`vrh.scoring.head_overlap.SetOverlap.to_json`, when a side is a list), rank correlations with their
     null spread (null when a side is a list), each side (``name``, ``kind``, ``ranking``, ``map``, ``map_kind``)

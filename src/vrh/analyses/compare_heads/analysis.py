@@ -34,7 +34,7 @@ import time
 from types import SimpleNamespace
 from typing import Any
 
-from vrh.experiments.settings import CompareHeadsSettings
+from vrh.analyses.compare_heads.settings import CompareHeadsSettings
 from vrh.runs import safe_paths
 from vrh.scoring.head_overlap import untied_k
 
