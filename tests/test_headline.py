@@ -19,7 +19,9 @@ GEN = dict(batch_size=48, max_new_tokens=24)  # the demo's answer length
 
 
 def test_top3_heads_carry_grounding_and_random_heads_do_not(tmp_path, monkeypatch):
-    import vrh.experiments.evaluation
+    import dataclasses
+
+    from vrh.core import masking
 
     lm = load_model("organism")
     data = write_split(tmp_path, N_DETECT + N_EVAL, DEMO_WORLD_SEED, "grounding")
@@ -33,15 +35,16 @@ def test_top3_heads_carry_grounding_and_random_heads_do_not(tmp_path, monkeypatc
     assert not set(rnd.heads) & set(top.heads)
 
     masked: dict[tuple, int] = {}  # head set the runner really masked -> rows answered under it
-    real_mask = vrh.experiments.evaluation.mask_heads_per_row
+    zero = masking.get_mask_mode("zero")  # the runner masks each row through its mode's own per-row application
+    real_mask = zero.apply_rows
 
-    def recording_mask(model, adapter, row_heads, **kw):
+    def recording_mask(model, adapter, row_heads, *args, **kw):
         for heads in row_heads:
             key = tuple(sorted(tuple(h) for h in heads))
             masked[key] = masked.get(key, 0) + 1
-        return real_mask(model, adapter, row_heads, **kw)
+        return real_mask(model, adapter, row_heads, *args, **kw)
 
-    monkeypatch.setattr(vrh.experiments.evaluation, "mask_heads_per_row", recording_mask)
+    monkeypatch.setitem(masking._MODES, "zero", dataclasses.replace(zero, apply_rows=recording_mask))
     res = run_conditions(lm, get_task("grounding"), held_out, [cond.none(), top, rnd], **GEN)
     assert masked == {(): N_EVAL, top.heads: N_EVAL, rnd.heads: N_EVAL}
 

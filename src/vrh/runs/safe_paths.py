@@ -250,7 +250,9 @@ def rmtree(root: str | os.PathLike, path: str | os.PathLike) -> None:
 
 
 def mkdirs(root: str | os.PathLike, path: str | os.PathLike) -> Path:
-    """Create the folder ``path`` below ``root`` and the folders above it, none of them a link; return it."""
+    """Create the folder ``path`` below ``root`` and the folders above it, none of them a link; return it (``root``
+    itself, the folder vrh was given, is created when missing)."""
+    Path(root).mkdir(parents=True, exist_ok=True)
     with parent_fd(root, Path(path) / "_", mkdir=True):
         pass
     return Path(root).joinpath(*parts_below(root, path))
