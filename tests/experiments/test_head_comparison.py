@@ -17,12 +17,13 @@ from vrh.scoring import head_overlap
 from vrh.scoring.head_overlap import chance
 
 
-def _scores_run(path, scores, command="detect"):
+def _scores_run(path, scores, command="detect", model=None):
     """A finished run folder holding only a score map (what compare-heads reads of it)."""
     from vrh.core.heads import rank_heads
 
     run = runs.RunFolder(path)
-    run.write_config({"command": command, "config": {}, "data": {"contexts": []}})
+    run.write_config({"command": command, "config": {}, "data": {"contexts": []},
+                      **({"model": model} if model else {})})
     t = torch.as_tensor(scores, dtype=torch.float32)
     runs.write_head_scores(run, runs.HeadScores(scorer="s", num_layers=t.shape[0], num_heads=t.shape[1], n_scored=1,
                                                 variants={"s": {"scores": t.tolist(),
@@ -50,6 +51,25 @@ def test_overlap_figures_with_chance_and_rank_correlation(tmp_path):
     res = head_comparison.run_compare_heads(CompareHeadsSettings(heads=a, heads_b=z, out=str(tmp_path / "zero")))
     assert res["b"]["kind"] == "text" and "every head scores 0" in res["warnings"][0]
     assert "**Warning:**" in (tmp_path / "zero" / "compare_heads.md").read_text()
+
+
+def test_rankings_of_two_models_are_named_in_one_line(tmp_path):
+    """Issue 46 item 3: heads of one model met with another's were silent in compare-heads."""
+    grid = torch.arange(32.0).reshape(4, 8)
+    m1 = {"path": "org/model-one", "model_type": "llava", "num_layers": 4, "num_heads": 8}
+    m2 = {**m1, "path": "org/model-two"}
+    a = _scores_run(tmp_path / "a", grid, model=m1)
+    b = _scores_run(tmp_path / "b", grid, model=m2)
+    same = _scores_run(tmp_path / "c", grid, model=m1)
+    res = head_comparison.run_compare_heads(CompareHeadsSettings(heads=a, heads_b=b, out=str(tmp_path / "two")))
+    lines = [w for w in res["warnings"] if "two models" in w]
+    assert len(lines) == 1 and "org/model-one" in lines[0] and "org/model-two" in lines[0]
+    assert "vrh transfer" in lines[0] and "\n" not in lines[0]
+    res = head_comparison.run_compare_heads(CompareHeadsSettings(heads=a, heads_b=same, out=str(tmp_path / "one")))
+    assert res["warnings"] == []
+    here = {**m1, "path": "org/model-three"}  # --model another checkpoint than the one a side was ranked on
+    assert [n for n in head_comparison.model_notes({"name": "A", "model": m1}, {"name": "L"}, here)
+            if "org/model-three" in n and "org/model-one" in n]
 
 
 def test_the_report_draws_compare_heads_runs(tmp_path):

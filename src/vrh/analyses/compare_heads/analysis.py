@@ -63,7 +63,7 @@ def head_side(spec: str, scorer: str | None, option: str) -> dict[str, Any]:
         return {"name": spec, "kind": "text" if text else "visual", "ranking": [list(h) for h in hs.ranking(name)],
                 "scores": hs.score_map(name), "grid": (hs.num_layers, hs.num_heads),
                 "text_config": ({**cfg["config"], "contexts": cfg["data"]["contexts"]} if text else None),
-                "path": spec, "ranked": True}
+                "path": spec, "ranked": True, "model": cfg.get("model") if isinstance(cfg.get("model"), dict) else None}
     try:
         heads = parse_head_list(spec)
     except DuplicateHead:
@@ -73,6 +73,25 @@ def head_side(spec: str, scorer: str | None, option: str) -> dict[str, Any]:
                                 "a named set paper:MODEL/BENCHMARK, qrhead:MODEL/DATA: vrh heads list)") from None
     return {"name": spec, "kind": "list", "ranking": [list(h) for h in heads], "scores": None, "grid": None,
             "text_config": None, "path": None, "ranked": True}
+
+
+def model_notes(a: dict[str, Any], b: dict[str, Any], here: dict[str, Any] | None) -> list[str]:
+    """One line when the two run folders' rankings come from different models, and one per side ranked on another
+    model than ``--model``'s (``here``; None without one): comparing is legitimate, masking such heads is a
+    transfer, which ``vrh transfer`` measures with its controls (issue 46 item 3). Sides without a model record
+    (head lists, named sets) say nothing."""
+    from vrh.experiments.heads_origin import model_line, model_name, same_model
+
+    ma, mb = a.get("model"), b.get("model")
+    out = []
+    if ma and mb and not same_model(ma, mb):
+        out.append(f"--heads was ranked on {model_name(ma)}, --heads-b on {model_name(mb)}: heads of two models "
+                   "compared (masking one model's heads in another is what vrh transfer measures)")
+    for side in (a, b):
+        line = model_line(side["model"], here, f"{side['name']}'s heads") if here and side.get("model") else None
+        if line:
+            out.append(line)
+    return out
 
 
 def _grid(a: dict[str, Any], b: dict[str, Any], lm: Any) -> tuple[int, int]:
@@ -237,6 +256,7 @@ def run_compare_heads(cfg: CompareHeadsSettings, lm: Any = None) -> dict[str, An
     notes = [f"{s['name']}: every head scores 0 (e.g. a text-heads run that recalled no needle), so its ranking is "
              "the (layer, head) order and the figures with it measure nothing" for s in (a, b)
              if s["scores"] is not None and not any(v for row in s["scores"] for v in row)]
+    notes += model_notes(a, b, lm.describe() if cfg.model else None)
     figures = overlap_figures(a, b, L, H, cfg.overlap_ks)
     notes += figures.pop("tie_warnings")
     for n in notes:
