@@ -16,6 +16,7 @@ import torch
 from vrh.models.adapters.gemma3 import Gemma3Adapter
 from vrh.models import gemma_base
 from vrh.organism import world
+from vrh_lab.organism import records
 
 ADAPTER = Gemma3Adapter()
 END = "<end_of_turn>"
@@ -34,16 +35,11 @@ def processor(folder: Path, image_size: int = world.IMAGE_SIZE, tokens: int = 49
 
 
 def prompt_of(sample: dict[str, Any]) -> str:
-    if sample["task"] == "grounding":
-        return ADAPTER.grounding_prompt(sample["expression"])
-    return ADAPTER.vqa_prompt(sample["question"])
+    return records.prompt_of(ADAPTER, sample)
 
 
 def answer_of(sample: dict[str, Any]) -> str:
-    if sample["task"] == "grounding":
-        size = sample["scene"].size
-        return ADAPTER.format_box(tuple(float(v) for v in sample["box"]), {}, (size, size))
-    return sample["answer"]
+    return records.answer_of(ADAPTER, sample)
 
 
 def chat(proc, sample: dict[str, Any]) -> str:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from vrh_lab.organism.records import append_record, atomic_save, truncate_records
 from vrh.data import boxes
 from vrh.models import gemma_base
 from vrh.organism import world
@@ -131,27 +131,6 @@ def heldout(cfg: DConfig, n: int) -> list[dict[str, Any]]:
     return [world.grounding_sample(cfg.heldout_seed, i) for i in range(n)]
 
 
-def _atomic_save(obj: Any, path: Path) -> None:
-    tmp = path.with_suffix(".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
-
-
-def _truncate(path: Path, step: int) -> None:
-    """Keep the records of steps <= ``step`` (what the checkpoint holds), rewritten by rename."""
-    if not path.exists():
-        return
-    keep = [x for x in path.read_text().splitlines() if x.strip() and json.loads(x)["step"] <= step]
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("".join(x + "\n" for x in keep))
-    os.replace(tmp, path)
-
-
-def _append(path: Path, rec: dict[str, Any]) -> None:
-    with path.open("a") as f:
-        f.write(json.dumps(rec) + "\n")
-
-
 def vision_stage(cfg: DConfig, out: Path) -> Path:
     """Stage 1 (resumable): the tower's dense pretraining; returns OUT/vision_d/tower.pt."""
     from vrh_lab.organism.pretrain_vision import pretrain, siglip_features
@@ -188,7 +167,7 @@ def lm_stage(cfg: DConfig, out: Path, base: Path, tower_pt: Path) -> nn.Module:
         step = int(st["step"])
         print(f"resumed organism D at step {step}", flush=True)
     for name in ("log.jsonl", "eval.jsonl"):  # lines past the checkpoint are redone: drop them (none on a fresh run)
-        _truncate(folder / name, step)
+        truncate_records(folder / name, step)
     held = heldout(cfg, cfg.eval_n)
     model.train()
     t0 = time.time()
@@ -207,15 +186,15 @@ def lm_stage(cfg: DConfig, out: Path, base: Path, tower_pt: Path) -> nn.Module:
         rec = {"step": step, "loss": round(float(loss.detach()), 4), "grad_norm": round(float(norm), 3),
                "lr": lr_at(step - 1, cfg), "level": level, "s": round(time.time() - t0, 2)}
         t0 = time.time()
-        _append(folder / "log.jsonl", rec)
+        append_record(folder / "log.jsonl", rec)
         if step % 10 == 0:
             print(json.dumps(rec), flush=True)
         if step % cfg.ckpt_every == 0 or step == cfg.steps:
-            _atomic_save({"trainable": trainable_state(model), "opt": opt.state_dict(), "step": step}, ckpt)
+            atomic_save({"trainable": trainable_state(model), "opt": opt.state_dict(), "step": step}, ckpt)
         if step % cfg.eval_every == 0 or step == cfg.steps:
             ev = grounding_eval(model, proc, held)
             ev["step"] = step
-            _append(folder / "eval.jsonl", ev)
+            append_record(folder / "eval.jsonl", ev)
             print("eval", json.dumps(ev), flush=True)
             t0 = time.time()
     model.eval()

@@ -15,6 +15,7 @@ import torch
 
 from vrh.models.adapters.llava import LlavaAdapter
 from vrh.organism import world
+from vrh_lab.organism import records
 
 VRH_SETTINGS = {"grounding_prompt": "where is {expression} ?", "vqa_prompt": "{question}",
                 "box_template": "[ {x1} , {y1} , {x2} , {y2} ]"}
@@ -24,16 +25,11 @@ END = "<|im_end|>"
 
 
 def prompt_of(sample: dict[str, Any]) -> str:
-    if sample["task"] == "grounding":
-        return ADAPTER.grounding_prompt(sample["expression"])
-    return ADAPTER.vqa_prompt(sample["question"])
+    return records.prompt_of(ADAPTER, sample)
 
 
 def answer_of(sample: dict[str, Any]) -> str:
-    if sample["task"] == "grounding":
-        size = sample["scene"].size
-        return ADAPTER.format_box(tuple(float(v) for v in sample["box"]), {}, (size, size))
-    return sample["answer"]
+    return records.answer_of(ADAPTER, sample)
 
 
 def chat(proc, sample: dict[str, Any]) -> str:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -27,6 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from vrh_lab.organism.records import append_record, atomic_save, truncate_records
 from vrh.data import boxes
 from vrh.models import organism_e_base as parts
 from vrh.organism import world
@@ -120,27 +120,6 @@ def heldout(cfg: EConfig, n: int, level: str) -> list[dict[str, Any]]:
     return [world.grounding_sample(cfg.heldout_seed, i, level=level) for i in range(n)]
 
 
-def _atomic_save(obj: Any, path: Path) -> None:
-    tmp = path.with_suffix(".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
-
-
-def _truncate(path: Path, step: int) -> None:
-    """Keep the records of steps <= ``step`` (what the checkpoint holds), rewritten by rename."""
-    if not path.exists():
-        return
-    keep = [x for x in path.read_text().splitlines() if x.strip() and json.loads(x)["step"] <= step]
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("".join(x + "\n" for x in keep))
-    os.replace(tmp, path)
-
-
-def _append(path: Path, rec: dict[str, Any]) -> None:
-    with path.open("a") as f:
-        f.write(json.dumps(rec) + "\n")
-
-
 def train_stage(cfg: EConfig, out: Path, lm_folder: Path, vision_folder: Path) -> nn.Module:
     """Both phases (resumable); returns the trained model."""
     from vrh.runs import load_torch_file
@@ -166,7 +145,7 @@ def train_stage(cfg: EConfig, out: Path, lm_folder: Path, vision_folder: Path) -
         step = int(st["step"])
         print(f"resumed organism E at step {step}", flush=True)
     for name in ("log.jsonl", "eval.jsonl"):  # lines past the checkpoint are redone: drop them
-        _truncate(folder / name, step)
+        truncate_records(folder / name, step)
     held = {level: heldout(cfg, cfg.eval_n, level) for level in cfg.eval_levels}
     model.train()
     t0 = time.time()
@@ -188,16 +167,16 @@ def train_stage(cfg: EConfig, out: Path, lm_folder: Path, vision_folder: Path) -
                "lr": lr_at(step - 1, cfg), "level": level, "phase": "lora" if adapters else "align",
                "s": round(time.time() - t0, 2)}
         t0 = time.time()
-        _append(folder / "log.jsonl", rec)
+        append_record(folder / "log.jsonl", rec)
         print(json.dumps(rec), flush=True)
         if step % cfg.ckpt_every == 0 or step == cfg.steps:
-            _atomic_save({"trainable": trainable_state(model), "opt": opt.state_dict(), "step": step}, ckpt)
+            atomic_save({"trainable": trainable_state(model), "opt": opt.state_dict(), "step": step}, ckpt)
         if step % cfg.eval_every == 0 or step == cfg.steps:
             for level, samples_ in held.items():
                 t_eval = time.time()
                 ev = grounding_eval(model, proc, samples_)
                 ev.update(step=step, level=level, s=round(time.time() - t_eval, 1))
-                _append(folder / "eval.jsonl", ev)
+                append_record(folder / "eval.jsonl", ev)
                 print("eval", json.dumps(ev), flush=True)
             t0 = time.time()
     model.eval()
